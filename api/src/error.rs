@@ -1,0 +1,114 @@
+//! Domain errors on the wire. This is the only place that sets
+//! `extensions.code`; internal causes are logged here and never echoed.
+
+use async_graphql::{ErrorExtensions, ServerError};
+use brainstem_domain::Error;
+
+pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
+pub const FORBIDDEN: &str = "FORBIDDEN";
+pub const NOT_FOUND: &str = "NOT_FOUND";
+pub const BAD_USER_INPUT: &str = "BAD_USER_INPUT";
+pub const CONFLICT: &str = "CONFLICT";
+pub const RATE_LIMITED: &str = "RATE_LIMITED";
+pub const INTERNAL: &str = "INTERNAL";
+
+/// The code and client-facing message for a domain error.
+pub fn code_and_message(err: &Error) -> (&'static str, String) {
+    match err {
+        Error::Unauthenticated(m) => (UNAUTHENTICATED, m.clone()),
+        Error::Forbidden(m) => (FORBIDDEN, m.clone()),
+        Error::NotFound(_) => (NOT_FOUND, err.to_string()),
+        Error::Validation(m) => (BAD_USER_INPUT, m.clone()),
+        Error::Conflict(m) | Error::InvalidTransition(m) => (CONFLICT, m.clone()),
+        Error::RateLimited { message, .. } => (RATE_LIMITED, message.clone()),
+        Error::Internal(cause) => {
+            tracing::error!(%cause, "internal error");
+            (INTERNAL, "internal error".to_owned())
+        }
+    }
+}
+
+/// Convert a domain error into a GraphQL error with a code.
+pub fn to_gql(err: Error) -> async_graphql::Error {
+    let (code, message) = code_and_message(&err);
+    let retry_after = match err {
+        Error::RateLimited {
+            retry_after_secs, ..
+        } => Some(retry_after_secs),
+        _ => None,
+    };
+    async_graphql::Error::new(message).extend_with(|_, ext| {
+        ext.set("code", code);
+        if let Some(secs) = retry_after {
+            ext.set("retryAfter", secs);
+        }
+    })
+}
+
+/// `.gql()` on a domain result, for resolvers.
+pub trait ResultExt<T> {
+    fn gql(self) -> async_graphql::Result<T>;
+}
+
+impl<T> ResultExt<T> for Result<T, Error> {
+    fn gql(self) -> async_graphql::Result<T> {
+        self.map_err(to_gql)
+    }
+}
+
+/// A GraphQL error with a code, for input the API layer itself rejects.
+pub fn coded(code: &'static str, message: impl Into<String>) -> async_graphql::Error {
+    async_graphql::Error::new(message.into()).extend_with(|_, ext| ext.set("code", code))
+}
+
+pub fn has_code(err: &ServerError) -> bool {
+    err.extensions
+        .as_ref()
+        .is_some_and(|ext| ext.get("code").is_some())
+}
+
+/// Give every error a code. Errors before execution (parse, validation,
+/// limits) have no path and are the client's: `BAD_USER_INPUT`. An error
+/// raised during execution without a code escaped the mapping above: it is
+/// logged and masked as `INTERNAL`.
+pub fn ensure_codes(errors: &mut [ServerError]) {
+    for err in errors.iter_mut().filter(|e| !has_code(e)) {
+        let code = if err.path.is_empty() {
+            BAD_USER_INPUT
+        } else {
+            tracing::error!(message = %err.message, path = ?err.path, "uncoded resolver error");
+            err.message = "internal error".to_owned();
+            INTERNAL
+        };
+        err.extensions
+            .get_or_insert_with(Default::default)
+            .set("code", code);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_causes_are_never_echoed() {
+        let (code, message) = code_and_message(&Error::Internal("password=hunter2".into()));
+        assert_eq!(code, INTERNAL);
+        assert!(!message.contains("hunter2"));
+    }
+
+    #[test]
+    fn each_variant_has_its_code() {
+        let cases = [
+            (Error::Unauthenticated("x".into()), UNAUTHENTICATED),
+            (Error::Forbidden("x".into()), FORBIDDEN),
+            (Error::NotFound("x".into()), NOT_FOUND),
+            (Error::Validation("x".into()), BAD_USER_INPUT),
+            (Error::Conflict("x".into()), CONFLICT),
+            (Error::InvalidTransition("x".into()), CONFLICT),
+        ];
+        for (err, code) in cases {
+            assert_eq!(code_and_message(&err).0, code);
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! HTTP routes. `/graphql` follows the GraphQL-over-HTTP specification:
+//!
+//! - `POST` with `Content-Type: application/json`; `GET` with the request in
+//!   the query string (queries only: a mutation over `GET` is `405`).
+//! - `Accept: application/graphql-response+json` gets that media type, and a
+//!   request that fails before execution (malformed, invalid, over a limit)
+//!   gets `400`; `application/json` (or no `Accept`) always gets `200` for a
+//!   well-formed request.
+//! - A browser (`Accept: text/html`) without a query gets GraphiQL.
+//! - A bad credential is `401` with code `UNAUTHENTICATED`.
+
+use axum::{
+    Router,
+    body::Bytes,
+    extract::{RawQuery, State},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    middleware::from_fn_with_state,
+    response::{Html, IntoResponse, Response},
+    routing::get,
+};
+use brainstem_domain::Error;
+use serde_json::{Value, json};
+use tower_http::{catch_panic::CatchPanicLayer, trace::TraceLayer};
+
+use crate::{
+    ApiState,
+    error::{self, code_and_message},
+    metrics, schema, ws,
+};
+
+pub const GRAPHQL_RESPONSE_JSON: &str = "application/graphql-response+json";
+
+pub fn routes(state: ApiState) -> Router {
+    Router::new()
+        .route("/graphql", get(graphql_get).post(graphql_post))
+        .route("/graphql/ws", get(ws::handler))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .route_layer(from_fn_with_state(state.clone(), metrics::track))
+        .layer(CatchPanicLayer::custom(panic_response))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// Which media type the client accepts for the response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Media {
+    GraphqlResponseJson,
+    Json,
+}
+
+impl Media {
+    fn negotiate(headers: &HeaderMap) -> Option<Self> {
+        let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+            return Some(Media::Json);
+        };
+        if accept.contains(GRAPHQL_RESPONSE_JSON) {
+            Some(Media::GraphqlResponseJson)
+        } else if accept.contains("application/json") || accept.contains("*/*") {
+            Some(Media::Json)
+        } else {
+            None
+        }
+    }
+
+    fn content_type(self) -> &'static str {
+        match self {
+            Media::GraphqlResponseJson => GRAPHQL_RESPONSE_JSON,
+            Media::Json => "application/json",
+        }
+    }
+}
+
+/// A response that carries only errors, with one coded error.
+fn error_response(status: StatusCode, media: Media, code: &str, message: &str) -> Response {
+    let body = json!({"errors": [{"message": message, "extensions": {"code": code}}]});
+    (
+        status,
+        [(header::CONTENT_TYPE, media.content_type())],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+async fn graphql_get(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let wants_html = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/html"));
+    let query = query.unwrap_or_default();
+    if wants_html && !query.split('&').any(|kv| kv.starts_with("query=")) {
+        return Html(
+            async_graphql::http::GraphiQLSource::build()
+                .endpoint("/graphql")
+                .subscription_endpoint("/graphql/ws")
+                .title("Brainstem")
+                .finish(),
+        )
+        .into_response();
+    }
+    let Some(media) = Media::negotiate(&headers) else {
+        return not_acceptable();
+    };
+    let request = match async_graphql::http::parse_query_string(&query) {
+        Ok(r) => r,
+        Err(err) => {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                media,
+                error::BAD_USER_INPUT,
+                &format!("invalid GraphQL request in the query string: {err}"),
+            );
+        }
+    };
+    if is_mutation(&request) {
+        let mut response = error_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            media,
+            error::BAD_USER_INPUT,
+            "mutations must be sent with POST",
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return response;
+    }
+    execute(state, headers, media, request).await
+}
+
+async fn graphql_post(State(state): State<ApiState>, headers: HeaderMap, body: Bytes) -> Response {
+    let Some(media) = Media::negotiate(&headers) else {
+        return not_acceptable();
+    };
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.trim_start().starts_with("application/json"));
+    if !is_json {
+        return error_response(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            media,
+            error::BAD_USER_INPUT,
+            "send the request as application/json",
+        );
+    }
+    let request: async_graphql::Request = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(err) => {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                media,
+                error::BAD_USER_INPUT,
+                &format!("the request body is not a valid GraphQL request: {err}"),
+            );
+        }
+    };
+    execute(state, headers, media, request).await
+}
+
+async fn execute(
+    state: ApiState,
+    headers: HeaderMap,
+    media: Media,
+    mut request: async_graphql::Request,
+) -> Response {
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| {
+            headers
+                .get("x-api-key")
+                .and_then(|v| v.to_str().ok())
+                .map(|key| format!("Bearer {key}"))
+        });
+    let credential = match state
+        .auth
+        .authenticate_header(authorization.as_deref())
+        .await
+    {
+        Ok(c) => c,
+        Err(err) => return auth_failure(media, &err),
+    };
+    request.data = schema::caller_data(credential);
+    let response = state.schema.execute(request).await;
+    graphql_response(response, media)
+}
+
+fn auth_failure(media: Media, err: &Error) -> Response {
+    let (code, message) = code_and_message(err);
+    let status = match err {
+        Error::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let mut response = error_response(status, media, code, &message);
+    if status == StatusCode::UNAUTHORIZED {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    response
+}
+
+fn graphql_response(response: async_graphql::Response, media: Media) -> Response {
+    // Errors without a path happened before execution: a request error.
+    let request_error = response.data == async_graphql::Value::Null
+        && !response.errors.is_empty()
+        && response.errors.iter().all(|e| e.path.is_empty());
+    let extra_headers = response.http_headers.clone();
+    let mut body = match serde_json::to_value(&response) {
+        Ok(v) => v,
+        Err(err) => {
+            tracing::error!(%err, "cannot serialize a GraphQL response");
+            return error_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                media,
+                error::INTERNAL,
+                "internal error",
+            );
+        }
+    };
+    if request_error && let Value::Object(map) = &mut body {
+        map.remove("data");
+    }
+    let status = if request_error && media == Media::GraphqlResponseJson {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    };
+    let mut out = (
+        status,
+        [(header::CONTENT_TYPE, media.content_type())],
+        body.to_string(),
+    )
+        .into_response();
+    out.headers_mut().extend(extra_headers);
+    out
+}
+
+/// Whether the operation the request would run is a mutation.
+fn is_mutation(request: &async_graphql::Request) -> bool {
+    use async_graphql::parser::types::{DocumentOperations, OperationType};
+    let Ok(doc) = async_graphql::parser::parse_query(&request.query) else {
+        return false; // execution reports the syntax error
+    };
+    let ty = match &doc.operations {
+        DocumentOperations::Single(op) => Some(op.node.ty),
+        DocumentOperations::Multiple(ops) => match &request.operation_name {
+            Some(name) => ops.get(name.as_str()).map(|op| op.node.ty),
+            None => None,
+        },
+    };
+    ty == Some(OperationType::Mutation)
+}
+
+fn not_acceptable() -> Response {
+    (
+        StatusCode::NOT_ACCEPTABLE,
+        format!("accept {GRAPHQL_RESPONSE_JSON} or application/json"),
+    )
+        .into_response()
+}
+
+fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    tracing::error!("a request handler panicked");
+    error_response(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        Media::Json,
+        error::INTERNAL,
+        "internal error",
+    )
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(state): State<ApiState>) -> Response {
+    match state.domain.ping().await {
+        Ok(()) => (StatusCode::OK, "ready").into_response(),
+        Err(err) => {
+            tracing::warn!(%err, "not ready");
+            (StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response()
+        }
+    }
+}
+
+async fn metrics_text(State(state): State<ApiState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
+}

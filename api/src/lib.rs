@@ -1,0 +1,53 @@
+//! The wire: axum routes, the async-graphql schema, authentication.
+//!
+//! - [`auth`]: JWT (HS256/RS256) and API-key authentication, dev-token minting.
+//! - [`error`]: the one place where domain errors become GraphQL error codes.
+//! - [`schema`]: GraphQL types and resolvers (thin adapters over `domain`).
+//! - [`http`]: `/graphql` over HTTP (GraphQL-over-HTTP), GraphiQL, health and
+//!   metrics routes.
+//! - [`ws`]: `/graphql/ws` for `graphql-transport-ws` and legacy `graphql-ws`.
+//! - [`metrics`]: Prometheus counters and histograms.
+
+pub mod auth;
+pub mod error;
+pub mod http;
+pub mod metrics;
+pub mod schema;
+pub mod ws;
+
+use std::sync::Arc;
+
+use axum::Router;
+use brainstem_domain::Domain;
+
+pub use auth::{AuthConfig, Authenticator};
+pub use schema::{BrainstemSchema, GraphqlLimits};
+
+/// What the API needs besides the domain.
+#[derive(Clone, Debug)]
+pub struct ApiConfig {
+    pub auth: AuthConfig,
+    pub limits: GraphqlLimits,
+}
+
+/// Shared state of every route.
+#[derive(Clone)]
+pub struct ApiState {
+    pub domain: Domain,
+    pub schema: BrainstemSchema,
+    pub auth: Arc<Authenticator>,
+    pub metrics: Arc<metrics::Metrics>,
+}
+
+/// Build the whole HTTP application.
+pub fn router(domain: Domain, config: ApiConfig) -> Result<Router, auth::AuthSetupError> {
+    let auth = Arc::new(Authenticator::new(config.auth, domain.clone())?);
+    let schema = schema::build(domain.clone(), config.limits);
+    let state = ApiState {
+        domain,
+        schema,
+        auth,
+        metrics: Arc::new(metrics::Metrics::new()),
+    };
+    Ok(http::routes(state))
+}

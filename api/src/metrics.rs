@@ -1,0 +1,123 @@
+//! Prometheus metrics, served at `/metrics` in the text exposition format.
+//! Labels use the matched route, never the raw path, so their number stays
+//! bounded.
+
+use std::{sync::Mutex, time::Instant};
+
+use axum::{
+    extract::{MatchedPath, Request, State},
+    middleware::Next,
+    response::Response,
+};
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::Registry,
+};
+
+use crate::ApiState;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub method: String,
+    pub route: String,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    pub route: String,
+}
+
+type HistogramFamily = Family<RouteLabels, Histogram, fn() -> Histogram>;
+
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    pub http_requests: Family<RequestLabels, Counter>,
+    pub http_duration: HistogramFamily,
+    pub websocket_connections: Gauge,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("brainstem");
+        let http_requests = Family::<RequestLabels, Counter>::default();
+        let http_duration: HistogramFamily = Family::new_with_constructor(latency_histogram);
+        let websocket_connections = Gauge::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests by route and status",
+            http_requests.clone(),
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request latency by route",
+            http_duration.clone(),
+        );
+        registry.register(
+            "websocket_connections",
+            "Open GraphQL WebSocket connections",
+            websocket_connections.clone(),
+        );
+        Self {
+            registry: Mutex::new(registry),
+            http_requests,
+            http_duration,
+            websocket_connections,
+        }
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if let Ok(registry) = self.registry.lock() {
+            // Writing into a String cannot fail.
+            let _ = encode(&mut out, &registry);
+        }
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Middleware: count and time every request.
+pub async fn track(State(state): State<ApiState>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let method = request.method().to_string();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    state
+        .metrics
+        .http_duration
+        .get_or_create(&RouteLabels {
+            route: route.clone(),
+        })
+        .observe(started.elapsed().as_secs_f64());
+    state
+        .metrics
+        .http_requests
+        .get_or_create(&RequestLabels {
+            method,
+            route,
+            status: response.status().as_u16(),
+        })
+        .inc();
+    response
+}

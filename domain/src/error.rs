@@ -1,0 +1,74 @@
+//! The domain's one error type. `brainstem-api` maps each variant to a
+//! GraphQL error code in a single place; `Internal` causes are logged there
+//! and never shown to clients.
+
+use sea_orm::{DbErr, SqlErr};
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No credential, or one that is malformed, expired, revoked or unknown.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The caller is known but may not do this.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The thing does not exist *for this caller*: other tenants' rows are
+    /// reported the same way as rows that do not exist.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// The input is malformed or breaks a rule; the message says which.
+    #[error("{0}")]
+    Validation(String),
+    /// The input clashes with existing state (a duplicate, a lost race).
+    #[error("{0}")]
+    Conflict(String),
+    /// The thing exists but is not in a state that allows this.
+    #[error("{0}")]
+    InvalidTransition(String),
+    /// Too many requests; try again after the given number of seconds.
+    #[error("{message}")]
+    RateLimited {
+        message: String,
+        retry_after_secs: u64,
+    },
+    /// A bug or an unavailable dependency. The text is for logs only.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    pub fn not_found(what: impl Into<String>) -> Self {
+        Self::NotFound(what.into())
+    }
+
+    pub fn validation(message: impl Into<String>) -> Self {
+        Self::Validation(message.into())
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::Forbidden(message.into())
+    }
+
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        Self::Internal(cause.to_string())
+    }
+}
+
+/// Database errors become domain errors here and only here: a unique
+/// violation is a conflict, a foreign-key violation a validation error,
+/// anything else internal.
+impl From<DbErr> for Error {
+    fn from(err: DbErr) -> Self {
+        match err.sql_err() {
+            Some(SqlErr::UniqueConstraintViolation(detail)) => {
+                Error::Conflict(format!("already exists ({detail})"))
+            }
+            Some(SqlErr::ForeignKeyConstraintViolation(detail)) => Error::Validation(format!(
+                "refers to something that does not exist ({detail})"
+            )),
+            _ => Error::Internal(err.to_string()),
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! Keyset pagination over UUID v7 ids, which sort by creation time. Every
+//! list in the API is a page of at most [`MAX_PAGE_SIZE`] rows.
+
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Select,
+};
+use uuid::Uuid;
+
+use crate::{Error, Result};
+
+pub const DEFAULT_PAGE_SIZE: u64 = 20;
+pub const MAX_PAGE_SIZE: u64 = 100;
+
+/// The client's request: up to `first` rows after the row with id `after`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PageRequest {
+    pub first: Option<u64>,
+    pub after: Option<Uuid>,
+}
+
+impl PageRequest {
+    pub fn size(&self) -> Result<u64> {
+        match self.first {
+            None => Ok(DEFAULT_PAGE_SIZE),
+            Some(n) if n <= MAX_PAGE_SIZE => Ok(n),
+            Some(n) => Err(Error::validation(format!(
+                "`first` is {n}; at most {MAX_PAGE_SIZE} rows can be requested at once"
+            ))),
+        }
+    }
+}
+
+/// One page of rows, oldest first.
+#[derive(Clone, Debug)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub has_next_page: bool,
+    pub has_previous_page: bool,
+}
+
+impl<T> Page<T> {
+    pub fn map<U>(self, f: impl FnMut(T) -> U) -> Page<U> {
+        Page {
+            items: self.items.into_iter().map(f).collect(),
+            has_next_page: self.has_next_page,
+            has_previous_page: self.has_previous_page,
+        }
+    }
+}
+
+/// Fetch one page of `select`, ordered by `id_column`.
+pub async fn fetch<E, C>(
+    db: &C,
+    select: Select<E>,
+    id_column: E::Column,
+    request: PageRequest,
+) -> Result<Page<E::Model>>
+where
+    E: EntityTrait,
+    C: ConnectionTrait,
+{
+    let size = request.size()?;
+    let mut select = select.order_by_asc(id_column);
+    if let Some(after) = request.after {
+        select = select.filter(id_column.gt(after));
+    }
+    let mut items = select.limit(size + 1).all(db).await?;
+    let has_next_page = items.len() as u64 > size;
+    items.truncate(size as usize);
+    Ok(Page {
+        items,
+        has_next_page,
+        has_previous_page: request.after.is_some(),
+    })
+}

@@ -1,0 +1,30 @@
+//! `audit_log`: append-only. Each row carries the SHA-256 of its canonical
+//! JSON form, so any later edit is detectable. Rows are never updated.
+
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "audit_log")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: Uuid,
+    /// The tenant acted upon; `None` for platform-level actions such as
+    /// listing all tenants.
+    pub tenant_id: Option<Uuid>,
+    /// Who acted, e.g. `user:alice` or `api_key:…`.
+    pub actor: String,
+    /// What was done, e.g. `tenant.create`.
+    pub action: String,
+    /// What it was done to, e.g. a global id or a slug.
+    pub target: String,
+    /// Details with PII keys redacted.
+    pub data: Json,
+    /// Hex SHA-256 of the canonical JSON of the fields above.
+    pub hash: String,
+    pub created_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,19 @@
+//! SeaORM entities and the tenant-scoped query helpers every service uses.
+//!
+//! - [`ids`]: newtypes for every row id (UUID v7).
+//! - [`scope`]: [`TenantScope`] and the [`TenantOwned`] trait. Tenant-owned
+//!   rows are read and written only through `find_in`, `find_by_id_in`,
+//!   `update_many_in` and `delete_many_in`, which all take a scope.
+//! - one module per table: [`tenant`], [`user`], [`api_key`], [`audit_log`],
+//!   [`platform_setting`].
+
+pub mod api_key;
+pub mod audit_log;
+pub mod ids;
+pub mod platform_setting;
+pub mod scope;
+pub mod tenant;
+pub mod user;
+
+pub use ids::{ApiKeyId, AuditId, TenantId, UserId};
+pub use scope::{TenantOwned, TenantScope};

@@ -1,0 +1,21 @@
+//! Database migrations, one file per change, named by timestamp. They run on
+//! both PostgreSQL and SQLite; PostgreSQL-only statements check the backend.
+//! Constraint and index names are explicit so later migrations can refer to
+//! them.
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261121_000001_enable_vector;
+mod m20261121_000002_create_tenancy;
+
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![
+            Box::new(m20261121_000001_enable_vector::Migration),
+            Box::new(m20261121_000002_create_tenancy::Migration),
+        ]
+    }
+}

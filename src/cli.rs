@@ -1,0 +1,109 @@
+//! Subcommands. `brainstem --help` lists them.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use brainstem_api::auth::{TokenRequest, mint_token};
+use brainstem_domain::Role;
+use clap::{Parser, Subcommand};
+
+use crate::{
+    config::Config,
+    startup::{self, Application},
+    telemetry,
+};
+
+/// Brainstem: a GraphQL platform that runs AI work durably for many tenants.
+#[derive(Debug, Parser)]
+#[command(name = "brainstem", version, about)]
+pub struct Cli {
+    /// Configuration file (TOML). Defaults to ./brainstem.toml when present.
+    #[arg(long, global = true, env = "BRAINSTEM_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the GraphQL API server (the default when no command is given).
+    Serve,
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Mint a bearer token for local development and print it.
+    Token(TokenArgs),
+    /// Print the GraphQL schema (SDL), as checked in at schema.graphql.
+    Schema,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TokenArgs {
+    /// Tenant slug or id (may be omitted only for PLATFORM_ADMIN).
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Role to grant; repeat for several.
+    #[arg(long = "role", default_value = "TENANT_ADMIN")]
+    pub roles: Vec<String>,
+    /// Subject (`sub` claim).
+    #[arg(long, default_value = "dev")]
+    pub sub: String,
+    /// Lifetime in hours.
+    #[arg(long, default_value_t = 24)]
+    pub ttl_hours: i64,
+}
+
+impl Cli {
+    pub async fn run(self) -> anyhow::Result<()> {
+        if let Some(Command::Schema) = self.command {
+            print!("{}", brainstem_api::schema::sdl());
+            return Ok(());
+        }
+        let config = Config::load(self.config.as_deref())?;
+        telemetry::init(&config);
+        match self.command.unwrap_or(Command::Serve) {
+            Command::Serve => {
+                let app = Application::build(&config).await?;
+                app.run_until(startup::shutdown_signal()).await
+            }
+            Command::Migrate => {
+                startup::open_domain(&config).await?;
+                eprintln!("migrations applied");
+                Ok(())
+            }
+            Command::Token(args) => {
+                let token = token(&config, &args).await?;
+                println!("{token}");
+                Ok(())
+            }
+            Command::Schema => Ok(()),
+        }
+    }
+}
+
+async fn token(config: &Config, args: &TokenArgs) -> anyhow::Result<String> {
+    let roles = args
+        .roles
+        .iter()
+        .map(|r| r.parse::<Role>())
+        .collect::<Result<Vec<_>, _>>()?;
+    let domain = startup::open_domain(config).await?;
+    if let Some(tenant) = &args.tenant {
+        domain
+            .tenants
+            .resolve_claim(tenant)
+            .await
+            .with_context(|| format!("no tenant `{tenant}` in {}", config.database_url))?;
+    }
+    let auth = startup::auth_config(config, &domain).await?;
+    let token = mint_token(
+        &auth,
+        TokenRequest {
+            subject: &args.sub,
+            tenant: args.tenant.as_deref(),
+            roles: &roles,
+            ttl: chrono::Duration::hours(args.ttl_hours),
+        },
+    )?;
+    Ok(token)
+}

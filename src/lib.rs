@@ -1,0 +1,12 @@
+//! The `brainstem` binary's library: configuration, wiring and commands.
+//!
+//! - [`config`]: typed configuration, loaded once (defaults < file < env).
+//! - [`startup`]: [`startup::Application`], which opens the store, builds the
+//!   API and binds its port; tests build it on port 0.
+//! - [`cli`]: the subcommands.
+//! - [`telemetry`]: logging setup.
+
+pub mod cli;
+pub mod config;
+pub mod startup;
+pub mod telemetry;

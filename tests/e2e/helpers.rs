@@ -1,0 +1,399 @@
+//! `TestApp::spawn` starts the real application against a throwaway
+//! database; helpers named after what they do talk to it like a client.
+//!
+//! PostgreSQL tests need `TEST_DATABASE_URL` (a superuser URL; `scripts/test`
+//! provisions a server and sets it). The schema is migrated once into a
+//! template database; each test gets `CREATE DATABASE … TEMPLATE …`.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use brainstem::{config::Config, startup::Application};
+use brainstem_api::{
+    AuthConfig,
+    auth::{TokenRequest, mint_token},
+};
+use brainstem_domain::{Domain, Role};
+use futures_util::{SinkExt, StreamExt};
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection};
+use secrecy::SecretString;
+use serde_json::{Value, json};
+use tokio::{net::TcpStream, sync::oneshot};
+use tokio_tungstenite::{
+    MaybeTlsStream, WebSocketStream,
+    tungstenite::{Message, client::IntoClientRequest, http::HeaderValue},
+};
+
+/// Run each named `async fn(TestApp)` as two tests, `…::sqlite` and
+/// `…::postgres`.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    let app = $crate::helpers::TestApp::spawn($crate::helpers::Backend::Sqlite).await;
+                    super::$name(app).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    let app = $crate::helpers::TestApp::spawn($crate::helpers::Backend::Postgres).await;
+                    super::$name(app).await;
+                }
+            }
+        )*
+    };
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Upper bound for any single wait on the server; a safety net, not a delay.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+pub struct TestApp {
+    pub backend: Backend,
+    pub address: String,
+    pub config: Config,
+    pub auth: AuthConfig,
+    pub domain: Domain,
+    pub http: reqwest::Client,
+    _tempdir: Option<tempfile::TempDir>,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl TestApp {
+    pub async fn spawn(backend: Backend) -> Self {
+        Self::spawn_with(backend, |_| {}).await
+    }
+
+    /// Spawn with a configuration adjusted by `tweak`.
+    pub async fn spawn_with(backend: Backend, tweak: impl FnOnce(&mut Config)) -> Self {
+        let (database_url, tempdir) = match backend {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().unwrap();
+                let url = format!("sqlite://{}", dir.path().join("brainstem.db").display());
+                (url, Some(dir))
+            }
+            Backend::Postgres => (fresh_postgres_database().await, None),
+        };
+        let mut config = Config {
+            bind: "127.0.0.1:0".into(),
+            database_url,
+            database_max_connections: 5,
+            jwt_secret: Some(SecretString::from(uuid::Uuid::now_v7().to_string())),
+            jwt_leeway_secs: 0,
+            log: "warn".into(),
+            ..Config::default()
+        };
+        tweak(&mut config);
+        brainstem::telemetry::init(&config);
+        let app = Application::build(&config)
+            .await
+            .expect("application builds");
+        let address = format!("127.0.0.1:{}", app.port());
+        let domain = app.domain().clone();
+        let auth = brainstem::startup::auth_config(&config, &domain)
+            .await
+            .unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        tokio::spawn(app.run_until(async {
+            let _ = rx.await;
+        }));
+        TestApp {
+            backend,
+            address,
+            config,
+            auth,
+            domain,
+            http: reqwest::Client::new(),
+            _tempdir: tempdir,
+            shutdown: Some(tx),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.address, path)
+    }
+
+    /// A bearer token for `tenant` (slug) with `roles`, valid for an hour.
+    pub fn token(&self, tenant: Option<&str>, roles: &[Role]) -> String {
+        self.token_for("tester", tenant, roles, chrono::Duration::hours(1))
+    }
+
+    pub fn token_for(
+        &self,
+        subject: &str,
+        tenant: Option<&str>,
+        roles: &[Role],
+        ttl: chrono::Duration,
+    ) -> String {
+        mint_token(
+            &self.auth,
+            TokenRequest {
+                subject,
+                tenant,
+                roles,
+                ttl,
+            },
+        )
+        .unwrap()
+    }
+
+    pub fn platform_admin_token(&self) -> String {
+        self.token(None, &[Role::PlatformAdmin])
+    }
+
+    pub fn admin_token(&self, tenant: &str) -> String {
+        self.token(Some(tenant), &[Role::TenantAdmin])
+    }
+
+    /// POST a GraphQL request as `application/json`.
+    pub async fn graphql(&self, token: Option<&str>, query: &str, variables: Value) -> Gql {
+        let mut request = self
+            .http
+            .post(self.url("/graphql"))
+            .header("content-type", "application/json")
+            .body(json!({"query": query, "variables": variables}).to_string());
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        Gql::from(request.send().await.unwrap()).await
+    }
+
+    /// Create a tenant as a platform admin; returns its global id.
+    pub async fn create_tenant(&self, slug: &str) -> String {
+        let res = self
+            .graphql(
+                Some(&self.platform_admin_token()),
+                "mutation($input: CreateTenantInput!) { createTenant(input: $input) { tenant { id slug } } }",
+                json!({"input": {"slug": slug, "name": slug.to_uppercase()}}),
+            )
+            .await;
+        res.data()["createTenant"]["tenant"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// Create an API key in `tenant` as its admin; returns (global id, secret).
+    pub async fn create_api_key(&self, tenant: &str, scopes: &[&str]) -> (String, String) {
+        let res = self
+            .graphql(
+                Some(&self.admin_token(tenant)),
+                "mutation($input: CreateApiKeyInput!) { createApiKey(input: $input) { apiKey { id } secret } }",
+                json!({"input": {"name": format!("{tenant} key"), "scopes": scopes}}),
+            )
+            .await;
+        let payload = &res.data()["createApiKey"];
+        (
+            payload["apiKey"]["id"].as_str().unwrap().to_owned(),
+            payload["secret"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    /// Open a WebSocket to `/graphql/ws` speaking `subprotocol`.
+    pub async fn ws_connect(&self, subprotocol: &str) -> WsClient {
+        let mut request = format!("ws://{}/graphql/ws", self.address)
+            .into_client_request()
+            .unwrap();
+        request.headers_mut().insert(
+            "sec-websocket-protocol",
+            HeaderValue::from_str(subprotocol).unwrap(),
+        );
+        let (stream, response) =
+            tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(request))
+                .await
+                .expect("websocket connect in time")
+                .expect("websocket connects");
+        assert_eq!(
+            response
+                .headers()
+                .get("sec-websocket-protocol")
+                .and_then(|v| v.to_str().ok()),
+            Some(subprotocol),
+            "the server must accept the subprotocol"
+        );
+        WsClient { stream }
+    }
+}
+
+/// A GraphQL HTTP response.
+#[derive(Debug)]
+pub struct Gql {
+    pub status: u16,
+    pub content_type: String,
+    pub body: Value,
+}
+
+impl Gql {
+    pub async fn from(response: reqwest::Response) -> Self {
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let text = response.text().await.unwrap();
+        let body = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("response is not JSON ({e}): {text}"));
+        Gql {
+            status,
+            content_type,
+            body,
+        }
+    }
+
+    /// The data, asserting there were no errors.
+    pub fn data(&self) -> &Value {
+        assert!(
+            self.body.get("errors").is_none(),
+            "unexpected errors: {}",
+            self.body
+        );
+        assert_eq!(self.status, 200, "{}", self.body);
+        &self.body["data"]
+    }
+
+    /// The code of the first error, asserting there is one.
+    pub fn error_code(&self) -> String {
+        self.body["errors"][0]["extensions"]["code"]
+            .as_str()
+            .unwrap_or_else(|| panic!("expected a coded error, got {}", self.body))
+            .to_owned()
+    }
+
+    pub fn error_message(&self) -> String {
+        self.body["errors"][0]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+}
+
+/// What the server sent on a WebSocket.
+#[derive(Debug)]
+pub enum WsEvent {
+    Json(Value),
+    Closed(Option<u16>),
+}
+
+pub struct WsClient {
+    stream: WebSocketStream<MaybeTlsStream<TcpStream>>,
+}
+
+impl WsClient {
+    pub async fn send(&mut self, message: Value) {
+        self.stream
+            .send(Message::Text(message.to_string().into()))
+            .await
+            .unwrap();
+    }
+
+    /// The next text message or the close, skipping pings.
+    pub async fn next_event(&mut self) -> WsEvent {
+        loop {
+            let message = tokio::time::timeout(WAIT, self.stream.next())
+                .await
+                .expect("the server answers in time");
+            match message {
+                None => return WsEvent::Closed(None),
+                Some(Err(_)) => return WsEvent::Closed(None),
+                Some(Ok(Message::Text(text))) => {
+                    return WsEvent::Json(serde_json::from_str(text.as_str()).unwrap());
+                }
+                Some(Ok(Message::Close(frame))) => {
+                    return WsEvent::Closed(frame.map(|f| u16::from(f.code)));
+                }
+                Some(Ok(_)) => continue,
+            }
+        }
+    }
+
+    /// Send `connection_init` with a bearer token (or none).
+    pub async fn init(&mut self, token: Option<&str>) {
+        let payload = match token {
+            Some(t) => json!({"Authorization": format!("Bearer {t}")}),
+            None => json!({}),
+        };
+        self.send(json!({"type": "connection_init", "payload": payload}))
+            .await;
+    }
+}
+
+/// Create a fresh PostgreSQL database from the migrated template.
+async fn fresh_postgres_database() -> String {
+    let base = std::env::var("TEST_DATABASE_URL").expect(
+        "PostgreSQL tests need TEST_DATABASE_URL (a superuser URL); scripts/test provisions one",
+    );
+    let (server, _) = base
+        .rsplit_once('/')
+        .expect("TEST_DATABASE_URL ends in /<database>");
+    let template = template_name();
+    let admin = connect_single(&base).await;
+    // One process migrates the template; the others wait on the lock.
+    admin
+        .execute_unprepared("SELECT pg_advisory_lock(727274)")
+        .await
+        .unwrap();
+    let exists = admin
+        .query_one_raw(sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            format!("SELECT 1 FROM pg_database WHERE datname = '{template}'"),
+        ))
+        .await
+        .unwrap()
+        .is_some();
+    if !exists {
+        admin
+            .execute_unprepared(&format!("CREATE DATABASE {template}"))
+            .await
+            .unwrap();
+        let conn = connect_single(&format!("{server}/{template}")).await;
+        brainstem_domain::db::migrate(&conn).await.unwrap();
+        conn.close().await.unwrap();
+    }
+    admin
+        .execute_unprepared("SELECT pg_advisory_unlock(727274)")
+        .await
+        .unwrap();
+    let name = format!("test_{}", uuid::Uuid::now_v7().simple());
+    admin
+        .execute_unprepared(&format!("CREATE DATABASE {name} TEMPLATE {template}"))
+        .await
+        .unwrap();
+    admin.close().await.unwrap();
+    format!("{server}/{name}")
+}
+
+async fn connect_single(url: &str) -> DatabaseConnection {
+    let mut options = ConnectOptions::new(url.to_owned());
+    options
+        .max_connections(1)
+        .min_connections(1)
+        .sqlx_logging(false);
+    Database::connect(options).await.unwrap()
+}
+
+/// The template's name changes whenever the set of migrations does.
+fn template_name() -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    brainstem_domain::db::migration_names().hash(&mut hasher);
+    format!("brainstem_template_{:016x}", hasher.finish())
+}

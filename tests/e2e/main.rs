@@ -1,0 +1,16 @@
+//! End-to-end tests: the real server on a random port, real HTTP and
+//! WebSocket clients, a throwaway database. Tests marked with
+//! [`on_both_backends!`] run once on SQLite and once on PostgreSQL.
+
+// Test code may panic on the unexpected: that is how it fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod helpers;
+
+mod api_keys;
+mod architecture;
+mod auth;
+mod http;
+mod schema;
+mod tenants;
+mod websocket;
