@@ -123,6 +123,24 @@ impl Principal {
         }
     }
 
+    /// May this principal use an area of the API? API keys need the scope
+    /// itself (or `admin`, which includes every scope); bearer tokens get
+    /// every scope but `admin` from any tenant role, and `admin` from
+    /// `TENANT_ADMIN`. Returns the tenant to work in.
+    pub fn require_scope(&self, scope: &str) -> Result<TenantScope> {
+        let tenant = self.tenant_scope()?;
+        let allowed = match self.actor {
+            Actor::ApiKey(_) => self.scopes.contains(scope) || self.scopes.contains("admin"),
+            Actor::User(_) if scope == "admin" => self.has_role(Role::TenantAdmin),
+            Actor::User(_) => !self.roles.is_empty(),
+        };
+        if allowed {
+            Ok(tenant)
+        } else {
+            Err(Error::forbidden(format!("this needs the `{scope}` scope")))
+        }
+    }
+
     pub fn require_platform_admin(&self) -> Result<()> {
         if self.is_platform_admin() {
             Ok(())
@@ -143,6 +161,20 @@ mod tests {
             roles: roles.iter().copied().collect(),
             scopes: BTreeSet::new(),
         }
+    }
+
+    #[test]
+    fn api_keys_need_their_scope_and_tokens_their_role() {
+        let mut key = principal(&[Role::Service], true);
+        key.actor = Actor::ApiKey(ApiKeyId::new());
+        key.scopes = ["tasks:read".to_owned()].into();
+        assert!(key.require_scope("tasks:read").is_ok());
+        assert!(key.require_scope("tasks:write").is_err());
+        key.scopes.insert("admin".into());
+        assert!(key.require_scope("memory:write").is_ok());
+        let member = principal(&[Role::Member], true);
+        assert!(member.require_scope("tasks:write").is_ok());
+        assert!(member.require_scope("admin").is_err());
     }
 
     #[test]

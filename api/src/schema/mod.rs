@@ -20,7 +20,16 @@ use brainstem_domain::{Domain, Principal};
 
 use crate::error::{ResultExt, ensure_codes};
 
-pub type BrainstemSchema = Schema<query::Query, mutation::Mutation, EmptySubscription>;
+// The query root: one object per area, merged. An area adds its own
+// `#[derive(Default)]` object in its module and one entry here.
+#[derive(async_graphql::MergedObject, Default)]
+pub struct Query(query::CoreQuery);
+
+// The mutation root, merged like `Query`.
+#[derive(async_graphql::MergedObject, Default)]
+pub struct Mutation(mutation::CoreMutation);
+
+pub type BrainstemSchema = Schema<Query, Mutation, EmptySubscription>;
 
 /// Limits every operation must stay within.
 #[derive(Clone, Copy, Debug)]
@@ -72,7 +81,7 @@ pub fn domain<'a>(ctx: &'a async_graphql::Context<'_>) -> &'a Domain {
 }
 
 pub fn build(domain: Domain, limits: GraphqlLimits) -> BrainstemSchema {
-    Schema::build(query::Query, mutation::Mutation, EmptySubscription)
+    Schema::build(Query::default(), Mutation::default(), EmptySubscription)
         .data(domain)
         .limit_depth(limits.max_depth)
         .limit_complexity(limits.max_complexity)
@@ -82,7 +91,7 @@ pub fn build(domain: Domain, limits: GraphqlLimits) -> BrainstemSchema {
 
 /// The SDL of the schema, as checked in at `schema.graphql`.
 pub fn sdl() -> String {
-    Schema::build(query::Query, mutation::Mutation, EmptySubscription)
+    Schema::build(Query::default(), Mutation::default(), EmptySubscription)
         .finish()
         .sdl()
 }

@@ -13,7 +13,7 @@ use super::{
 use crate::error::ResultExt;
 
 #[derive(Default)]
-pub struct Mutation;
+pub struct CoreMutation;
 
 #[derive(InputObject)]
 pub struct CreateApiKeyInput {
@@ -54,7 +54,7 @@ pub struct CreateTenantPayload {
 }
 
 #[Object]
-impl Mutation {
+impl CoreMutation {
     /// Create an API key in the caller's tenant (tenant admins).
     async fn create_api_key(
         &self,

@@ -12,7 +12,7 @@ use super::{
 use crate::error::ResultExt;
 
 #[derive(Default)]
-pub struct Query;
+pub struct CoreQuery;
 
 pub(crate) fn page_request(
     first: Option<i32>,
@@ -30,7 +30,7 @@ pub(crate) fn page_request(
 }
 
 #[Object]
-impl Query {
+impl CoreQuery {
     /// The caller: who they are and which tenant they act in.
     async fn viewer(&self, ctx: &Context<'_>) -> async_graphql::Result<Viewer> {
         let principal = principal(ctx)?;
