@@ -27,8 +27,10 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the GraphQL API server (the default when no command is given).
+    /// Run the GraphQL API server and a worker pool (the default).
     Serve,
+    /// Run executor workers only (no API), sharing the database with servers.
+    Worker,
     /// Apply pending database migrations and exit.
     Migrate,
     /// Mint a bearer token for local development and print it.
@@ -66,8 +68,9 @@ impl Cli {
                 let app = Application::build(&config).await?;
                 app.run_until(startup::shutdown_signal()).await
             }
+            Command::Worker => startup::run_workers(&config, startup::shutdown_signal()).await,
             Command::Migrate => {
-                startup::open_domain(&config).await?;
+                startup::open_domain(&config, startup::registry(Vec::new())?).await?;
                 eprintln!("migrations applied");
                 Ok(())
             }
@@ -87,7 +90,7 @@ async fn token(config: &Config, args: &TokenArgs) -> anyhow::Result<String> {
         .iter()
         .map(|r| r.parse::<Role>())
         .collect::<Result<Vec<_>, _>>()?;
-    let domain = startup::open_domain(config).await?;
+    let domain = startup::open_domain(config, startup::registry(Vec::new())?).await?;
     if let Some(tenant) = &args.tenant {
         domain
             .tenants

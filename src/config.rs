@@ -43,6 +43,17 @@ pub struct Config {
     pub graphql_max_depth: usize,
     /// Highest complexity (roughly, fields selected) an operation may have.
     pub graphql_max_complexity: usize,
+    /// Executor workers in this process (`serve` and `worker`).
+    pub workers: usize,
+    /// Seconds a worker's claim on a task lasts without a heartbeat.
+    pub executor_lease_secs: u64,
+    /// How often an idle worker looks for work from other processes (ms).
+    pub executor_poll_ms: u64,
+    /// Hosts the `http_request` and `delegate` tools may call (`*`: any).
+    pub http_allowed_hosts: Vec<String>,
+    /// Public base URL of this server, for callback links handed to
+    /// external systems. Defaults to `http://<bind>`.
+    pub public_url: Option<String>,
     /// Log filter, in `tracing` syntax (`RUST_LOG` wins when set).
     pub log: String,
     /// `text` or `json`.
@@ -70,6 +81,11 @@ impl Default for Config {
             jwt_leeway_secs: 30,
             graphql_max_depth: limits.max_depth,
             graphql_max_complexity: limits.max_complexity,
+            workers: 4,
+            executor_lease_secs: 30,
+            executor_poll_ms: 500,
+            http_allowed_hosts: Vec::new(),
+            public_url: None,
             log: "info,sqlx=warn,sea_orm=warn".into(),
             log_format: LogFormat::Text,
         }
@@ -106,6 +122,9 @@ impl Config {
         if self.graphql_max_depth == 0 || self.graphql_max_complexity == 0 {
             bail!("graphql limits must be at least 1");
         }
+        if self.executor_lease_secs < 1 {
+            bail!("executor_lease_secs must be at least 1");
+        }
         Ok(())
     }
 
@@ -118,6 +137,14 @@ impl Config {
                 .map(Some)
                 .with_context(|| format!("cannot read jwt_public_key file {path}")),
         }
+    }
+
+    pub fn public_url(&self) -> String {
+        self.public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", self.bind))
+            .trim_end_matches('/')
+            .to_owned()
     }
 
     pub fn graphql_limits(&self) -> GraphqlLimits {

@@ -1,24 +1,38 @@
-//! Building and running the application.
+//! Building and running the application: the API, the executor's workers,
+//! or both.
 
-use std::{future::Future, net::SocketAddr};
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use brainstem_api::{ApiConfig, AuthConfig};
 use brainstem_domain::{
     Domain,
     db::{self, Backend},
+    executor::{Executor, ExecutorConfig},
     settings,
+    tasks::{EventSink, NoSink},
+    tools::{Tool, ToolRegistry, ToolSettings},
 };
 use secrecy::SecretString;
-use tokio::net::TcpListener;
+use tokio::{net::TcpListener, sync::watch};
 
 use crate::config::Config;
 
-/// Open the store named by the configuration and bring its schema up to date.
-pub async fn open_domain(config: &Config) -> anyhow::Result<Domain> {
+/// The tools this process runs: the built-ins plus `extra`.
+pub fn registry(extra: Vec<Arc<dyn Tool>>) -> anyhow::Result<ToolRegistry> {
+    let mut builder = ToolRegistry::builder().with_builtins()?;
+    for tool in extra {
+        builder = builder.register(tool)?;
+    }
+    Ok(builder.build())
+}
+
+/// Open the store, bring its schema up to date and build the services.
+pub async fn open_domain(config: &Config, tools: ToolRegistry) -> anyhow::Result<Domain> {
     let conn = db::connect(&config.database_url, config.database_max_connections).await?;
     db::migrate(&conn).await?;
-    Ok(Domain::new(conn))
+    let sink: Arc<dyn EventSink> = Arc::new(NoSink);
+    Ok(Domain::new(conn, tools, sink))
 }
 
 /// How tokens are verified. An embedded install without a configured key
@@ -47,17 +61,63 @@ pub async fn auth_config(config: &Config, domain: &Domain) -> anyhow::Result<Aut
     })
 }
 
+/// The executor for this process, with `stopping` as its off switch.
+pub fn executor(config: &Config, domain: &Domain, stopping: watch::Receiver<bool>) -> Executor {
+    let settings = ToolSettings {
+        http_allowed_hosts: config.http_allowed_hosts.clone(),
+        public_url: config.public_url(),
+        http: reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .unwrap_or_default(),
+    };
+    Executor::new(
+        domain.clone(),
+        settings,
+        ExecutorConfig {
+            workers: config.workers,
+            lease: Duration::from_secs(config.executor_lease_secs),
+            poll: Duration::from_millis(config.executor_poll_ms.max(1)),
+            reap_every: Duration::from_secs(config.executor_lease_secs.clamp(1, 30)),
+            ..ExecutorConfig::default()
+        },
+        stopping,
+    )
+}
+
+/// Open everything a process needs and check the stored plans against the
+/// tools it has.
+async fn prepare(config: &Config, extra: Vec<Arc<dyn Tool>>) -> anyhow::Result<Domain> {
+    let domain = open_domain(config, registry(extra)?).await?;
+    domain
+        .plans
+        .check_all()
+        .await
+        .context("stored plans do not match this build's tools")?;
+    Ok(domain)
+}
+
 /// The server, built and bound but not yet serving.
 pub struct Application {
     listener: TcpListener,
     router: axum::Router,
     domain: Domain,
+    executor: Executor,
+    stop: watch::Sender<bool>,
     addr: SocketAddr,
 }
 
 impl Application {
     pub async fn build(config: &Config) -> anyhow::Result<Self> {
-        let domain = open_domain(config).await?;
+        Self::build_with_tools(config, Vec::new()).await
+    }
+
+    /// Build with extra tools beside the built-in ones.
+    pub async fn build_with_tools(
+        config: &Config,
+        tools: Vec<Arc<dyn Tool>>,
+    ) -> anyhow::Result<Self> {
+        let domain = prepare(config, tools).await?;
         if Backend::of(&domain.db) == Backend::Sqlite
             && let Some(demo) = domain.tenants.ensure_demo().await?
         {
@@ -77,10 +137,18 @@ impl Application {
             .await
             .with_context(|| format!("cannot listen on {}", config.bind))?;
         let addr = listener.local_addr()?;
+        let (stop, stopping) = watch::channel(false);
+        let mut config = config.clone();
+        if config.public_url.is_none() {
+            config.public_url = Some(format!("http://{addr}"));
+        }
+        let executor = executor(&config, &domain, stopping);
         Ok(Self {
             listener,
             router,
             domain,
+            executor,
+            stop,
             addr,
         })
     }
@@ -98,20 +166,57 @@ impl Application {
         &self.domain
     }
 
-    /// Serve until `shutdown` resolves, then finish in-flight requests.
+    /// The executor (tests drive it with `run_once`).
+    pub fn executor(&self) -> &Executor {
+        &self.executor
+    }
+
+    /// Serve the API and run the workers until `shutdown` resolves; then
+    /// stop taking work, let running steps commit, and finish requests.
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         tracing::info!(
+            workers = self.executor.config().workers,
             "Brainstem listening on http://{addr} (GraphiQL at http://{addr}/graphql)",
             addr = self.addr
         );
-        axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(shutdown)
+        let workers = self.executor.clone().spawn();
+        let stop = self.stop;
+        let served = axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                let _ = stop.send(true);
+            })
             .await
-            .context("server error")
+            .context("server error");
+        for handle in workers {
+            let _ = handle.await;
+        }
+        served
     }
+}
+
+/// Run workers only, until `shutdown` resolves.
+pub async fn run_workers(
+    config: &Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let domain = prepare(config, Vec::new()).await?;
+    let (stop, stopping) = watch::channel(false);
+    let executor = executor(config, &domain, stopping);
+    tracing::info!(
+        workers = executor.config().workers,
+        "Brainstem workers running"
+    );
+    let handles = executor.spawn();
+    shutdown.await;
+    let _ = stop.send(true);
+    for handle in handles {
+        let _ = handle.await;
+    }
+    Ok(())
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

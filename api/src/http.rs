@@ -9,6 +9,7 @@
 //! - A browser (`Accept: text/html`) without a query gets GraphiQL.
 //! - A bad credential is `401` with code `UNAUTHENTICATED`.
 
+use axum::extract::Path;
 use axum::{
     Router,
     body::Bytes,
@@ -16,9 +17,9 @@ use axum::{
     http::{HeaderMap, HeaderValue, StatusCode, header},
     middleware::from_fn_with_state,
     response::{Html, IntoResponse, Response},
-    routing::get,
+    routing::{get, post},
 };
-use brainstem_domain::Error;
+use brainstem_domain::{Error, TaskId, tasks::DelegationOutcome};
 use serde_json::{Value, json};
 use tower_http::{catch_panic::CatchPanicLayer, trace::TraceLayer};
 
@@ -34,6 +35,7 @@ pub fn routes(state: ApiState) -> Router {
     Router::new()
         .route("/graphql", get(graphql_get).post(graphql_post))
         .route("/graphql/ws", get(ws::handler))
+        .route("/callbacks/tasks/{task_id}", post(delegation_callback))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
@@ -274,6 +276,87 @@ fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
         error::INTERNAL,
         "internal error",
     )
+}
+
+/// The body an external system posts when delegated work ends.
+#[derive(serde::Deserialize)]
+struct CallbackBody {
+    success: bool,
+    #[serde(default)]
+    data: Value,
+    #[serde(default)]
+    error: Option<String>,
+    /// The token may come here or as `Authorization: Bearer <token>`.
+    #[serde(default)]
+    token: Option<String>,
+}
+
+/// `POST /callbacks/tasks/{task_id}`: complete or fail a delegated step.
+/// Authenticated by the task's single-use token only.
+async fn delegation_callback(
+    State(state): State<ApiState>,
+    Path(task_id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let json_error = |status: StatusCode, code: &str, message: &str| {
+        (status, axum::Json(json!({"error": message, "code": code}))).into_response()
+    };
+    let Ok(task_id) = task_id.parse::<TaskId>() else {
+        return json_error(
+            StatusCode::NOT_FOUND,
+            error::NOT_FOUND,
+            "delegated task or token not found",
+        );
+    };
+    let body: CallbackBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(err) => {
+            return json_error(
+                StatusCode::BAD_REQUEST,
+                error::BAD_USER_INPUT,
+                &format!(
+                    "expected {{\"success\": bool, \"data\": {{…}}, \"error\": \"…\"}}: {err}"
+                ),
+            );
+        }
+    };
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_owned)
+        .or(body.token);
+    let Some(token) = token else {
+        return json_error(
+            StatusCode::UNAUTHORIZED,
+            error::UNAUTHENTICATED,
+            "the callback token is missing",
+        );
+    };
+    let outcome = DelegationOutcome {
+        success: body.success,
+        data: body.data,
+        error: body.error,
+    };
+    match state
+        .domain
+        .tasks
+        .complete_delegation(task_id, &token, outcome)
+        .await
+    {
+        Ok(task) => axum::Json(json!({"status": task.status.as_str()})).into_response(),
+        Err(err) => {
+            let (code, message) = code_and_message(&err);
+            let status = match err {
+                Error::NotFound(_) => StatusCode::NOT_FOUND,
+                Error::Validation(_) => StatusCode::BAD_REQUEST,
+                Error::Conflict(_) | Error::InvalidTransition(_) => StatusCode::CONFLICT,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            json_error(status, code, &message)
+        }
+    }
 }
 
 async fn healthz() -> &'static str {

@@ -15,6 +15,8 @@ pub mod metrics;
 pub mod schema;
 pub mod ws;
 
+pub use http::GRAPHQL_RESPONSE_JSON;
+
 use std::sync::Arc;
 
 use axum::Router;

@@ -9,6 +9,10 @@
 //! - [`audit`]: the append-only, hashed audit log and [`PlatformScope`], the
 //!   only way to read across tenants.
 //! - [`tenants`], [`api_keys`]: the tenancy and credential services.
+//! - [`plans`], [`intent`], [`tasks`], [`executor`], [`tools`]: durable task
+//!   execution: plans as data, rules-first intent detection, the task
+//!   lifecycle and event log, the executor, and the tool contract.
+//! - [`template`], [`json_schema`]: step argument templates and checks.
 //! - [`page`]: keyset pagination shared by every list.
 //! - [`redact`]: PII redaction for anything logged or stored as a summary.
 //! - [`settings`]: platform settings kept in the database.
@@ -18,16 +22,25 @@ pub mod api_keys;
 pub mod audit;
 pub mod db;
 pub mod error;
+pub mod executor;
+pub mod intent;
+pub mod json_schema;
 pub mod page;
+pub mod plans;
 pub mod principal;
 pub mod redact;
 pub mod settings;
+pub mod tasks;
+pub mod template;
 pub mod tenants;
+pub mod tools;
 
 pub use audit::PlatformScope;
-pub use brainstem_entity::{ApiKeyId, AuditId, TenantId, TenantScope, UserId};
+pub use brainstem_entity::{ApiKeyId, AuditId, PlanId, TaskId, TenantId, TenantScope, UserId};
 pub use error::{Error, Result};
 pub use principal::{Actor, Principal, Role};
+
+use std::sync::Arc;
 
 use sea_orm::DatabaseConnection;
 
@@ -38,14 +51,25 @@ pub struct Domain {
     pub tenants: tenants::Tenants,
     pub api_keys: api_keys::ApiKeys,
     pub audit: audit::AuditLog,
+    pub plans: plans::Plans,
+    pub tasks: tasks::Tasks,
 }
 
 impl Domain {
-    pub fn new(db: DatabaseConnection) -> Self {
+    /// Build every service. `registry` holds the tools this process can
+    /// run; `sink` receives every committed task event.
+    pub fn new(
+        db: DatabaseConnection,
+        registry: tools::ToolRegistry,
+        sink: Arc<dyn tasks::EventSink>,
+    ) -> Self {
+        let plans = plans::Plans::new(db.clone(), registry);
         Self {
             tenants: tenants::Tenants::new(db.clone()),
             api_keys: api_keys::ApiKeys::new(db.clone()),
             audit: audit::AuditLog::new(db.clone()),
+            tasks: tasks::Tasks::new(db.clone(), plans.clone(), sink),
+            plans,
             db,
         }
     }

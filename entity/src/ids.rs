@@ -75,6 +75,14 @@ id_type!(
     /// A row of the append-only audit log.
     AuditId
 );
+id_type!(
+    /// A task.
+    TaskId
+);
+id_type!(
+    /// One published version of a plan.
+    PlanId
+);
 
 #[cfg(test)]
 mod tests {

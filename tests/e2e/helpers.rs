@@ -14,7 +14,9 @@ use brainstem_api::{
     AuthConfig,
     auth::{TokenRequest, mint_token},
 };
-use brainstem_domain::{Domain, Role};
+use std::sync::Arc;
+
+use brainstem_domain::{Domain, Role, executor::Executor, tools::Tool};
 use futures_util::{SinkExt, StreamExt};
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection};
 use secrecy::SecretString;
@@ -48,6 +50,27 @@ macro_rules! on_both_backends {
     };
 }
 
+/// Like [`on_both_backends!`], for tests that spawn the app themselves:
+/// each named `async fn(Backend)` runs as `…::sqlite` and `…::postgres`.
+#[macro_export]
+macro_rules! for_both_backends {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$name($crate::helpers::Backend::Sqlite).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::$name($crate::helpers::Backend::Postgres).await;
+                }
+            }
+        )*
+    };
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     Sqlite,
@@ -63,6 +86,9 @@ pub struct TestApp {
     pub config: Config,
     pub auth: AuthConfig,
     pub domain: Domain,
+    /// The app's executor; tests drive it with `run_once` (the app runs
+    /// no background workers unless the config asks for them).
+    pub executor: Executor,
     pub http: reqwest::Client,
     _tempdir: Option<tempfile::TempDir>,
     shutdown: Option<oneshot::Sender<()>>,
@@ -83,6 +109,19 @@ impl TestApp {
 
     /// Spawn with a configuration adjusted by `tweak`.
     pub async fn spawn_with(backend: Backend, tweak: impl FnOnce(&mut Config)) -> Self {
+        Self::spawn_full(backend, tweak, Vec::new()).await
+    }
+
+    /// Spawn with extra tools registered beside the built-in ones.
+    pub async fn spawn_with_tools(backend: Backend, tools: Vec<Arc<dyn Tool>>) -> Self {
+        Self::spawn_full(backend, |_| {}, tools).await
+    }
+
+    pub async fn spawn_full(
+        backend: Backend,
+        tweak: impl FnOnce(&mut Config),
+        tools: Vec<Arc<dyn Tool>>,
+    ) -> Self {
         let (database_url, tempdir) = match backend {
             Backend::Sqlite => {
                 let dir = tempfile::tempdir().unwrap();
@@ -97,14 +136,17 @@ impl TestApp {
             database_max_connections: 5,
             jwt_secret: Some(SecretString::from(uuid::Uuid::now_v7().to_string())),
             jwt_leeway_secs: 0,
+            workers: 0,
+            http_allowed_hosts: vec!["127.0.0.1".into()],
             log: "warn".into(),
             ..Config::default()
         };
         tweak(&mut config);
         brainstem::telemetry::init(&config);
-        let app = Application::build(&config)
+        let app = Application::build_with_tools(&config, tools)
             .await
             .expect("application builds");
+        let executor = app.executor().clone();
         let address = format!("127.0.0.1:{}", app.port());
         let domain = app.domain().clone();
         let auth = brainstem::startup::auth_config(&config, &domain)
@@ -120,6 +162,7 @@ impl TestApp {
             config,
             auth,
             domain,
+            executor,
             http: reqwest::Client::new(),
             _tempdir: tempdir,
             shutdown: Some(tx),
@@ -396,4 +439,78 @@ fn template_name() -> String {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     brainstem_domain::db::migration_names().hash(&mut hasher);
     format!("brainstem_template_{:016x}", hasher.finish())
+}
+
+/// Fields of a task the executor tests look at.
+pub const TASK_FIELDS: &str = "id status intent confidence error settledStepIds currentStepId state maxSteps \
+    plan { key version } frozenPlan { id tool } \
+    pendingReview { id stepId reason confidence proposed } \
+    steps { stepId attempt status error idempotencyKey } \
+    events(first: 1000) { seq kind stepId tool status summary error dataKeys data }";
+
+impl TestApp {
+    /// Publish a plan in `tenant` as its admin; returns the payload's plan.
+    pub async fn publish_plan(&self, tenant: &str, plan: Value) -> Gql {
+        self.graphql(
+            Some(&self.admin_token(tenant)),
+            "mutation($input: PublishPlanInput!) { publishPlan(input: $input) { plan { id key version intent } } }",
+            json!({"input": plan}),
+        )
+        .await
+    }
+
+    /// Start a task in `tenant`; returns the task.
+    pub async fn start_task(&self, tenant: &str, input: Value) -> Value {
+        let res = self
+            .graphql(
+                Some(&self.admin_token(tenant)),
+                &format!("mutation($input: StartTaskInput!) {{ startTask(input: $input) {{ task {{ {TASK_FIELDS} }} }} }}"),
+                json!({"input": input}),
+            )
+            .await;
+        res.data()["startTask"]["task"].clone()
+    }
+
+    /// Read a task of `tenant`.
+    pub async fn task(&self, tenant: &str, id: &str) -> Value {
+        let res = self
+            .graphql(
+                Some(&self.admin_token(tenant)),
+                &format!("query($id: ID!) {{ task(id: $id) {{ {TASK_FIELDS} }} }}"),
+                json!({"id": id}),
+            )
+            .await;
+        res.data()["task"].clone()
+    }
+
+    /// A task mutation taking `{ id }` (cancelTask, retryTask).
+    pub async fn task_mutation(&self, tenant: &str, name: &str, id: &str) -> Gql {
+        self.graphql(
+            Some(&self.admin_token(tenant)),
+            &format!(
+                "mutation($id: ID!) {{ {name}(input: {{id: $id}}) {{ task {{ {TASK_FIELDS} }} }} }}"
+            ),
+            json!({"id": id}),
+        )
+        .await
+    }
+
+    /// Drive the executor until nothing is runnable.
+    pub async fn run_tasks(&self) -> usize {
+        self.executor.run_until_idle().await.expect("executor runs")
+    }
+}
+
+/// The raw UUID inside a global id.
+pub fn uuid_of(global_id: &str) -> String {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(global_id)
+        .expect("a global id");
+    String::from_utf8(bytes)
+        .unwrap()
+        .split_once(':')
+        .unwrap()
+        .1
+        .to_owned()
 }

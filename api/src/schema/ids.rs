@@ -11,6 +11,9 @@ use uuid::Uuid;
 pub enum NodeType {
     Tenant,
     ApiKey,
+    Task,
+    Plan,
+    Review,
 }
 
 impl NodeType {
@@ -18,6 +21,9 @@ impl NodeType {
         match self {
             NodeType::Tenant => "Tenant",
             NodeType::ApiKey => "ApiKey",
+            NodeType::Task => "Task",
+            NodeType::Plan => "Plan",
+            NodeType::Review => "Review",
         }
     }
 
@@ -25,6 +31,9 @@ impl NodeType {
         match s {
             "Tenant" => Some(NodeType::Tenant),
             "ApiKey" => Some(NodeType::ApiKey),
+            "Task" => Some(NodeType::Task),
+            "Plan" => Some(NodeType::Plan),
+            "Review" => Some(NodeType::Review),
             _ => None,
         }
     }

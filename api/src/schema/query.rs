@@ -97,6 +97,10 @@ impl CoreQuery {
                     .gql()?;
                 Ok(Node::ApiKey(ApiKey(key)))
             }
+            other => super::tasks::node(ctx, other, uuid)
+                .await?
+                .ok_or_else(|| Error::not_found("node"))
+                .gql(),
         }
     }
 

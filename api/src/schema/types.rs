@@ -11,11 +11,15 @@ use uuid::Uuid;
 use super::ids::{NodeType, encode, encode_cursor};
 
 /// An object with a globally unique, opaque id.
+// Values live for one resolver call; boxing would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Interface)]
 #[graphql(field(name = "id", ty = "ID", desc = "Opaque global id."))]
 pub enum Node {
     Tenant(Tenant),
     ApiKey(ApiKey),
+    Task(super::tasks::Task),
+    Plan(super::tasks::Plan),
 }
 
 /// A role a caller holds.

@@ -1,0 +1,1147 @@
+//! The executor: one shared engine that moves tasks forward, durably.
+//!
+//! **Who runs tasks.** Any number of workers, in any number of processes
+//! (`brainstem serve` runs some beside the API, `brainstem worker` runs only
+//! workers), share one database. A worker *claims* a runnable task (status
+//! `PENDING`, no lease, `run_after` passed) by setting a lease on it —
+//! `FOR UPDATE SKIP LOCKED` on PostgreSQL, SQLite's single writer elsewhere —
+//! and then *drives* it: planning, then one step after another. While it
+//! drives, a heartbeat extends the lease; every write is guarded by the lease
+//! owner, so a worker that lost its lease can never commit. The reaper
+//! returns tasks whose lease expired (a crashed or frozen worker) to the
+//! queue with an event; they resume at the first step not settled.
+//!
+//! **Check-execute-commit.** For each step: check (skip settled steps,
+//! honour cancellation, the step cap, conditions and review gates), run the
+//! tool with no transaction open, then commit the step's attempt, its events,
+//! state, outputs, injected steps and artifacts in one short transaction.
+//! The tool gets the idempotency key `<task id>:<step id>`, the same on every
+//! attempt, so a step repeated after a crash does not repeat its effect.
+//!
+//! **What wakes workers.** A task becoming runnable in this process
+//! (`Tasks::wake_signal`), or the poll interval for work from elsewhere.
+//!
+//! [`Executor::run_once`] is the step function: tests call it directly.
+
+use std::{collections::HashSet, sync::Arc, time::Duration};
+
+use brainstem_entity::{TaskId, TenantScope, delegation, review, task, task_step};
+use chrono::{DateTime, Utc};
+use rand::{Rng, RngCore};
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ConnectionTrait, DbBackend, EntityTrait, Statement,
+    TransactionTrait, sea_query::Expr,
+};
+use serde_json::{Map, Value, json};
+use tokio::{sync::watch, task::JoinHandle};
+use uuid::Uuid;
+
+use crate::{
+    Domain, Error, Result,
+    audit::sha256_hex,
+    intent,
+    json_schema::{self, Mode},
+    plans::{self, FALLBACK_INTENT, StepDef},
+    redact::redact,
+    tasks::{
+        EventKind, Guard, INTENT_REVIEW_STEP, NewEvent, Task, TaskChanges, TaskEvent, TaskStatus,
+        mutate,
+    },
+    template,
+    tools::{ArtifactDef, Control, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSettings},
+};
+
+/// How workers behave.
+#[derive(Clone, Debug)]
+pub struct ExecutorConfig {
+    /// Identifies this process's workers in leases.
+    pub worker_id: String,
+    /// Workers in this process (0: none; tests drive `run_once`).
+    pub workers: usize,
+    /// How long a claim lasts without a heartbeat.
+    pub lease: Duration,
+    /// How often an idle worker looks for work from other processes.
+    pub poll: Duration,
+    /// How often expired leases are reaped.
+    pub reap_every: Duration,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        Self {
+            worker_id: format!("worker-{}", Uuid::now_v7().simple()),
+            workers: 4,
+            lease: Duration::from_secs(30),
+            poll: Duration::from_millis(500),
+            reap_every: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What to do after one unit of work on a task.
+enum Next {
+    Continue(Box<Task>),
+    Stop,
+}
+
+/// Rows written beside a task change in one commit.
+#[derive(Default)]
+struct Extra {
+    step: Option<task_step::ActiveModel>,
+    review: Option<review::ActiveModel>,
+    delegation: Option<delegation::ActiveModel>,
+    artifacts: Vec<ArtifactDef>,
+    artifact_step: Option<(String, String)>,
+}
+
+#[derive(Clone)]
+pub struct Executor {
+    domain: Domain,
+    registry: ToolRegistry,
+    settings: Arc<ToolSettings>,
+    config: ExecutorConfig,
+    stopping: watch::Receiver<bool>,
+}
+
+impl Executor {
+    pub fn new(
+        domain: Domain,
+        settings: ToolSettings,
+        config: ExecutorConfig,
+        stopping: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            registry: domain.plans.registry().clone(),
+            domain,
+            settings: Arc::new(settings),
+            config,
+            stopping,
+        }
+    }
+
+    pub fn config(&self) -> &ExecutorConfig {
+        &self.config
+    }
+
+    fn is_stopping(&self) -> bool {
+        *self.stopping.borrow()
+    }
+
+    fn lease_until(&self) -> DateTime<Utc> {
+        Utc::now() + chrono::Duration::from_std(self.config.lease).unwrap_or_default()
+    }
+
+    /// Claim one runnable task and drive it until it finishes, pauses or
+    /// backs off. Returns the task, or `None` when nothing was runnable.
+    pub async fn run_once(&self) -> Result<Option<TaskId>> {
+        let Some(task) = self.claim(Utc::now()).await? else {
+            return Ok(None);
+        };
+        let id = task.id;
+        self.drive(task).await?;
+        Ok(Some(id))
+    }
+
+    /// Run until no task is runnable; returns how many were driven.
+    pub async fn run_until_idle(&self) -> Result<usize> {
+        let mut n = 0;
+        while self.run_once().await?.is_some() {
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Claim the oldest runnable task of any tenant.
+    pub async fn claim(&self, now: DateTime<Utc>) -> Result<Option<Task>> {
+        let db = &self.domain.db;
+        let backend = db.get_database_backend();
+        let (sql, p) = match backend {
+            DbBackend::Postgres => (
+                "UPDATE tasks SET lease_owner = $1, lease_expires_at = $2, updated_at = $3 \
+                 WHERE id = (SELECT id FROM tasks WHERE status = 'PENDING' AND lease_owner IS NULL \
+                 AND run_after <= $3 ORDER BY run_after, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+                 RETURNING *",
+                true,
+            ),
+            _ => (
+                "UPDATE tasks SET lease_owner = ?1, lease_expires_at = ?2, updated_at = ?3 \
+                 WHERE id = (SELECT id FROM tasks WHERE status = 'PENDING' AND lease_owner IS NULL \
+                 AND run_after <= ?3 ORDER BY run_after, id LIMIT 1) \
+                 RETURNING *",
+                false,
+            ),
+        };
+        let _ = p;
+        let statement = Statement::from_sql_and_values(
+            backend,
+            sql,
+            [
+                self.config.worker_id.clone().into(),
+                self.lease_until().into(),
+                now.into(),
+            ],
+        );
+        // unscoped: the shared work queue; the claimed task's tenant scopes
+        // everything done with it afterwards.
+        let row = task::Entity::find().from_raw_sql(statement).one(db).await?;
+        row.map(Task::try_from).transpose()
+    }
+
+    /// Return tasks whose lease expired before `now` to the queue.
+    pub async fn reap_expired(&self, now: DateTime<Utc>) -> Result<usize> {
+        let db = &self.domain.db;
+        let backend = db.get_database_backend();
+        let sql = match backend {
+            DbBackend::Postgres => {
+                "SELECT id, tenant_id, lease_owner FROM tasks WHERE lease_expires_at < $1"
+            }
+            _ => "SELECT id, tenant_id, lease_owner FROM tasks WHERE lease_expires_at < ?1",
+        };
+        // unscoped: the reaper looks at every tenant's expired leases.
+        let rows = db
+            .query_all_raw(Statement::from_sql_and_values(backend, sql, [now.into()]))
+            .await?;
+        let mut reaped = 0;
+        for row in rows {
+            let id: Uuid = row.try_get("", "id")?;
+            let tenant: Uuid = row.try_get("", "tenant_id")?;
+            let owner: Option<String> = row.try_get("", "lease_owner")?;
+            let Some(owner) = owner else { continue };
+            let scope = TenantScope::new(tenant.into());
+            let txn = db.begin().await?;
+            let done = mutate(
+                &txn,
+                scope,
+                id.into(),
+                &Guard::Expired(owner.clone(), now),
+                TaskChanges {
+                    status: Some(TaskStatus::Pending),
+                    lease: Some(None),
+                    ..TaskChanges::default()
+                },
+                vec![
+                    NewEvent::status(TaskStatus::Pending, "lease expired; back in the queue")
+                        .data(json!({"reason": "lease_expired", "worker": owner})),
+                ],
+            )
+            .await?;
+            txn.commit().await?;
+            if let Some((_, events)) = done {
+                tracing::warn!(task = %id, worker = %owner, "reaped an expired lease");
+                self.domain.tasks.sink().publish(&events);
+                reaped += 1;
+            }
+        }
+        if reaped > 0 {
+            self.domain.tasks.wake_signal().notify_waiters();
+        }
+        Ok(reaped)
+    }
+
+    /// Start the worker pool and the reaper; they stop when `stopping`
+    /// turns true, after committing the step in hand.
+    pub fn spawn(self) -> Vec<JoinHandle<()>> {
+        let mut handles = Vec::new();
+        for n in 0..self.config.workers {
+            let worker = self.clone();
+            handles.push(tokio::spawn(async move { worker.work(n).await }));
+        }
+        if self.config.workers > 0 {
+            let reaper = self.clone();
+            handles.push(tokio::spawn(async move { reaper.reap_loop().await }));
+        }
+        handles
+    }
+
+    async fn work(self, n: usize) {
+        let wake = self.domain.tasks.wake_signal();
+        let mut stopping = self.stopping.clone();
+        tracing::debug!(worker = %self.config.worker_id, n, "worker started");
+        while !self.is_stopping() {
+            let notified = wake.notified();
+            match self.run_once().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => {}
+                Err(err) => tracing::error!(%err, "worker error"),
+            }
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep(self.config.poll) => {}
+                _ = stopping.changed() => {}
+            }
+        }
+    }
+
+    async fn reap_loop(self) {
+        let mut stopping = self.stopping.clone();
+        while !self.is_stopping() {
+            if let Err(err) = self.reap_expired(Utc::now()).await {
+                tracing::error!(%err, "reaper error");
+            }
+            tokio::select! {
+                () = tokio::time::sleep(self.config.reap_every) => {}
+                _ = stopping.changed() => {}
+            }
+        }
+    }
+
+    /// Drive a claimed task until it stops.
+    async fn drive(&self, task: Task) -> Result<()> {
+        let heartbeat = self.heartbeat(task.scope(), task.id);
+        let slug = self.domain.tenants.get(task.scope()).await?.slug;
+        let mut task = task;
+        let result = loop {
+            if task.cancel_requested {
+                break self.cancel(&task).await.map(|_| ());
+            }
+            if self.is_stopping() {
+                break self.release(&task).await;
+            }
+            match self.advance(task, &slug).await {
+                Ok(Next::Continue(next)) => task = *next,
+                Ok(Next::Stop) => break Ok(()),
+                Err(err) => break Err(err),
+            }
+        };
+        heartbeat.abort();
+        result
+    }
+
+    fn heartbeat(&self, scope: TenantScope, id: TaskId) -> JoinHandle<()> {
+        let db = self.domain.db.clone();
+        let owner = self.config.worker_id.clone();
+        let lease = self.config.lease;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(lease / 3).await;
+                let until = Utc::now() + chrono::Duration::from_std(lease).unwrap_or_default();
+                use brainstem_entity::TenantOwned;
+                use sea_orm::{ColumnTrait, QueryFilter};
+                let extended = task::Entity::update_many_in(scope)
+                    .col_expr(task::Column::LeaseExpiresAt, Expr::value(until))
+                    .filter(task::Column::Id.eq(id.uuid()))
+                    .filter(task::Column::LeaseOwner.eq(owner.as_str()))
+                    .exec(&db)
+                    .await;
+                match extended {
+                    Ok(r) if r.rows_affected == 1 => {}
+                    Ok(_) => return, // the lease is gone; the driver will notice
+                    Err(err) => tracing::warn!(%err, task = %id, "heartbeat failed"),
+                }
+            }
+        })
+    }
+
+    /// Commit a change under our lease, with the rows that go with it.
+    async fn commit(
+        &self,
+        task: &Task,
+        changes: TaskChanges,
+        events: Vec<NewEvent>,
+        extra: Extra,
+    ) -> Result<Option<Task>> {
+        let txn = self.domain.db.begin().await?;
+        let guard = Guard::Lease(self.config.worker_id.clone());
+        let Some((updated, stored)) =
+            mutate(&txn, task.scope(), task.id, &guard, changes, events).await?
+        else {
+            tracing::warn!(task = %task.id, "lost the lease; leaving the task to its new owner");
+            return Ok(None);
+        };
+        if let Some(step) = extra.step {
+            step.insert(&txn).await?;
+        }
+        if let Some(review) = extra.review {
+            review.insert(&txn).await?;
+        }
+        if let Some(delegation) = extra.delegation {
+            delegation.insert(&txn).await?;
+        }
+        if let Some((step_id, tool)) = extra.artifact_step {
+            for a in extra.artifacts {
+                brainstem_entity::artifact::ActiveModel {
+                    id: Set(Uuid::now_v7()),
+                    tenant_id: Set(task.tenant.uuid()),
+                    task_id: Set(task.id.uuid()),
+                    step_id: Set(step_id.clone()),
+                    tool: Set(tool.clone()),
+                    kind: Set(a.kind),
+                    role: Set(a.role),
+                    reference: Set(a.reference),
+                    metadata: Set(redact(&a.metadata)),
+                    created_at: Set(Utc::now()),
+                }
+                .insert(&txn)
+                .await?;
+            }
+        }
+        txn.commit().await?;
+        self.publish(&stored);
+        Ok(Some(updated))
+    }
+
+    fn publish(&self, events: &[TaskEvent]) {
+        self.domain.tasks.sink().publish(events);
+    }
+
+    async fn release(&self, task: &Task) -> Result<()> {
+        self.commit(
+            task,
+            TaskChanges {
+                lease: Some(None),
+                ..TaskChanges::default()
+            },
+            vec![],
+            Extra::default(),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn cancel(&self, task: &Task) -> Result<Option<Task>> {
+        self.commit(
+            task,
+            TaskChanges {
+                status: Some(TaskStatus::Cancelled),
+                lease: Some(None),
+                completed_at: Some(Utc::now()),
+                current_step_id: Some(None),
+                error: Some(Some("cancelled".into())),
+                ..TaskChanges::default()
+            },
+            vec![NewEvent::status(
+                TaskStatus::Cancelled,
+                "cancelled before the next step",
+            )],
+            Extra::default(),
+        )
+        .await
+    }
+
+    async fn fail(&self, task: &Task, message: String, step: Option<&StepDef>) -> Result<Next> {
+        self.commit(
+            task,
+            TaskChanges {
+                status: Some(TaskStatus::Failed),
+                lease: Some(None),
+                error: Some(Some(message.clone())),
+                completed_at: Some(Utc::now()),
+                current_step_id: Some(step.map(|s| s.id.clone())),
+                ..TaskChanges::default()
+            },
+            vec![NewEvent::status(TaskStatus::Failed, message.clone()).error(message)],
+            Extra::default(),
+        )
+        .await?;
+        Ok(Next::Stop)
+    }
+
+    /// One unit of work: plan, run the next step, or finish.
+    async fn advance(&self, task: Task, slug: &str) -> Result<Next> {
+        if task.plan_key.is_none() {
+            return self.plan(task).await;
+        }
+        let next = task
+            .frozen_plan
+            .iter()
+            .enumerate()
+            .find(|(_, s)| !task.settled_step_ids.contains(&s.id))
+            .map(|(i, s)| (i, s.clone()));
+        match next {
+            None => {
+                self.commit(
+                    &task,
+                    TaskChanges {
+                        status: Some(TaskStatus::Completed),
+                        lease: Some(None),
+                        completed_at: Some(Utc::now()),
+                        current_step_id: Some(None),
+                        ..TaskChanges::default()
+                    },
+                    vec![NewEvent::status(TaskStatus::Completed, "all steps settled")],
+                    Extra::default(),
+                )
+                .await?;
+                Ok(Next::Stop)
+            }
+            Some((index, _)) if index >= task.max_steps as usize => {
+                let message = format!(
+                    "Max execution steps exceeded (max_steps = {}). Possible infinite loop in dynamic step injection.",
+                    task.max_steps
+                );
+                self.fail(&task, message, None).await
+            }
+            Some((_, step)) => self.run_step(task, step, slug).await,
+        }
+    }
+
+    /// Detect the intent (unless given), apply the confidence gate, freeze
+    /// the plan.
+    async fn plan(&self, task: Task) -> Result<Next> {
+        let scope = task.scope();
+        let plans = self.domain.plans.all_latest(scope).await?;
+        let (intent, confidence, reasoning) = match &task.intent {
+            Some(i) => (i.clone(), task.confidence, "intent given".to_owned()),
+            None => {
+                let d = intent::detect(&task.input, &plans);
+                (d.intent, d.confidence, d.reasoning)
+            }
+        };
+        if confidence < task.confidence_threshold && !task.intent_reviewed {
+            let reason = format!(
+                "Intent detection confidence {:.0}% below threshold {:.0}%",
+                confidence * 100.0,
+                task.confidence_threshold * 100.0
+            );
+            let proposed =
+                json!({"intent": intent, "confidence": confidence, "reasoning": reasoning});
+            return self
+                .pause_for_review(
+                    &task,
+                    INTENT_REVIEW_STEP,
+                    None,
+                    reason,
+                    Some(confidence),
+                    proposed,
+                    TaskChanges {
+                        intent: Some(Some(intent.clone())),
+                        confidence: Some(confidence),
+                        ..TaskChanges::default()
+                    },
+                )
+                .await;
+        }
+        let chosen = match task.plan_id {
+            Some(id) => Some(self.domain.plans.get(scope, id).await?),
+            None => plans
+                .iter()
+                .filter(|p| p.intent == intent)
+                .max_by_key(|p| (p.priority, p.created_at))
+                .cloned(),
+        };
+        let (plan_ref, steps) = match chosen {
+            Some(p) => ((p.id, p.key.clone(), p.version), p.steps.clone()),
+            None if intent == FALLBACK_INTENT => {
+                ((Default::default(), FALLBACK_INTENT.to_owned(), 0), vec![])
+            }
+            None => {
+                return self
+                    .fail(
+                        &task,
+                        format!("no plan handles the intent `{intent}`"),
+                        None,
+                    )
+                    .await;
+            }
+        };
+        let data = json!({
+            "intent": intent,
+            "confidence": confidence,
+            "reasoning": reasoning,
+            "plan": plan_ref.1,
+            "version": plan_ref.2,
+        });
+        let updated = self
+            .commit(
+                &task,
+                TaskChanges {
+                    status: Some(TaskStatus::Executing),
+                    intent: Some(Some(intent)),
+                    confidence: Some(confidence),
+                    plan: Some(plan_ref),
+                    frozen_plan: Some(steps),
+                    started_at: Some(task.started_at.unwrap_or_else(Utc::now)),
+                    ..TaskChanges::default()
+                },
+                vec![NewEvent::status(TaskStatus::Executing, "planned").data(data)],
+                Extra::default(),
+            )
+            .await?;
+        Ok(updated.map_or(Next::Stop, |t| Next::Continue(Box::new(t))))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn pause_for_review(
+        &self,
+        task: &Task,
+        step_id: &str,
+        tool: Option<&str>,
+        reason: String,
+        confidence: Option<f64>,
+        proposed: Value,
+        mut changes: TaskChanges,
+    ) -> Result<Next> {
+        let review_id = Uuid::now_v7();
+        changes.status = Some(TaskStatus::NeedsReview);
+        changes.lease = Some(None);
+        changes.current_step_id = Some(Some(step_id.to_owned()));
+        let mut requested = NewEvent::new(EventKind::ReviewRequested, reason.clone()).data(json!({
+            "review_id": review_id.to_string(),
+            "confidence": confidence,
+            "proposed_keys": proposed.as_object().map(|m| m.keys().cloned().collect::<Vec<_>>()),
+        }));
+        requested.step_id = Some(step_id.to_owned());
+        requested.tool = tool.map(str::to_owned);
+        let review = review::ActiveModel {
+            id: Set(review_id),
+            tenant_id: Set(task.tenant.uuid()),
+            task_id: Set(task.id.uuid()),
+            step_id: Set(step_id.to_owned()),
+            reason: Set(reason.clone()),
+            confidence: Set(confidence),
+            proposed: Set(redact(&proposed)),
+            status: Set("PENDING".into()),
+            corrections: Set(json!({})),
+            resolved_by: Set(None),
+            resolved_at: Set(None),
+            created_at: Set(Utc::now()),
+        };
+        self.commit(
+            task,
+            changes,
+            vec![requested, NewEvent::status(TaskStatus::NeedsReview, reason)],
+            Extra {
+                review: Some(review),
+                ..Extra::default()
+            },
+        )
+        .await?;
+        Ok(Next::Stop)
+    }
+
+    async fn run_step(&self, task: Task, step: StepDef, slug: &str) -> Result<Next> {
+        let attempt = task.attempts_of(&step.id) + 1;
+        let context = task.template_context(slug);
+        if step.requires_review && !task.reviewed_step_ids.contains(&step.id) {
+            let proposed =
+                template::render(&step.args, &context).unwrap_or_else(|_| step.args.clone());
+            return self
+                .pause_for_review(
+                    &task,
+                    &step.id,
+                    Some(&step.tool),
+                    format!("step `{}` requires review before it runs", step.id),
+                    None,
+                    proposed,
+                    TaskChanges::default(),
+                )
+                .await;
+        }
+        if let Some(condition) = &step.condition {
+            match template::render(&Value::String(condition.clone()), &context) {
+                Ok(v) if !template::is_truthy(&v) => return self.skip(task, &step).await,
+                Ok(_) => {}
+                Err(e) => {
+                    return self
+                        .step_failed(
+                            task,
+                            &step,
+                            attempt,
+                            ToolError::fatal(format!("condition: {e}")),
+                            None,
+                        )
+                        .await;
+                }
+            }
+        }
+        let Some(tool) = self.registry.get(&step.tool) else {
+            return self
+                .fail(
+                    &task,
+                    format!("Tool '{}' not registered (step `{}`)", step.tool, step.id),
+                    Some(&step),
+                )
+                .await;
+        };
+        let args = match template::render(&step.args, &context) {
+            Ok(Value::Object(map)) => Value::Object(
+                map.into_iter()
+                    .filter(|(k, _)| !k.starts_with('_'))
+                    .collect(),
+            ),
+            Ok(_) => Value::Object(Map::new()),
+            Err(e) => {
+                return self
+                    .step_failed(task, &step, attempt, ToolError::fatal(e), None)
+                    .await;
+            }
+        };
+        if let Err(e) = json_schema::validate(&tool.input_schema(), &args, Mode::Runtime) {
+            return self
+                .step_failed(
+                    task,
+                    &step,
+                    attempt,
+                    ToolError::fatal(format!("{e} (tool `{}`)", step.tool)),
+                    Some(&args),
+                )
+                .await;
+        }
+        // Commit the start: the step is now current.
+        let mut attempts = task.attempts.clone();
+        attempts.insert(step.id.clone(), json!(attempt));
+        let Some(task) = self
+            .commit(
+                &task,
+                TaskChanges {
+                    status: Some(TaskStatus::Executing),
+                    current_step_id: Some(Some(step.id.clone())),
+                    attempts: Some(attempts),
+                    ..TaskChanges::default()
+                },
+                vec![
+                    NewEvent::new(EventKind::StepStarted, format!("running `{}`", step.tool))
+                        .step(&step.id, &step.tool)
+                        .data(json!({"attempt": attempt})),
+                ],
+                Extra::default(),
+            )
+            .await?
+        else {
+            return Ok(Next::Stop);
+        };
+        // Execute, with no transaction open.
+        let mut token_bytes = [0u8; 32];
+        rand::rng().fill_bytes(&mut token_bytes);
+        let token = format!("bdt_{}", hex::encode(token_bytes));
+        let ctx = ToolContext {
+            tenant: task.tenant,
+            tenant_slug: slug.to_owned(),
+            task_id: task.id,
+            step_id: step.id.clone(),
+            attempt,
+            idempotency_key: format!("{}:{}", task.id, step.id),
+            trace_id: task.trace_id.clone(),
+            subject_id: task.subject_id,
+            input: context["input"].clone(),
+            state: task.state.clone(),
+            steps: context["steps"].clone(),
+            delegation_token: token.clone(),
+            callback_path: format!("/callbacks/tasks/{}", task.id),
+            domain: self.domain.clone(),
+            settings: self.settings.clone(),
+        };
+        let limit = step
+            .timeout_secs
+            .map(Duration::from_secs)
+            .unwrap_or_else(|| tool.timeout());
+        let started = Utc::now();
+        let span = tracing::info_span!("step", trace_id = %task.trace_id, task = %task.id, step = %step.id, tool = %step.tool);
+        let result = {
+            let _entered = span.enter();
+            tracing::debug!(attempt, "step started");
+            drop(_entered);
+            match tokio::time::timeout(limit, tool.call(ctx, args.clone())).await {
+                Ok(r) => r,
+                Err(_) => Err(ToolError::retryable(format!(
+                    "timed out after {}s",
+                    limit.as_secs()
+                ))),
+            }
+        };
+        let finished = Utc::now();
+        match result {
+            Ok(out) => {
+                self.step_succeeded(task, &step, attempt, args, out, token, started, finished)
+                    .await
+            }
+            Err(e) => {
+                let record = step_row(
+                    &task,
+                    &step,
+                    attempt,
+                    &args,
+                    &Value::Null,
+                    "",
+                    Some(&e.message),
+                    started,
+                    finished,
+                    Default::default(),
+                );
+                self.step_failed_with_row(task, &step, attempt, e, record)
+                    .await
+            }
+        }
+    }
+
+    async fn skip(&self, task: Task, step: &StepDef) -> Result<Next> {
+        let mut settled = task.settled_step_ids.clone();
+        settled.push(step.id.clone());
+        let mut outputs = task.step_outputs.clone();
+        outputs.insert(step.id.clone(), Value::Null);
+        let mut event =
+            NewEvent::new(EventKind::StepSkipped, "condition not met").step(&step.id, &step.tool);
+        event.status = Some("SKIPPED".into());
+        let updated = self
+            .commit(
+                &task,
+                TaskChanges {
+                    settled_step_ids: Some(settled),
+                    step_outputs: Some(outputs),
+                    ..TaskChanges::default()
+                },
+                vec![event],
+                Extra::default(),
+            )
+            .await?;
+        Ok(updated.map_or(Next::Stop, |t| Next::Continue(Box::new(t))))
+    }
+
+    /// A failure before the tool ran (bad template, bad args): recorded as
+    /// an attempt of the step.
+    async fn step_failed(
+        &self,
+        task: Task,
+        step: &StepDef,
+        attempt: u32,
+        error: ToolError,
+        args: Option<&Value>,
+    ) -> Result<Next> {
+        let now = Utc::now();
+        let record = step_row(
+            &task,
+            step,
+            attempt,
+            args.unwrap_or(&Value::Null),
+            &Value::Null,
+            "",
+            Some(&error.message),
+            now,
+            now,
+            Default::default(),
+        );
+        self.step_failed_with_row(task, step, attempt, error, record)
+            .await
+    }
+
+    async fn step_failed_with_row(
+        &self,
+        task: Task,
+        step: &StepDef,
+        attempt: u32,
+        error: ToolError,
+        record: task_step::ActiveModel,
+    ) -> Result<Next> {
+        let policy = step.retry.unwrap_or_default();
+        let mut event = NewEvent::new(EventKind::StepFailed, format!("`{}` failed", step.tool))
+            .step(&step.id, &step.tool)
+            .error(error.message.clone());
+        event.status = Some("FAILED".into());
+        let mut attempts = task.attempts.clone();
+        attempts.insert(step.id.clone(), json!(attempt));
+        let extra = Extra {
+            step: Some(record),
+            ..Extra::default()
+        };
+        if error.retryable && attempt < policy.max_attempts {
+            let delay = policy.backoff_ms(attempt + 1, rand::rng().random::<f64>());
+            event =
+                event.data(json!({"attempt": attempt, "will_retry": true, "retry_in_ms": delay}));
+            self.commit(
+                &task,
+                TaskChanges {
+                    status: Some(TaskStatus::Pending),
+                    lease: Some(None),
+                    attempts: Some(attempts),
+                    run_after: Some(Utc::now() + chrono::Duration::milliseconds(delay as i64)),
+                    ..TaskChanges::default()
+                },
+                vec![
+                    event,
+                    NewEvent::status(
+                        TaskStatus::Pending,
+                        format!("retrying `{}` in {delay} ms", step.id),
+                    ),
+                ],
+                extra,
+            )
+            .await?;
+            return Ok(Next::Stop);
+        }
+        if step.stop_on_failure {
+            let message = error.message.clone();
+            event = event.data(json!({"attempt": attempt, "will_retry": false}));
+            self.commit(
+                &task,
+                TaskChanges {
+                    status: Some(TaskStatus::Failed),
+                    lease: Some(None),
+                    attempts: Some(attempts),
+                    error: Some(Some(message.clone())),
+                    completed_at: Some(Utc::now()),
+                    current_step_id: Some(Some(step.id.clone())),
+                    ..TaskChanges::default()
+                },
+                vec![
+                    event,
+                    NewEvent::status(
+                        TaskStatus::Failed,
+                        format!("step `{}` failed: {message}", step.id),
+                    )
+                    .error(message),
+                ],
+                extra,
+            )
+            .await?;
+            return Ok(Next::Stop);
+        }
+        // A failure that does not stop the task: settle the step and go on.
+        let mut settled = task.settled_step_ids.clone();
+        settled.push(step.id.clone());
+        let mut outputs = task.step_outputs.clone();
+        outputs.insert(step.id.clone(), Value::Null);
+        event = event.data(json!({"attempt": attempt, "will_retry": false, "continued": true}));
+        let updated = self
+            .commit(
+                &task,
+                TaskChanges {
+                    attempts: Some(attempts),
+                    settled_step_ids: Some(settled),
+                    step_outputs: Some(outputs),
+                    current_step_id: Some(None),
+                    ..TaskChanges::default()
+                },
+                vec![event],
+                extra,
+            )
+            .await?;
+        Ok(updated.map_or(Next::Stop, |t| Next::Continue(Box::new(t))))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn step_succeeded(
+        &self,
+        task: Task,
+        step: &StepDef,
+        attempt: u32,
+        args: Value,
+        out: ToolOutput,
+        token: String,
+        started: DateTime<Utc>,
+        finished: DateTime<Utc>,
+    ) -> Result<Next> {
+        // Injected steps are checked like a published plan.
+        if !out.new_steps.is_empty() {
+            let existing: HashSet<String> = task.frozen_plan.iter().map(|s| s.id.clone()).collect();
+            let plan_key = task.plan_key.clone().unwrap_or_default();
+            if let Err(errors) =
+                plans::check_steps(&plan_key, &out.new_steps, &self.registry, &existing)
+            {
+                let error = ToolError::fatal(format!(
+                    "the tool injected invalid steps: {}",
+                    errors.join("; ")
+                ));
+                let record = step_row(
+                    &task,
+                    step,
+                    attempt,
+                    &args,
+                    &out.output,
+                    &out.summary,
+                    Some(&error.message),
+                    started,
+                    finished,
+                    out.usage,
+                );
+                return self
+                    .step_failed_with_row(task, step, attempt, error, record)
+                    .await;
+            }
+        }
+        let usage = task.usage.plus(out.usage);
+        let status_of_row = match out.control {
+            Control::Delegate { .. } => "DELEGATED",
+            _ => "COMPLETED",
+        };
+        let mut record = step_row(
+            &task,
+            step,
+            attempt,
+            &args,
+            &out.output,
+            &out.summary,
+            None,
+            started,
+            finished,
+            out.usage,
+        );
+        record.status = Set(status_of_row.to_owned());
+        let duration_ms = (finished - started).num_milliseconds();
+
+        if let Control::Delegate { external_ref } = &out.control {
+            let mut event = NewEvent::new(EventKind::Delegated, out.summary.clone())
+                .step(&step.id, &step.tool)
+                .data(json!({"external_ref": external_ref, "attempt": attempt}));
+            event.status = Some("DELEGATED".into());
+            let delegation = delegation::ActiveModel {
+                id: Set(Uuid::now_v7()),
+                tenant_id: Set(task.tenant.uuid()),
+                task_id: Set(task.id.uuid()),
+                step_id: Set(step.id.clone()),
+                token_hash: Set(sha256_hex(token.as_bytes())),
+                external_ref: Set(external_ref.clone()),
+                status: Set("PENDING".into()),
+                result: Set(json!({})),
+                error: Set(None),
+                created_at: Set(Utc::now()),
+                resolved_at: Set(None),
+            };
+            self.commit(
+                &task,
+                TaskChanges {
+                    status: Some(TaskStatus::Delegated),
+                    lease: Some(None),
+                    usage: Some(usage),
+                    ..TaskChanges::default()
+                },
+                vec![
+                    event,
+                    NewEvent::status(TaskStatus::Delegated, format!("waiting for {external_ref}")),
+                ],
+                Extra {
+                    step: Some(record),
+                    delegation: Some(delegation),
+                    artifacts: out.artifacts,
+                    artifact_step: Some((step.id.clone(), step.tool.clone())),
+                    ..Extra::default()
+                },
+            )
+            .await?;
+            return Ok(Next::Stop);
+        }
+
+        let mut state = task.state.as_object().cloned().unwrap_or_default();
+        for (k, v) in &out.state {
+            state.insert(k.clone(), v.clone());
+        }
+        let mut outputs = task.step_outputs.clone();
+        outputs.insert(step.id.clone(), out.output.clone());
+        let mut settled = task.settled_step_ids.clone();
+        settled.push(step.id.clone());
+        let mut frozen = task.frozen_plan.clone();
+        let injected: Vec<String> = out.new_steps.iter().map(|s| s.id.clone()).collect();
+        frozen.extend(out.new_steps.iter().cloned());
+
+        let mut data_keys: Vec<String> = out.state.keys().cloned().collect();
+        if let Some(m) = out.output.as_object() {
+            data_keys.extend(m.keys().filter(|k| !out.state.contains_key(*k)).cloned());
+        }
+        let mut completed = NewEvent::new(EventKind::StepCompleted, out.summary.clone())
+            .step(&step.id, &step.tool)
+            .data(json!({"attempt": attempt, "duration_ms": duration_ms, "usage": out.usage.to_json()}));
+        completed.status = Some("COMPLETED".into());
+        completed.data_keys = data_keys;
+        let mut events = vec![completed];
+        if !injected.is_empty() {
+            events.push(
+                NewEvent::new(
+                    EventKind::StepsInjected,
+                    format!("{} step(s) added: {}", injected.len(), out.summary),
+                )
+                .step(&step.id, &step.tool)
+                .data(json!({"injected_steps": injected, "reasoning": out.summary})),
+            );
+        }
+        let mut changes = TaskChanges {
+            state: Some(Value::Object(state)),
+            step_outputs: Some(outputs),
+            settled_step_ids: Some(settled),
+            frozen_plan: (!injected.is_empty()).then_some(frozen),
+            usage: Some(usage),
+            current_step_id: Some(None),
+            ..TaskChanges::default()
+        };
+        let extra = Extra {
+            step: Some(record),
+            artifacts: out.artifacts,
+            artifact_step: Some((step.id.clone(), step.tool.clone())),
+            ..Extra::default()
+        };
+        if let Control::Review { reason, proposed } = out.control {
+            // The step is done; the task waits for a human before the next.
+            let review_id = Uuid::now_v7();
+            changes.status = Some(TaskStatus::NeedsReview);
+            changes.lease = Some(None);
+            changes.current_step_id = Some(Some(step.id.clone()));
+            let mut requested = NewEvent::new(EventKind::ReviewRequested, reason.clone())
+                .step(&step.id, &step.tool)
+                .data(json!({"review_id": review_id.to_string()}));
+            requested.status = Some("PENDING".into());
+            events.push(requested);
+            events.push(NewEvent::status(TaskStatus::NeedsReview, reason.clone()));
+            let review = review::ActiveModel {
+                id: Set(review_id),
+                tenant_id: Set(task.tenant.uuid()),
+                task_id: Set(task.id.uuid()),
+                // Approving it must not re-run this step's gate: use a
+                // distinct id for the review of a tool's request.
+                step_id: Set(format!("{}#review", step.id)),
+                reason: Set(reason),
+                confidence: Set(None),
+                proposed: Set(redact(&proposed)),
+                status: Set("PENDING".into()),
+                corrections: Set(json!({})),
+                resolved_by: Set(None),
+                resolved_at: Set(None),
+                created_at: Set(Utc::now()),
+            };
+            self.commit(
+                &task,
+                changes,
+                events,
+                Extra {
+                    review: Some(review),
+                    ..extra
+                },
+            )
+            .await?;
+            return Ok(Next::Stop);
+        }
+        let updated = self.commit(&task, changes, events, extra).await?;
+        Ok(updated.map_or(Next::Stop, |t| Next::Continue(Box::new(t))))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn step_row(
+    task: &Task,
+    step: &StepDef,
+    attempt: u32,
+    args: &Value,
+    output: &Value,
+    summary: &str,
+    error: Option<&str>,
+    started: DateTime<Utc>,
+    finished: DateTime<Utc>,
+    usage: crate::tools::Usage,
+) -> task_step::ActiveModel {
+    task_step::ActiveModel {
+        id: Set(Uuid::now_v7()),
+        tenant_id: Set(task.tenant.uuid()),
+        task_id: Set(task.id.uuid()),
+        step_id: Set(step.id.clone()),
+        tool: Set(step.tool.clone()),
+        attempt: Set(i32::try_from(attempt).unwrap_or(i32::MAX)),
+        status: Set(if error.is_some() {
+            "FAILED"
+        } else {
+            "COMPLETED"
+        }
+        .to_owned()),
+        args: Set(redact(args)),
+        output: Set(redact(output)),
+        summary: Set(summary.to_owned()),
+        error: Set(error.map(str::to_owned)),
+        idempotency_key: Set(format!("{}:{}", task.id, step.id)),
+        usage: Set(usage.to_json()),
+        started_at: Set(started),
+        finished_at: Set(finished),
+        duration_ms: Set((finished - started).num_milliseconds()),
+    }
+}
+
+impl From<Error> for ToolError {
+    fn from(e: Error) -> Self {
+        ToolError::fatal(e.to_string())
+    }
+}

@@ -1,0 +1,507 @@
+//! Plans are data: a key, a version, the intent they handle, a priority,
+//! intent patterns and ordered steps. Publishing creates a new version after
+//! an integrity check; a task freezes the version it runs.
+//!
+//! The integrity check refuses a plan (naming plan, step and tool) when a
+//! step names an unknown tool, repeats a step id, holds a template that does
+//! not compile, or has arguments that fail the tool's JSON Schema. It runs on
+//! publish, on every step a tool injects at run time, and over all stored
+//! plans at startup.
+
+use std::collections::HashSet;
+
+use brainstem_entity::{PlanId, TenantOwned, TenantScope, plan};
+use chrono::{DateTime, Utc};
+use regex::Regex;
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter,
+    QueryOrder, QuerySelect,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{
+    Error, Principal, Result,
+    json_schema::{self, Mode},
+    page::{self, Page, PageRequest},
+    template,
+    tools::ToolRegistry,
+};
+
+/// The intent every tenant has: work nothing else claims.
+pub const FALLBACK_INTENT: &str = "general_instruction";
+
+/// How often and how patiently a failed step is retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryPolicy {
+    /// Attempts in all, including the first (1 means no retry).
+    #[serde(default = "one")]
+    pub max_attempts: u32,
+    /// Delay before the second attempt; doubles each time, with jitter.
+    #[serde(default = "default_backoff")]
+    pub initial_backoff_ms: u64,
+    #[serde(default = "default_max_backoff")]
+    pub max_backoff_ms: u64,
+}
+
+fn one() -> u32 {
+    1
+}
+fn default_backoff() -> u64 {
+    500
+}
+fn default_max_backoff() -> u64 {
+    30_000
+}
+fn yes() -> bool {
+    true
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 1,
+            initial_backoff_ms: default_backoff(),
+            max_backoff_ms: default_max_backoff(),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Delay before attempt `next` (2 for the first retry): exponential
+    /// backoff with "equal jitter" (half fixed, half random).
+    pub fn backoff_ms(&self, next: u32, random: f64) -> u64 {
+        let exp = next.saturating_sub(2).min(30);
+        let base = self
+            .initial_backoff_ms
+            .saturating_mul(1u64 << exp)
+            .min(self.max_backoff_ms);
+        base / 2 + ((base / 2) as f64 * random.clamp(0.0, 1.0)) as u64
+    }
+}
+
+/// One step of a plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepDef {
+    /// Stable id, unique in the plan; progress is tracked by it.
+    pub id: String,
+    pub tool: String,
+    #[serde(default = "empty_object")]
+    pub args: Value,
+    /// A template; the step is skipped when it renders falsy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
+    /// Whether a failure of this step fails the task (default true).
+    #[serde(default = "yes")]
+    pub stop_on_failure: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
+    /// Pause for a human before running this step.
+    #[serde(default)]
+    pub requires_review: bool,
+    /// Overrides the tool's own timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u64>,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Default::default())
+}
+
+/// What a client publishes.
+#[derive(Clone, Debug)]
+pub struct PlanDef {
+    pub key: String,
+    pub intent: String,
+    pub description: String,
+    pub priority: i32,
+    pub patterns: Vec<String>,
+    pub steps: Vec<StepDef>,
+}
+
+/// A stored plan version.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub id: PlanId,
+    pub key: String,
+    pub version: i32,
+    pub intent: String,
+    pub description: String,
+    pub priority: i32,
+    pub patterns: Vec<String>,
+    pub steps: Vec<StepDef>,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+}
+
+impl TryFrom<plan::Model> for Plan {
+    type Error = Error;
+
+    fn try_from(m: plan::Model) -> Result<Self> {
+        Ok(Self {
+            id: m.id.into(),
+            steps: serde_json::from_value(m.steps).map_err(|e| {
+                Error::internal(format!("stored plan {} is unreadable: {e}", m.key))
+            })?,
+            patterns: serde_json::from_value(m.patterns).unwrap_or_default(),
+            key: m.key,
+            version: m.version,
+            intent: m.intent,
+            description: m.description,
+            priority: m.priority,
+            created_by: m.created_by,
+            created_at: m.created_at,
+        })
+    }
+}
+
+fn valid_name(s: &str, max: usize) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
+}
+
+/// The integrity check for `steps` of plan `plan_key`. `existing` holds the
+/// ids already in use (for injected steps: the task's plan so far). Returns
+/// every problem found.
+pub fn check_steps(
+    plan_key: &str,
+    steps: &[StepDef],
+    registry: &ToolRegistry,
+    existing: &HashSet<String>,
+) -> std::result::Result<(), Vec<String>> {
+    let mut errors = Vec::new();
+    let mut seen = existing.clone();
+    for step in steps {
+        let at = format!("plan `{plan_key}` step `{}`", step.id);
+        if !valid_name(&step.id, 100) {
+            errors.push(format!(
+                "{at}: a step id needs 1-100 characters of letters, digits, `_`, `-`, `.`, `:`"
+            ));
+        }
+        if !seen.insert(step.id.clone()) {
+            errors.push(format!("{at}: duplicate step id"));
+        }
+        let Some(tool) = registry.get(&step.tool) else {
+            errors.push(format!("{at}: tool `{}` is not registered", step.tool));
+            continue;
+        };
+        if !step.args.is_object() {
+            errors.push(format!(
+                "{at}: args of tool `{}` must be an object",
+                step.tool
+            ));
+            continue;
+        }
+        if let Err(e) = template::check(&step.args) {
+            errors.push(format!("{at} (tool `{}`): {e}", step.tool));
+        } else if let Err(e) = json_schema::validate(&tool.input_schema(), &step.args, Mode::Plan) {
+            errors.push(format!("{at}: {e} (tool `{}`)", step.tool));
+        }
+        if let Some(condition) = &step.condition
+            && let Err(e) = template::check(&Value::String(condition.clone()))
+        {
+            errors.push(format!("{at} (tool `{}`): condition: {e}", step.tool));
+        }
+        if let Some(retry) = &step.retry
+            && (retry.max_attempts == 0 || retry.max_attempts > 20)
+        {
+            errors.push(format!("{at}: retry.max_attempts must be 1-20"));
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
+/// Check a whole definition before it is stored.
+pub fn check_plan(def: &PlanDef, registry: &ToolRegistry) -> Result<()> {
+    let mut errors = Vec::new();
+    if !valid_name(&def.key, 100) {
+        errors.push(format!(
+            "plan key `{}` needs 1-100 characters of letters, digits, `_`, `-`, `.`, `:`",
+            def.key
+        ));
+    }
+    if !valid_name(&def.intent, 100) {
+        errors.push(format!(
+            "plan `{}`: invalid intent `{}`",
+            def.key, def.intent
+        ));
+    }
+    for pattern in &def.patterns {
+        if let Err(e) = Regex::new(&format!("(?i){pattern}")) {
+            errors.push(format!(
+                "plan `{}`: pattern `{pattern}` is invalid: {e}",
+                def.key
+            ));
+        }
+    }
+    if let Err(mut step_errors) = check_steps(&def.key, &def.steps, registry, &HashSet::new()) {
+        errors.append(&mut step_errors);
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Validation(format!(
+            "plan integrity check failed with {} error(s): {}",
+            errors.len(),
+            errors.join("; ")
+        )))
+    }
+}
+
+#[derive(Clone)]
+pub struct Plans {
+    db: DatabaseConnection,
+    registry: ToolRegistry,
+}
+
+impl Plans {
+    pub fn new(db: DatabaseConnection, registry: ToolRegistry) -> Self {
+        Self { db, registry }
+    }
+
+    pub fn registry(&self) -> &ToolRegistry {
+        &self.registry
+    }
+
+    /// Publish a new version of a plan (tenant admins).
+    pub async fn publish(&self, principal: &Principal, def: PlanDef) -> Result<Plan> {
+        let scope = principal.require_scope("admin")?;
+        check_plan(&def, &self.registry)?;
+        let latest = plan::Entity::find_in(scope)
+            .filter(plan::Column::Key.eq(&def.key))
+            .order_by_desc(plan::Column::Version)
+            .limit(1)
+            .one(&self.db)
+            .await?;
+        let version = latest.map(|p| p.version + 1).unwrap_or(1);
+        let model = plan::ActiveModel {
+            id: Set(PlanId::new().uuid()),
+            tenant_id: Set(scope.tenant_id().uuid()),
+            key: Set(def.key.clone()),
+            version: Set(version),
+            intent: Set(def.intent),
+            description: Set(def.description),
+            priority: Set(def.priority),
+            patterns: Set(serde_json::json!(def.patterns)),
+            steps: Set(serde_json::to_value(&def.steps).map_err(Error::internal)?),
+            created_by: Set(principal.actor.to_string()),
+            created_at: Set(Utc::now()),
+        }
+        .insert(&self.db)
+        .await
+        .map_err(|e| match Error::from(e) {
+            Error::Conflict(_) => Error::Conflict(format!(
+                "plan `{}` was published concurrently; publish again",
+                def.key
+            )),
+            other => other,
+        })?;
+        Plan::try_from(model)
+    }
+
+    /// The latest version of each plan, by key.
+    pub async fn list_latest(
+        &self,
+        scope: TenantScope,
+        request: PageRequest,
+    ) -> Result<Page<Plan>> {
+        // Keyset over versions would need a window; plans are few, so page
+        // over all versions and keep the latest of each key.
+        let all = plan::Entity::find_in(scope)
+            .order_by_asc(plan::Column::Key)
+            .order_by_desc(plan::Column::Version)
+            .all(&self.db)
+            .await?;
+        let mut latest: Vec<plan::Model> = Vec::new();
+        for p in all {
+            if latest.last().is_none_or(|l| l.key != p.key) {
+                latest.push(p);
+            }
+        }
+        latest.sort_by_key(|p| p.id);
+        let size = request.size()? as usize;
+        let start = match request.after {
+            Some(after) => latest
+                .iter()
+                .position(|p| p.id > after)
+                .unwrap_or(latest.len()),
+            None => 0,
+        };
+        let end = (start + size).min(latest.len());
+        let items = latest[start..end]
+            .iter()
+            .cloned()
+            .map(Plan::try_from)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Page {
+            items,
+            has_next_page: end < latest.len(),
+            has_previous_page: start > 0,
+        })
+    }
+
+    /// Every version of one plan, newest first.
+    pub async fn versions(&self, scope: TenantScope, key: &str) -> Result<Vec<Plan>> {
+        let rows = plan::Entity::find_in(scope)
+            .filter(plan::Column::Key.eq(key))
+            .order_by_desc(plan::Column::Version)
+            .all(&self.db)
+            .await?;
+        if rows.is_empty() {
+            return Err(Error::not_found(format!("plan `{key}`")));
+        }
+        rows.into_iter().map(Plan::try_from).collect()
+    }
+
+    /// The latest version of a plan.
+    pub async fn latest(&self, scope: TenantScope, key: &str) -> Result<Plan> {
+        plan::Entity::find_in(scope)
+            .filter(plan::Column::Key.eq(key))
+            .order_by_desc(plan::Column::Version)
+            .limit(1)
+            .one(&self.db)
+            .await?
+            .ok_or_else(|| Error::not_found(format!("plan `{key}`")))
+            .and_then(Plan::try_from)
+    }
+
+    pub async fn get(&self, scope: TenantScope, id: PlanId) -> Result<Plan> {
+        plan::Entity::find_by_id_in(scope, id.uuid())
+            .one(&self.db)
+            .await?
+            .ok_or_else(|| Error::not_found("plan"))
+            .and_then(Plan::try_from)
+    }
+
+    /// The latest version of every plan of the tenant (for intent detection
+    /// and plan resolution).
+    pub async fn all_latest(&self, scope: TenantScope) -> Result<Vec<Plan>> {
+        let mut out = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .list_latest(
+                    scope,
+                    PageRequest {
+                        first: Some(page::MAX_PAGE_SIZE),
+                        after,
+                    },
+                )
+                .await?;
+            after = page.items.last().map(|p| p.id.uuid());
+            let more = page.has_next_page;
+            out.extend(page.items);
+            if !more {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Run the integrity check over every stored plan version that could
+    /// still run (the latest of each key, in every tenant). Used at startup.
+    pub async fn check_all(&self) -> Result<()> {
+        // unscoped: a startup check over every tenant's plans, read-only.
+        let rows = plan::Entity::find()
+            .order_by_asc(plan::Column::TenantId)
+            .order_by_asc(plan::Column::Key)
+            .order_by_desc(plan::Column::Version)
+            .all(&self.db)
+            .await?;
+        let mut errors = Vec::new();
+        let mut last: Option<(uuid::Uuid, String)> = None;
+        for row in rows {
+            let ident = (row.tenant_id, row.key.clone());
+            if last.as_ref() == Some(&ident) {
+                continue;
+            }
+            last = Some(ident);
+            let plan = Plan::try_from(row)?;
+            if let Err(mut e) = check_steps(&plan.key, &plan.steps, &self.registry, &HashSet::new())
+            {
+                errors.append(&mut e);
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Validation(format!(
+                "plan integrity check failed with {} error(s): {}",
+                errors.len(),
+                errors.join("; ")
+            )))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn step(id: &str, tool: &str, args: Value) -> StepDef {
+        serde_json::from_value(json!({"id": id, "tool": tool, "args": args})).unwrap()
+    }
+
+    #[test]
+    fn steps_default_to_stopping_on_failure_without_retry() {
+        let s = step("a", "set_state", json!({}));
+        assert!(s.stop_on_failure);
+        assert!(s.retry.is_none());
+        assert!(!s.requires_review);
+        let bad: std::result::Result<StepDef, _> =
+            serde_json::from_value(json!({"id": "a", "tool": "t", "colour": "red"}));
+        assert!(bad.is_err(), "unknown step fields are refused");
+    }
+
+    #[test]
+    fn integrity_check_names_plan_step_and_tool() {
+        let registry = ToolRegistry::builder().with_builtins().unwrap().build();
+        let errors = check_steps(
+            "p",
+            &[
+                step("one", "no_such_tool", json!({})),
+                step("two", "http_request", json!({"url": 5})),
+                step("two", "set_state", json!({"x": "{{ state. }}"})),
+            ],
+            &registry,
+            &HashSet::new(),
+        )
+        .unwrap_err();
+        let all = errors.join("\n");
+        assert!(
+            all.contains("plan `p` step `one`: tool `no_such_tool` is not registered"),
+            "{all}"
+        );
+        assert!(
+            all.contains(
+                "step `two`: args.url must be of type string, got number (tool `http_request`)"
+            ),
+            "{all}"
+        );
+        assert!(all.contains("step `two`: duplicate step id"), "{all}");
+        assert!(all.contains("does not compile"), "{all}");
+    }
+
+    #[test]
+    fn backoff_grows_exponentially_with_bounded_jitter() {
+        let p = RetryPolicy {
+            max_attempts: 5,
+            initial_backoff_ms: 100,
+            max_backoff_ms: 1_000,
+        };
+        assert_eq!(p.backoff_ms(2, 0.0), 50);
+        assert_eq!(p.backoff_ms(2, 1.0), 100);
+        assert_eq!(p.backoff_ms(3, 1.0), 200);
+        assert_eq!(p.backoff_ms(4, 0.5), 300);
+        assert_eq!(p.backoff_ms(9, 1.0), 1_000, "capped");
+    }
+}

@@ -1,0 +1,39 @@
+//! `plans`: One published version of a plan. Publishing creates a new row;
+//! rows are never changed.
+
+use sea_orm::entity::prelude::*;
+
+use crate::TenantOwned;
+
+#[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+#[sea_orm(table_name = "plans")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: Uuid,
+    pub tenant_id: Uuid,
+    pub key: String,
+    pub version: i32,
+    pub intent: String,
+    pub description: String,
+    pub priority: i32,
+    /// Intent-detection patterns (regular expressions).
+    pub patterns: Json,
+    /// The ordered step definitions.
+    pub steps: Json,
+    pub created_by: String,
+    pub created_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}
+
+impl TenantOwned for Entity {
+    fn tenant_column() -> Column {
+        Column::TenantId
+    }
+    fn id_column() -> Column {
+        Column::Id
+    }
+}
