@@ -380,7 +380,7 @@ impl WsClient {
 }
 
 /// Create a fresh PostgreSQL database from the migrated template.
-async fn fresh_postgres_database() -> String {
+pub async fn fresh_postgres_database() -> String {
     let base = std::env::var("TEST_DATABASE_URL").expect(
         "PostgreSQL tests need TEST_DATABASE_URL (a superuser URL); scripts/test provisions one",
     );

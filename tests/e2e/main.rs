@@ -10,6 +10,7 @@ mod helpers;
 mod api_keys;
 mod architecture;
 mod auth;
+mod durability;
 mod executor;
 mod http;
 mod schema;

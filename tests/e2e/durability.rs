@@ -1,0 +1,324 @@
+//! Durability on PostgreSQL: a server process killed mid-run loses no step
+//! and repeats no effect, and two workers never run one step at once.
+
+use std::{
+    collections::{HashMap, HashSet},
+    process::Stdio,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use axum::{Json, Router, extract::State, http::HeaderMap, routing::post};
+use brainstem_domain::{
+    Role,
+    tools::{Tool, ToolContext, ToolError, ToolOutput},
+};
+use serde_json::{Value, json};
+use tokio::{process::Command, sync::Notify};
+
+use crate::helpers::{Backend, TestApp, WAIT, fresh_postgres_database, uuid_of};
+
+/// An external service with idempotency keys: the first request with a key
+/// makes the effect; a repeat gets the stored answer and makes none.
+#[derive(Default)]
+struct Ledger {
+    /// Idempotency key → (task, step) named in the body of the first request.
+    effects: Mutex<HashMap<String, (String, String)>>,
+    requests: Mutex<u64>,
+    seen: Notify,
+}
+
+async fn record(
+    State(ledger): State<Arc<Ledger>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Json<Value> {
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let pair = (
+        body["task"].as_str().unwrap_or_default().to_owned(),
+        body["step"].as_str().unwrap_or_default().to_owned(),
+    );
+    ledger.effects.lock().unwrap().entry(key).or_insert(pair);
+    *ledger.requests.lock().unwrap() += 1;
+    ledger.seen.notify_waiters();
+    Json(json!({"ok": true}))
+}
+
+async fn start_ledger() -> (Arc<Ledger>, String) {
+    let ledger = Arc::new(Ledger::default());
+    let app = Router::new()
+        .route("/effects", post(record))
+        .with_state(ledger.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/effects", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (ledger, url)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Server {
+    child: tokio::process::Child,
+    url: String,
+}
+
+/// Start the real `brainstem` binary and wait until it answers.
+async fn start_server(database_url: &str, secret: &str) -> Server {
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_brainstem"))
+        .arg("serve")
+        .env("BRAINSTEM_BIND", format!("127.0.0.1:{port}"))
+        .env("BRAINSTEM_DATABASE_URL", database_url)
+        .env("BRAINSTEM_JWT_SECRET", secret)
+        .env("BRAINSTEM_WORKERS", "4")
+        .env("BRAINSTEM_EXECUTOR_LEASE_SECS", "2")
+        .env("BRAINSTEM_EXECUTOR_POLL_MS", "50")
+        .env("BRAINSTEM_HTTP_ALLOWED_HOSTS", "[127.0.0.1]")
+        .env("BRAINSTEM_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the brainstem binary starts");
+    let url = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let started = std::time::Instant::now();
+    loop {
+        if client
+            .get(format!("{url}/healthz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+        {
+            break;
+        }
+        assert!(started.elapsed() < WAIT, "the server did not come up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Server { child, url }
+}
+
+async fn gql(url: &str, token: &str, query: &str, variables: Value) -> Value {
+    let body: Value = reqwest::Client::new()
+        .post(format!("{url}/graphql"))
+        .bearer_auth(token)
+        .json(&json!({"query": query, "variables": variables}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(body.get("errors").is_none(), "{body}");
+    body["data"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkilled_server_loses_no_step_and_repeats_no_effect_postgres() {
+    const TASKS: usize = 50;
+    const STEPS: usize = 5;
+    let database_url = fresh_postgres_database().await;
+    let secret = uuid::Uuid::now_v7().to_string();
+    let (ledger, effects_url) = start_ledger().await;
+    let auth = brainstem_api::AuthConfig {
+        issuer: "brainstem".into(),
+        audience: "brainstem".into(),
+        hs256_secret: Some(secrecy::SecretString::from(secret.clone())),
+        rs256_public_key_pem: None,
+        leeway_secs: 30,
+    };
+    let mint = |tenant: Option<&str>, role: Role| {
+        brainstem_api::auth::mint_token(
+            &auth,
+            brainstem_api::auth::TokenRequest {
+                subject: "kill-test",
+                tenant,
+                roles: &[role],
+                ttl: chrono::Duration::hours(1),
+            },
+        )
+        .unwrap()
+    };
+
+    let mut first = start_server(&database_url, &secret).await;
+    gql(
+        &first.url,
+        &mint(None, Role::PlatformAdmin),
+        "mutation { createTenant(input: {slug: \"acme\", name: \"Acme\"}) { tenant { id } } }",
+        json!({}),
+    )
+    .await;
+    let admin = mint(Some("acme"), Role::TenantAdmin);
+    let steps: Vec<Value> = (1..=STEPS)
+        .map(|i| {
+            json!({
+                "id": format!("s{i}"),
+                "tool": "http_request",
+                "args": {"url": effects_url, "method": "POST", "body": {"task": "{{ task.id }}", "step": format!("s{i}")}},
+                "retry": {"maxAttempts": 5, "initialBackoffMs": 10}
+            })
+        })
+        .collect();
+    gql(
+        &first.url,
+        &admin,
+        "mutation($input: PublishPlanInput!) { publishPlan(input: $input) { plan { version } } }",
+        json!({"input": {"key": "effects", "intent": "t.effects", "steps": steps}}),
+    )
+    .await;
+    let mut ids = Vec::new();
+    for i in 0..TASKS {
+        let data = gql(
+            &first.url,
+            &admin,
+            "mutation($k: String!) { startTask(input: {planKey: \"effects\", idempotencyKey: $k}) { task { id } } }",
+            json!({"k": format!("kill-{i}")}),
+        )
+        .await;
+        ids.push(uuid_of(data["startTask"]["task"]["id"].as_str().unwrap()));
+    }
+
+    // Kill the process without warning once some, but not all, effects exist.
+    loop {
+        let seen = ledger.seen.notified();
+        if *ledger.requests.lock().unwrap() >= 60 {
+            break;
+        }
+        tokio::time::timeout(WAIT, seen)
+            .await
+            .expect("the workers make progress");
+    }
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+    let before_restart = ledger.effects.lock().unwrap().len();
+    assert!(
+        before_restart < TASKS * STEPS,
+        "killed mid-run ({before_restart} effects)"
+    );
+
+    // A new process picks up every task once the dead worker's leases expire.
+    let second = start_server(&database_url, &secret).await;
+    let started = std::time::Instant::now();
+    loop {
+        let data = gql(
+            &second.url,
+            &admin,
+            "{ tasks(filter: {statuses: [COMPLETED]}, first: 100) { edges { cursor } } }",
+            json!({}),
+        )
+        .await;
+        if data["tasks"]["edges"].as_array().unwrap().len() == TASKS {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "tasks did not all complete after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let effects = ledger.effects.lock().unwrap().clone();
+    let expected: HashSet<(String, String)> = ids
+        .iter()
+        .flat_map(|t| (1..=STEPS).map(move |i| (t.clone(), format!("s{i}"))))
+        .collect();
+    let made: Vec<(String, String)> = effects.values().cloned().collect();
+    let distinct: HashSet<(String, String)> = made.iter().cloned().collect();
+    assert_eq!(distinct, expected, "every step's effect exists");
+    assert_eq!(
+        made.len(),
+        expected.len(),
+        "and exactly once: one idempotency key per step"
+    );
+    for (key, (task, step)) in &effects {
+        assert_eq!(key, &format!("{task}:{step}"));
+    }
+    drop(second);
+}
+
+/// Records how many calls of one step overlap.
+#[derive(Default)]
+struct Overlap {
+    active: Mutex<HashMap<String, u32>>,
+    max: Mutex<u32>,
+    calls: Mutex<HashMap<String, u32>>,
+}
+
+struct Slow(Arc<Overlap>);
+
+#[async_trait]
+impl Tool for Slow {
+    fn key(&self) -> &str {
+        "test.slow"
+    }
+    fn description(&self) -> &str {
+        "takes a moment, and notes overlapping calls of the same step"
+    }
+    async fn call(&self, ctx: ToolContext, _args: Value) -> Result<ToolOutput, ToolError> {
+        let key = ctx.idempotency_key.clone();
+        {
+            let mut active = self.0.active.lock().unwrap();
+            let n = active.entry(key.clone()).or_default();
+            *n += 1;
+            let mut max = self.0.max.lock().unwrap();
+            *max = (*max).max(*n);
+            *self.0.calls.lock().unwrap().entry(key.clone()).or_default() += 1;
+        }
+        // Simulated work, so that the two workers' steps interleave.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        *self.0.active.lock().unwrap().get_mut(&key).unwrap() -= 1;
+        Ok(ToolOutput::default())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_workers_never_run_one_step_at_once_postgres() {
+    let overlap = Arc::new(Overlap::default());
+    let app =
+        TestApp::spawn_with_tools(Backend::Postgres, vec![Arc::new(Slow(overlap.clone()))]).await;
+    app.create_tenant("acme").await;
+    let steps: Vec<Value> = (1..=3)
+        .map(|i| json!({"id": format!("s{i}"), "tool": "test.slow"}))
+        .collect();
+    app.publish_plan(
+        "acme",
+        json!({"key": "slow", "intent": "t.slow", "steps": steps}),
+    )
+    .await
+    .data();
+    for _ in 0..40 {
+        app.start_task("acme", json!({"planKey": "slow"})).await;
+    }
+    // A second worker with its own connection pool and worker id.
+    let tools = brainstem::startup::registry(vec![Arc::new(Slow(overlap.clone()))]).unwrap();
+    let other_domain = brainstem::startup::open_domain(&app.config, tools)
+        .await
+        .unwrap();
+    let (_stop, stopping) = tokio::sync::watch::channel(false);
+    let other = brainstem::startup::executor(&app.config, &other_domain, stopping);
+    let (a, b) = tokio::join!(app.executor.run_until_idle(), other.run_until_idle());
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a + b, 40, "every task was driven once");
+    assert_eq!(
+        *overlap.max.lock().unwrap(),
+        1,
+        "no step ran twice at the same time"
+    );
+    let calls = overlap.calls.lock().unwrap();
+    assert_eq!(calls.len(), 120);
+    assert!(
+        calls.values().all(|n| *n == 1),
+        "each step ran exactly once"
+    );
+}
