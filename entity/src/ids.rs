@@ -75,6 +75,10 @@ id_type!(
     /// A row of the append-only audit log.
     AuditId
 );
+id_type!(
+    /// A tenant's connection to an external system.
+    ConnectionId
+);
 
 #[cfg(test)]
 mod tests {

@@ -5,15 +5,16 @@
 //!   rows are read and written only through `find_in`, `find_by_id_in`,
 //!   `update_many_in` and `delete_many_in`, which all take a scope.
 //! - one module per table: [`tenant`], [`user`], [`api_key`], [`audit_log`],
-//!   [`platform_setting`].
+//!   [`platform_setting`], [`connection`].
 
 pub mod api_key;
 pub mod audit_log;
+pub mod connection;
 pub mod ids;
 pub mod platform_setting;
 pub mod scope;
 pub mod tenant;
 pub mod user;
 
-pub use ids::{ApiKeyId, AuditId, TenantId, UserId};
+pub use ids::{ApiKeyId, AuditId, ConnectionId, TenantId, UserId};
 pub use scope::{TenantOwned, TenantScope};

@@ -91,12 +91,17 @@ impl TestApp {
             }
             Backend::Postgres => (fresh_postgres_database().await, None),
         };
+        // PostgreSQL deployments must configure the key; SQLite generates one.
+        let connection_encryption_key = (backend == Backend::Postgres).then(|| {
+            SecretString::from(brainstem_domain::crypto::EncryptionKey::generate_base64())
+        });
         let mut config = Config {
             bind: "127.0.0.1:0".into(),
             database_url,
             database_max_connections: 5,
             jwt_secret: Some(SecretString::from(uuid::Uuid::now_v7().to_string())),
             jwt_leeway_secs: 0,
+            connection_encryption_key,
             log: "warn".into(),
             ..Config::default()
         };
@@ -337,7 +342,7 @@ impl WsClient {
 }
 
 /// Create a fresh PostgreSQL database from the migrated template.
-async fn fresh_postgres_database() -> String {
+pub async fn fresh_postgres_database() -> String {
     let base = std::env::var("TEST_DATABASE_URL").expect(
         "PostgreSQL tests need TEST_DATABASE_URL (a superuser URL); scripts/test provisions one",
     );

@@ -11,6 +11,8 @@ use uuid::Uuid;
 pub enum NodeType {
     Tenant,
     ApiKey,
+    Connection,
+    AuditEntry,
 }
 
 impl NodeType {
@@ -18,6 +20,8 @@ impl NodeType {
         match self {
             NodeType::Tenant => "Tenant",
             NodeType::ApiKey => "ApiKey",
+            NodeType::Connection => "Connection",
+            NodeType::AuditEntry => "AuditEntry",
         }
     }
 
@@ -25,6 +29,8 @@ impl NodeType {
         match s {
             "Tenant" => Some(NodeType::Tenant),
             "ApiKey" => Some(NodeType::ApiKey),
+            "Connection" => Some(NodeType::Connection),
+            "AuditEntry" => Some(NodeType::AuditEntry),
             _ => None,
         }
     }

@@ -16,6 +16,8 @@ use super::ids::{NodeType, encode, encode_cursor};
 pub enum Node {
     Tenant(Tenant),
     ApiKey(ApiKey),
+    Connection(super::admin::Connection),
+    AuditEntry(super::admin::AuditEntry),
 }
 
 /// A role a caller holds.
@@ -137,6 +139,11 @@ impl ApiKey {
 
     async fn revoked(&self) -> bool {
         self.0.revoked_at.is_some()
+    }
+
+    /// The key's own rate limit; `null` when it uses the configured default.
+    async fn rate_limit(&self) -> Option<super::admin::RateLimit> {
+        self.0.rate_limit.map(super::admin::RateLimit::from)
     }
 }
 
