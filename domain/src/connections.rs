@@ -8,7 +8,7 @@
 //! the API shows, only says whether there is a secret. Nothing here logs,
 //! audits or prints a secret: [`SecretJson`] redacts itself in `Debug`.
 
-use std::sync::Arc;
+use std::{fmt, sync::Arc};
 
 use brainstem_entity::{ConnectionId, TenantId, TenantOwned, TenantScope, connection};
 use chrono::{DateTime, Utc};
@@ -20,7 +20,7 @@ use crate::{
     audit::{self, AuditEntry},
     crypto::{Keyring, Sealed, SecretJson},
     page::{self, Page, PageRequest},
-    redact::is_pii_key,
+    redact::{is_pii_key, redact},
 };
 
 /// A connection as the API shows it: everything but the secret.
@@ -62,8 +62,10 @@ pub struct DecryptedConnection {
     pub secret: Option<SecretJson>,
 }
 
-/// What `create` needs.
-#[derive(Clone, Debug)]
+/// What `create` needs. Its `Debug` redacts the secret and, in the config,
+/// anything under a secret-looking key (such a config is refused, but may
+/// be printed first).
+#[derive(Clone)]
 pub struct NewConnection {
     pub name: String,
     pub kind: String,
@@ -71,13 +73,35 @@ pub struct NewConnection {
     pub secret: Option<SecretJson>,
 }
 
-/// What `update` changes; `None` fields stay as they are.
-#[derive(Clone, Debug, Default)]
+/// What `update` changes; `None` fields stay as they are. `Debug` redacts
+/// like [`NewConnection`]'s.
+#[derive(Clone, Default)]
 pub struct ConnectionChanges {
     pub name: Option<String>,
     pub config: Option<Value>,
     /// `Some(Some(s))` replaces (rotates) the secret, `Some(None)` removes it.
     pub secret: Option<Option<SecretJson>>,
+}
+
+impl fmt::Debug for NewConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NewConnection")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("config", &redact(&self.config))
+            .field("secret", &self.secret)
+            .finish()
+    }
+}
+
+impl fmt::Debug for ConnectionChanges {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectionChanges")
+            .field("name", &self.name)
+            .field("config", &self.config.as_ref().map(redact))
+            .field("secret", &self.secret)
+            .finish()
+    }
 }
 
 #[derive(Clone)]
@@ -101,6 +125,7 @@ impl Connections {
 
     /// Create a connection in the principal's tenant (needs `admin`).
     pub async fn create(&self, principal: &Principal, new: NewConnection) -> Result<Connection> {
+        tracing::debug!(actor = %principal.actor, input = ?new, "creating a connection");
         let scope = principal.require_scope("admin")?;
         let name = parse_name(&new.name)?;
         let kind = parse_kind(&new.kind)?;
@@ -136,6 +161,7 @@ impl Connections {
             },
         )
         .await?;
+        tracing::info!(tenant = %scope.tenant_id(), connection = %id, row = ?model, "connection created");
         Ok(Connection::from(&model))
     }
 
@@ -176,6 +202,7 @@ impl Connections {
         id: ConnectionId,
         changes: ConnectionChanges,
     ) -> Result<Connection> {
+        tracing::debug!(actor = %principal.actor, connection = %id, changes = ?changes, "updating a connection");
         let scope = principal.require_scope("admin")?;
         let row = self.row(scope, id).await?;
         let name = changes.name.as_deref().map(parse_name).transpose()?;
@@ -220,6 +247,7 @@ impl Connections {
             },
         )
         .await?;
+        tracing::info!(tenant = %scope.tenant_id(), connection = %id, row = ?model, "connection updated");
         Ok(Connection::from(&model))
     }
 
@@ -261,13 +289,15 @@ impl Connections {
         {
             self.reseal(scope, id, secret).await?;
         }
-        Ok(DecryptedConnection {
+        let resolved = DecryptedConnection {
             id,
             name: row.name,
             kind: row.kind,
             config: row.config,
             secret,
-        })
+        };
+        tracing::debug!(tenant = %scope.tenant_id(), connection = ?resolved, "connection resolved");
+        Ok(resolved)
     }
 
     /// Re-seal every secret of the tenant that an old key sealed; returns
@@ -475,5 +505,27 @@ mod tests {
             secret: Some(SecretJson::new(json!({"token": "hunter2"}))),
         };
         assert!(!format!("{c:?}").contains("hunter2"));
+        let new = NewConnection {
+            name: "crm".into(),
+            kind: "http".into(),
+            config: json!({"url": "u", "nested": {"password": "hunter3"}}),
+            secret: Some(SecretJson::new(json!({"token": "hunter2"}))),
+        };
+        let printed = format!("{new:?}");
+        assert!(
+            !printed.contains("hunter2") && !printed.contains("hunter3"),
+            "{printed}"
+        );
+        assert!(printed.contains("\"u\""), "{printed}");
+        let changes = ConnectionChanges {
+            config: Some(json!({"token": "hunter3"})),
+            secret: Some(Some(SecretJson::new(json!({"k": "hunter2"})))),
+            ..Default::default()
+        };
+        let printed = format!("{changes:?}");
+        assert!(
+            !printed.contains("hunter2") && !printed.contains("hunter3"),
+            "{printed}"
+        );
     }
 }

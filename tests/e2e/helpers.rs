@@ -48,6 +48,28 @@ macro_rules! on_both_backends {
     };
 }
 
+/// Run each named `async fn(Backend)` as two tests, `…::sqlite` and
+/// `…::postgres`, for tests that spawn the app themselves (e.g. with
+/// [`TestApp::spawn_with`]).
+#[macro_export]
+macro_rules! on_both_backends_with_backend {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$name($crate::helpers::Backend::Sqlite).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::$name($crate::helpers::Backend::Postgres).await;
+                }
+            }
+        )*
+    };
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     Sqlite,
@@ -178,6 +200,29 @@ impl TestApp {
             request = request.header("authorization", format!("Bearer {token}"));
         }
         Gql::from(request.send().await.unwrap()).await
+    }
+
+    /// POST a GraphQL request with extra headers; `token` may be an API key.
+    pub async fn graphql_with(
+        &self,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Value,
+    ) -> (Gql, reqwest::header::HeaderMap) {
+        let mut request = self
+            .http
+            .post(self.url("/graphql"))
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.unwrap();
+        let headers = response.headers().clone();
+        (Gql::from(response).await, headers)
     }
 
     /// Create a tenant as a platform admin; returns its global id.

@@ -7,10 +7,14 @@
 
 mod helpers;
 
+mod admin;
 mod api_keys;
 mod architecture;
 mod auth;
+mod connections;
 mod http;
+mod persisted_queries;
+mod rate_limit;
 mod schema;
 mod tenants;
 mod websocket;
