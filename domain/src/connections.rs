@@ -393,6 +393,38 @@ impl Connections {
     }
 }
 
+impl crate::Domain {
+    /// Re-seal, in every tenant, the connection secrets that an old key
+    /// sealed (after a key rotation); returns how many. Needs an audited
+    /// platform scope, since it touches every tenant.
+    pub async fn reencrypt_connections(&self, scope: &crate::PlatformScope) -> Result<u64> {
+        let mut total = 0;
+        let mut after = None;
+        loop {
+            let page = self
+                .tenants
+                .list(
+                    scope,
+                    PageRequest {
+                        first: Some(page::MAX_PAGE_SIZE),
+                        after,
+                    },
+                )
+                .await?;
+            for tenant in &page.items {
+                total += self
+                    .connections
+                    .reencrypt(TenantScope::new(tenant.id))
+                    .await?;
+            }
+            match page.items.last() {
+                Some(last) if page.has_next_page => after = Some(last.id.uuid()),
+                _ => return Ok(total),
+            }
+        }
+    }
+}
+
 /// What a ciphertext is bound to: its tenant and its row.
 fn associated_data(tenant: TenantId, id: ConnectionId) -> String {
     format!("brainstem.connection:{tenant}:{id}")

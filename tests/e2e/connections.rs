@@ -375,8 +375,20 @@ async fn secrets_survive_key_rotation(backend: Backend) {
     let c = rotated.connections.resolve(scope, "crm").await.unwrap();
     assert_eq!(c.secret.unwrap().expose()["token"], "t0");
     assert_eq!(key_id().await, [new.id(), old.id()]);
-    // ... or by `reencrypt`, which does the rest.
-    assert_eq!(rotated.connections.reencrypt(scope).await.unwrap(), 1);
+    // ... or by `reencrypt_connections` (`brainstem reencrypt-connections`),
+    // which does the rest in every tenant, as an audited platform operation.
+    let platform_admin = brainstem_domain::Principal {
+        actor: brainstem_domain::Actor::User("ops".into()),
+        tenant: None,
+        roles: [Role::PlatformAdmin].into(),
+        scopes: Default::default(),
+    };
+    let platform = rotated
+        .audit
+        .open_platform_scope(&platform_admin, "connection.reencrypt", "connections", None)
+        .await
+        .unwrap();
+    assert_eq!(rotated.reencrypt_connections(&platform).await.unwrap(), 1);
     assert_eq!(key_id().await, [new.id(), new.id()]);
     assert_eq!(rotated.connections.reencrypt(scope).await.unwrap(), 0);
 
