@@ -254,9 +254,16 @@ fn graphql_response(response: async_graphql::Response, media: Media) -> Response
         map.remove("data");
     }
     let retry_after = error::retry_after(&response.errors);
+    // A persisted-query miss is part of the normal flow, not a failure:
+    // Apollo's server answers it with 200, and some Apollo clients stop
+    // using persisted queries for good after a 400.
+    let persisted_query_miss = response
+        .errors
+        .iter()
+        .all(|e| e.message == error::PERSISTED_QUERY_NOT_FOUND);
     let status = if retry_after.is_some() {
         StatusCode::TOO_MANY_REQUESTS
-    } else if request_error && media == Media::GraphqlResponseJson {
+    } else if request_error && media == Media::GraphqlResponseJson && !persisted_query_miss {
         StatusCode::BAD_REQUEST
     } else {
         StatusCode::OK

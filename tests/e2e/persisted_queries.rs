@@ -91,6 +91,22 @@ async fn get_follows_the_apollo_flow(app: TestApp) {
 
     let res = get(&app, &token, &[("extensions", extensions.clone())]).await;
     assert_not_found(&res);
+    // A miss is 200 even with the GraphQL-over-HTTP media type, where other
+    // request errors are 400: clients treat a 400 as "not supported".
+    let res = Gql::from(
+        app.http
+            .get(app.url("/graphql"))
+            .query(&[("extensions", extensions.clone())])
+            .header("authorization", format!("Bearer {token}"))
+            .header("accept", "application/graphql-response+json")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(res.status, 200);
+    assert_eq!(res.content_type, "application/graphql-response+json");
+    assert_not_found(&res);
 
     let res = get(
         &app,
