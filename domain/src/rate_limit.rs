@@ -125,6 +125,9 @@ impl<K: Eq + Hash + Copy> Buckets<K> {
             .buckets
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Pruning judges every bucket by the rate at hand; a key with a rate
+        // of its own may be forgotten a little early, which errs on the
+        // lenient side and keeps the map bounded.
         if buckets.len() > PRUNE_ABOVE {
             buckets.retain(|_, b| !b.is_full_at(rate, now));
         }
