@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use brainstem_api::auth::{TokenRequest, mint_token};
-use brainstem_domain::Role;
+use brainstem_domain::{Actor, Principal, Role};
 use clap::{Parser, Subcommand};
 
 use crate::{
@@ -37,6 +37,9 @@ pub enum Command {
     Token(TokenArgs),
     /// Print the GraphQL schema (SDL), as checked in at schema.graphql.
     Schema,
+    /// After a connection key rotation: re-seal every connection secret
+    /// still sealed with an old key (audited), so the old key can be dropped.
+    ReencryptConnections,
 }
 
 #[derive(Debug, clap::Args)]
@@ -79,9 +82,33 @@ impl Cli {
                 println!("{token}");
                 Ok(())
             }
+            Command::ReencryptConnections => {
+                let count = reencrypt_connections(&config).await?;
+                eprintln!("re-sealed {count} connection secrets with the current key");
+                Ok(())
+            }
             Command::Schema => Ok(()),
         }
     }
+}
+
+/// The operator at the console acts as a platform admin, through the same
+/// audited scope as the API.
+async fn reencrypt_connections(config: &Config) -> anyhow::Result<u64> {
+    let domain = startup::open_domain(config, startup::registry(Vec::new())?).await?;
+    let keyring = startup::connection_keyring(config, &domain).await?;
+    let domain = domain.with_connection_keys(keyring);
+    let operator = Principal {
+        actor: Actor::User("cli".into()),
+        tenant: None,
+        roles: [Role::PlatformAdmin].into(),
+        scopes: Default::default(),
+    };
+    let scope = domain
+        .audit
+        .open_platform_scope(&operator, "connection.reencrypt", "connections", None)
+        .await?;
+    Ok(domain.reencrypt_connections(&scope).await?)
 }
 
 async fn token(config: &Config, args: &TokenArgs) -> anyhow::Result<String> {

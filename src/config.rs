@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use brainstem_api::GraphqlLimits;
+use brainstem_domain::rate_limit::{Rate, RateLimits};
 use figment::{
     Figment,
     providers::{Env, Format, Toml},
@@ -54,6 +55,22 @@ pub struct Config {
     /// Public base URL of this server, for callback links handed to
     /// external systems. Defaults to `http://<bind>`.
     pub public_url: Option<String>,
+    /// Each API key's sustained request rate (per second, per replica);
+    /// 0 disables the per-key limit. A key may carry its own.
+    pub rate_limit_per_key_rps: f64,
+    /// How many requests one API key may send at once.
+    pub rate_limit_per_key_burst: u32,
+    /// Each tenant's sustained request rate, shared by all its callers
+    /// (per second, per replica); 0 disables the per-tenant limit.
+    pub rate_limit_per_tenant_rps: f64,
+    /// How many requests one tenant may send at once.
+    pub rate_limit_per_tenant_burst: u32,
+    /// Base64 of the 32-byte AES-256-GCM key that seals connection secrets.
+    /// An embedded install without one generates and keeps its own; a
+    /// PostgreSQL deployment must set it.
+    pub connection_encryption_key: Option<SecretString>,
+    /// Earlier keys, still accepted to decrypt (key rotation).
+    pub connection_encryption_old_keys: Vec<SecretString>,
     /// Log filter, in `tracing` syntax (`RUST_LOG` wins when set).
     pub log: String,
     /// `text` or `json`.
@@ -70,6 +87,7 @@ pub enum LogFormat {
 impl Default for Config {
     fn default() -> Self {
         let limits = GraphqlLimits::default();
+        let rates = RateLimits::default();
         Self {
             bind: "127.0.0.1:8080".into(),
             database_url: "sqlite://brainstem.db".into(),
@@ -86,6 +104,12 @@ impl Default for Config {
             executor_poll_ms: 500,
             http_allowed_hosts: Vec::new(),
             public_url: None,
+            rate_limit_per_key_rps: rates.per_key.per_second,
+            rate_limit_per_key_burst: rates.per_key.burst,
+            rate_limit_per_tenant_rps: rates.per_tenant.per_second,
+            rate_limit_per_tenant_burst: rates.per_tenant.burst,
+            connection_encryption_key: None,
+            connection_encryption_old_keys: Vec::new(),
             log: "info,sqlx=warn,sea_orm=warn".into(),
             log_format: LogFormat::Text,
         }
@@ -125,7 +149,25 @@ impl Config {
         if self.executor_lease_secs < 1 {
             bail!("executor_lease_secs must be at least 1");
         }
+        for (name, rps) in [
+            ("rate_limit_per_key_rps", self.rate_limit_per_key_rps),
+            ("rate_limit_per_tenant_rps", self.rate_limit_per_tenant_rps),
+        ] {
+            if !(rps.is_finite() && rps >= 0.0) {
+                bail!("{name} must be a number of requests per second, 0 or more");
+            }
+        }
         Ok(())
+    }
+
+    pub fn rate_limits(&self) -> RateLimits {
+        RateLimits {
+            per_key: Rate::new(self.rate_limit_per_key_rps, self.rate_limit_per_key_burst),
+            per_tenant: Rate::new(
+                self.rate_limit_per_tenant_rps,
+                self.rate_limit_per_tenant_burst,
+            ),
+        }
     }
 
     /// The RS256 public key as PEM text, reading it from a file if needed.
@@ -209,8 +251,28 @@ mod tests {
     fn secrets_are_not_printed_by_debug() {
         let config = Config {
             jwt_secret: Some(SecretString::from("hunter2")),
+            connection_encryption_key: Some(SecretString::from("hunter3")),
+            connection_encryption_old_keys: vec![SecretString::from("hunter4")],
             ..Config::default()
         };
-        assert!(!format!("{config:?}").contains("hunter2"));
+        let printed = format!("{config:?}");
+        for secret in ["hunter2", "hunter3", "hunter4"] {
+            assert!(!printed.contains(secret));
+        }
+    }
+
+    #[test]
+    fn rate_limits_come_from_the_environment_and_must_be_sane() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("BRAINSTEM_RATE_LIMIT_PER_KEY_RPS", "2.5");
+            jail.set_env("BRAINSTEM_RATE_LIMIT_PER_TENANT_BURST", "9");
+            let config = Config::load(None).map_err(|e| e.to_string())?;
+            let rates = config.rate_limits();
+            assert_eq!(rates.per_key.per_second, 2.5);
+            assert_eq!(rates.per_tenant.burst, 9);
+            jail.set_env("BRAINSTEM_RATE_LIMIT_PER_TENANT_RPS", "-1");
+            assert!(Config::load(None).is_err());
+            Ok(())
+        });
     }
 }

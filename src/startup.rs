@@ -7,13 +7,14 @@ use anyhow::Context;
 use brainstem_api::{ApiConfig, AuthConfig};
 use brainstem_domain::{
     Domain,
+    crypto::{EncryptionKey, Keyring},
     db::{self, Backend},
     executor::{Executor, ExecutorConfig},
     settings,
     tasks::{EventSink, NoSink},
     tools::{Tool, ToolRegistry, ToolSettings},
 };
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use tokio::{net::TcpListener, sync::watch};
 
 use crate::config::Config;
@@ -33,6 +34,31 @@ pub async fn open_domain(config: &Config, tools: ToolRegistry) -> anyhow::Result
     db::migrate(&conn).await?;
     let sink: Arc<dyn EventSink> = Arc::new(NoSink);
     Ok(Domain::new(conn, tools, sink))
+}
+
+/// The keys that seal connection secrets. An embedded install without a
+/// configured key uses (and on first use generates) one kept in its own
+/// database; a PostgreSQL deployment must configure it.
+pub async fn connection_keyring(config: &Config, domain: &Domain) -> anyhow::Result<Keyring> {
+    let current = match &config.connection_encryption_key {
+        Some(key) => key.expose_secret().to_owned(),
+        None => match Backend::of(&domain.db) {
+            Backend::Sqlite => settings::dev_connection_key(&domain.db).await?,
+            Backend::Postgres => anyhow::bail!(
+                "set BRAINSTEM_CONNECTION_ENCRYPTION_KEY (base64 of 32 random bytes, e.g. \
+                 `openssl rand -base64 32`): a PostgreSQL deployment needs a configured key"
+            ),
+        },
+    };
+    let current = EncryptionKey::from_base64(&current)
+        .map_err(|e| anyhow::anyhow!("connection_encryption_key: {e}"))?;
+    let old = config
+        .connection_encryption_old_keys
+        .iter()
+        .map(|k| EncryptionKey::from_base64(k.expose_secret()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("connection_encryption_old_keys: {e}"))?;
+    Ok(Keyring::new(current, old))
 }
 
 /// How tokens are verified. An embedded install without a configured key
@@ -89,6 +115,8 @@ pub fn executor(config: &Config, domain: &Domain, stopping: watch::Receiver<bool
 /// tools it has.
 async fn prepare(config: &Config, extra: Vec<Arc<dyn Tool>>) -> anyhow::Result<Domain> {
     let domain = open_domain(config, registry(extra)?).await?;
+    let keyring = connection_keyring(config, &domain).await?;
+    let domain = domain.with_connection_keys(keyring);
     domain
         .plans
         .check_all()
@@ -131,6 +159,7 @@ impl Application {
         let api = ApiConfig {
             auth: auth_config(config, &domain).await?,
             limits: config.graphql_limits(),
+            rate_limits: config.rate_limits(),
         };
         let router = brainstem_api::router(domain.clone(), api)?;
         let listener = TcpListener::bind(&config.bind)

@@ -11,7 +11,9 @@
 
 use std::{collections::BTreeSet, fmt};
 
-use brainstem_domain::{Actor, Domain, Error, Principal, Role, api_keys::SECRET_PREFIX};
+use brainstem_domain::{
+    Actor, Domain, Error, Principal, Role, api_keys::SECRET_PREFIX, rate_limit::Rate,
+};
 use chrono::{DateTime, Utc};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation, decode_header};
 use secrecy::{ExposeSecret, SecretString};
@@ -63,6 +65,8 @@ pub struct Credential {
     pub principal: Principal,
     /// When a bearer token stops being valid; API keys do not expire.
     pub expires_at: Option<DateTime<Utc>>,
+    /// An API key's own rate limit, overriding the configured default.
+    pub rate_limit: Option<Rate>,
 }
 
 pub struct Authenticator {
@@ -139,6 +143,7 @@ impl Authenticator {
                     scopes: key.scopes,
                 },
                 expires_at: None,
+                rate_limit: key.rate_limit,
             });
         }
         self.authenticate_jwt(token).await
@@ -184,7 +189,29 @@ impl Authenticator {
                 scopes: BTreeSet::new(),
             },
             expires_at: DateTime::from_timestamp(claims.exp, 0),
+            rate_limit: None,
         })
+    }
+}
+
+impl Authenticator {
+    /// Apply an `X-Acting-Tenant` value: a platform admin becomes an admin of
+    /// the named tenant for this request (audited); anyone else is refused.
+    pub async fn act_in_tenant(
+        &self,
+        credential: Option<Credential>,
+        tenant: &str,
+    ) -> Result<Option<Credential>, Error> {
+        let Some(mut credential) = credential else {
+            return Err(Error::forbidden(
+                "only platform admins may name an acting tenant",
+            ));
+        };
+        credential.principal = self
+            .domain
+            .act_in_tenant(&credential.principal, tenant)
+            .await?;
+        Ok(Some(credential))
     }
 }
 

@@ -12,6 +12,9 @@ pub const CONFLICT: &str = "CONFLICT";
 pub const RATE_LIMITED: &str = "RATE_LIMITED";
 pub const INTERNAL: &str = "INTERNAL";
 
+/// The message of async-graphql's persisted-query miss, which clients match.
+pub const PERSISTED_QUERY_NOT_FOUND: &str = "PersistedQueryNotFound";
+
 /// The code and client-facing message for a domain error.
 pub fn code_and_message(err: &Error) -> (&'static str, String) {
     match err {
@@ -45,6 +48,36 @@ pub fn to_gql(err: Error) -> async_graphql::Error {
     })
 }
 
+/// A domain error as a request-level GraphQL error (no path), for code that
+/// runs before execution, such as schema extensions.
+pub fn to_server_error(err: Error) -> ServerError {
+    let (code, message) = code_and_message(&err);
+    let mut out = ServerError::new(message, None);
+    let ext = out.extensions.get_or_insert_with(Default::default);
+    ext.set("code", code);
+    if let Error::RateLimited {
+        retry_after_secs, ..
+    } = err
+    {
+        ext.set("retryAfter", retry_after_secs);
+    }
+    out
+}
+
+/// The `extensions.retryAfter` of a rate-limited request error, if the
+/// response has one.
+pub fn retry_after(errors: &[ServerError]) -> Option<u64> {
+    errors.iter().find_map(|e| {
+        let ext = e.extensions.as_ref()?;
+        let is_limited =
+            matches!(ext.get("code"), Some(async_graphql::Value::String(c)) if c == RATE_LIMITED);
+        match ext.get("retryAfter") {
+            Some(async_graphql::Value::Number(n)) if is_limited && e.path.is_empty() => n.as_u64(),
+            _ => None,
+        }
+    })
+}
+
 /// `.gql()` on a domain result, for resolvers.
 pub trait ResultExt<T> {
     fn gql(self) -> async_graphql::Result<T>;
@@ -73,7 +106,12 @@ pub fn has_code(err: &ServerError) -> bool {
 /// logged and masked as `INTERNAL`.
 pub fn ensure_codes(errors: &mut [ServerError]) {
     for err in errors.iter_mut().filter(|e| !has_code(e)) {
-        let code = if err.path.is_empty() {
+        // Automatic persisted queries: the hash is not (or no longer) in the
+        // cache. Clients look for this exact message and then resend the
+        // query text, so it stays; the code says what it is.
+        let code = if err.path.is_empty() && err.message == PERSISTED_QUERY_NOT_FOUND {
+            NOT_FOUND
+        } else if err.path.is_empty() {
             BAD_USER_INPUT
         } else {
             tracing::error!(message = %err.message, path = ?err.path, "uncoded resolver error");

@@ -8,6 +8,13 @@
 //!   well-formed request.
 //! - A browser (`Accept: text/html`) without a query gets GraphiQL.
 //! - A bad credential is `401` with code `UNAUTHENTICATED`.
+//! - `X-Acting-Tenant: <slug or id>` lets a platform admin act in that
+//!   tenant for this request (audited); for anyone else it is `403`.
+//! - An operation over the caller's rate limit is `429` with `Retry-After`
+//!   and code `RATE_LIMITED` (the limit itself is checked by a schema
+//!   extension, so WebSocket operations are limited alike).
+//! - Automatic persisted queries work over `POST` and `GET`; a persisted
+//!   mutation is refused over `GET` like any other.
 
 use axum::extract::Path;
 use axum::{
@@ -119,7 +126,7 @@ async fn graphql_get(
             );
         }
     };
-    if is_mutation(&request) {
+    if is_mutation(&request) || is_persisted_mutation(&state, &request).await {
         let mut response = error_response(
             StatusCode::METHOD_NOT_ALLOWED,
             media,
@@ -180,23 +187,42 @@ async fn execute(
                 .and_then(|v| v.to_str().ok())
                 .map(|key| format!("Bearer {key}"))
         });
-    let credential = match state
+    let mut credential = match state
         .auth
         .authenticate_header(authorization.as_deref())
         .await
     {
         Ok(c) => c,
-        Err(err) => return auth_failure(media, &err),
+        Err(err) => return request_failure(media, &err),
     };
+    if let Some(acting) = headers.get(ACTING_TENANT) {
+        let Ok(tenant) = acting.to_str() else {
+            return request_failure(
+                media,
+                &Error::validation("X-Acting-Tenant must be a tenant slug or id"),
+            );
+        };
+        credential = match state.auth.act_in_tenant(credential, tenant).await {
+            Ok(c) => c,
+            Err(err) => return request_failure(media, &err),
+        };
+    }
     request.data = schema::caller_data(credential);
     let response = state.schema.execute(request).await;
     graphql_response(response, media)
 }
 
-fn auth_failure(media: Media, err: &Error) -> Response {
+/// The header naming the tenant a platform admin acts in.
+pub const ACTING_TENANT: &str = "x-acting-tenant";
+
+/// A request refused before execution, with the status its code implies.
+fn request_failure(media: Media, err: &Error) -> Response {
     let (code, message) = code_and_message(err);
     let status = match err {
         Error::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+        Error::Forbidden(_) => StatusCode::FORBIDDEN,
+        Error::NotFound(_) => StatusCode::NOT_FOUND,
+        Error::Validation(_) => StatusCode::BAD_REQUEST,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     let mut response = error_response(status, media, code, &message);
@@ -229,7 +255,17 @@ fn graphql_response(response: async_graphql::Response, media: Media) -> Response
     if request_error && let Value::Object(map) = &mut body {
         map.remove("data");
     }
-    let status = if request_error && media == Media::GraphqlResponseJson {
+    let retry_after = error::retry_after(&response.errors);
+    // A persisted-query miss is part of the normal flow, not a failure:
+    // Apollo's server answers it with 200, and some Apollo clients stop
+    // using persisted queries for good after a 400.
+    let persisted_query_miss = response
+        .errors
+        .iter()
+        .all(|e| e.message == error::PERSISTED_QUERY_NOT_FOUND);
+    let status = if retry_after.is_some() {
+        StatusCode::TOO_MANY_REQUESTS
+    } else if request_error && media == Media::GraphqlResponseJson && !persisted_query_miss {
         StatusCode::BAD_REQUEST
     } else {
         StatusCode::OK
@@ -241,23 +277,65 @@ fn graphql_response(response: async_graphql::Response, media: Media) -> Response
     )
         .into_response();
     out.headers_mut().extend(extra_headers);
+    if let Some(secs) = retry_after {
+        out.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
     out
+}
+
+/// Whether a `GET` names, by hash alone, a persisted document whose operation
+/// is a mutation.
+async fn is_persisted_mutation(state: &ApiState, request: &async_graphql::Request) -> bool {
+    use async_graphql::extensions::apollo_persisted_queries::CacheStorage;
+    if !request.query.is_empty() {
+        return false;
+    }
+    let Some(hash) = request
+        .extensions
+        .get("persistedQuery")
+        .and_then(|v| match v {
+            async_graphql::Value::Object(map) => map.get("sha256Hash"),
+            _ => None,
+        })
+        .and_then(|v| match v {
+            async_graphql::Value::String(s) => Some(s.clone()),
+            _ => None,
+        })
+    else {
+        return false;
+    };
+    match state.surface.persisted_queries.get(hash).await {
+        Some(doc) => {
+            operation_type(&doc, request.operation_name.as_deref())
+                == Some(async_graphql::parser::types::OperationType::Mutation)
+        }
+        None => false,
+    }
 }
 
 /// Whether the operation the request would run is a mutation.
 fn is_mutation(request: &async_graphql::Request) -> bool {
-    use async_graphql::parser::types::{DocumentOperations, OperationType};
+    use async_graphql::parser::types::OperationType;
     let Ok(doc) = async_graphql::parser::parse_query(&request.query) else {
         return false; // execution reports the syntax error
     };
-    let ty = match &doc.operations {
+    operation_type(&doc, request.operation_name.as_deref()) == Some(OperationType::Mutation)
+}
+
+fn operation_type(
+    doc: &async_graphql::parser::types::ExecutableDocument,
+    operation_name: Option<&str>,
+) -> Option<async_graphql::parser::types::OperationType> {
+    use async_graphql::parser::types::DocumentOperations;
+    match &doc.operations {
         DocumentOperations::Single(op) => Some(op.node.ty),
-        DocumentOperations::Multiple(ops) => match &request.operation_name {
-            Some(name) => ops.get(name.as_str()).map(|op| op.node.ty),
+        DocumentOperations::Multiple(ops) => match operation_name {
+            Some(name) => ops.get(name).map(|op| op.node.ty),
+            None if ops.len() == 1 => ops.values().next().map(|op| op.node.ty),
             None => None,
         },
-    };
-    ty == Some(OperationType::Mutation)
+    }
 }
 
 fn not_acceptable() -> Response {

@@ -30,6 +30,8 @@ pub use schema::{BrainstemSchema, GraphqlLimits};
 pub struct ApiConfig {
     pub auth: AuthConfig,
     pub limits: GraphqlLimits,
+    /// Per-key and per-tenant request rates (in-process, per replica).
+    pub rate_limits: brainstem_domain::rate_limit::RateLimits,
 }
 
 /// Shared state of every route.
@@ -39,17 +41,22 @@ pub struct ApiState {
     pub schema: BrainstemSchema,
     pub auth: Arc<Authenticator>,
     pub metrics: Arc<metrics::Metrics>,
+    pub surface: schema::Surface,
 }
 
 /// Build the whole HTTP application.
 pub fn router(domain: Domain, config: ApiConfig) -> Result<Router, auth::AuthSetupError> {
     let auth = Arc::new(Authenticator::new(config.auth, domain.clone())?);
-    let schema = schema::build(domain.clone(), config.limits);
+    let surface = schema::Surface::new(brainstem_domain::rate_limit::RateLimiter::new(
+        config.rate_limits,
+    ));
+    let schema = schema::build(domain.clone(), config.limits, &surface);
     let state = ApiState {
         domain,
         schema,
         auth,
         metrics: Arc::new(metrics::Metrics::new()),
+        surface,
     };
     Ok(http::routes(state))
 }

@@ -3,7 +3,8 @@
 //! `graphql-ws` (`SubscriptionsTransportWS`).
 //!
 //! The client authenticates in `connection_init` with a payload of
-//! `{"Authorization": "Bearer <token>"}` (or `{"token": "<token>"}`). A
+//! `{"Authorization": "Bearer <token>"}` (or `{"token": "<token>"}`); a
+//! platform admin may add `"X-Acting-Tenant": "<slug or id>"`. A
 //! missing or bad credential closes the socket with `4403 Forbidden`. When a
 //! bearer token expires the socket is closed with `4401 Unauthorized`, so a
 //! client must reconnect with a fresh token.
@@ -78,6 +79,16 @@ fn credential_in(payload: &Value) -> Option<String> {
         .or_else(|| payload.get("headers").and_then(credential_in))
 }
 
+/// `X-Acting-Tenant` (or `actingTenant`) in the `connection_init` payload.
+fn acting_tenant_in(payload: &Value) -> Option<String> {
+    let field = |name: &str| payload.get(name).and_then(Value::as_str);
+    field("X-Acting-Tenant")
+        .or_else(|| field("x-acting-tenant"))
+        .or_else(|| field("actingTenant"))
+        .map(str::to_owned)
+        .or_else(|| payload.get("headers").and_then(acting_tenant_in))
+}
+
 async fn serve(state: ApiState, socket: WebSocket, protocol: WebSocketProtocols) {
     state.metrics.websocket_connections.inc();
     let (mut sink, stream) = socket.split();
@@ -101,7 +112,13 @@ async fn serve(state: ApiState, socket: WebSocket, protocol: WebSocketProtocols)
                 None => Err(brainstem_domain::Error::Unauthenticated(
                     "connection_init must carry {\"Authorization\": \"Bearer <token>\"}".into(),
                 )),
-                Some(header) => auth.authenticate_header(Some(&header)).await,
+                Some(header) => match auth.authenticate_header(Some(&header)).await {
+                    Ok(credential) => match acting_tenant_in(&payload) {
+                        Some(tenant) => auth.act_in_tenant(credential, &tenant).await,
+                        None => Ok(credential),
+                    },
+                    Err(err) => Err(err),
+                },
             };
             match result {
                 Ok(credential) => {

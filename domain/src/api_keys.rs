@@ -19,6 +19,7 @@ use crate::{
     Error, Principal, Result,
     audit::{self, AuditEntry, sha256_hex},
     page::{self, Page, PageRequest},
+    rate_limit::Rate,
 };
 
 /// Every secret starts with this, so credentials are recognisable in logs
@@ -38,7 +39,7 @@ pub const SCOPES: &[&str] = &[
 /// per request.
 const LAST_USED_GRANULARITY: Duration = Duration::seconds(60);
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ApiKey {
     pub id: ApiKeyId,
     pub tenant: TenantId,
@@ -49,6 +50,8 @@ pub struct ApiKey {
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
     pub last_used_at: Option<DateTime<Utc>>,
+    /// The key's own rate limit; `None` uses the configured default.
+    pub rate_limit: Option<Rate>,
 }
 
 impl From<api_key::Model> for ApiKey {
@@ -73,6 +76,14 @@ impl From<api_key::Model> for ApiKey {
             created_at: m.created_at,
             revoked_at: m.revoked_at,
             last_used_at: m.last_used_at,
+            rate_limit: m.rate_limit_per_second.map(|per_second| {
+                Rate::new(
+                    per_second,
+                    m.rate_limit_burst
+                        .and_then(|b| u32::try_from(b).ok())
+                        .unwrap_or(0),
+                )
+            }),
         }
     }
 }
@@ -144,6 +155,8 @@ impl ApiKeys {
             created_at: Set(Utc::now()),
             revoked_at: Set(None),
             last_used_at: Set(None),
+            rate_limit_per_second: Set(None),
+            rate_limit_burst: Set(None),
         }
         .insert(&self.db)
         .await?;
@@ -208,6 +221,53 @@ impl ApiKeys {
                 action: "api_key.revoke".into(),
                 target: id.to_string(),
                 data: json!({}),
+            },
+        )
+        .await?;
+        self.get(scope, id).await
+    }
+
+    /// Give a key of the principal's tenant its own rate limit, or (with
+    /// `None`) return it to the configured default. Tenant admins only.
+    pub async fn set_rate_limit(
+        &self,
+        principal: &Principal,
+        id: ApiKeyId,
+        rate: Option<Rate>,
+    ) -> Result<ApiKey> {
+        let scope = principal.require_tenant_admin()?;
+        if let Some(rate) = rate
+            && !(rate.per_second.is_finite() && rate.per_second >= 0.0)
+        {
+            return Err(Error::validation(
+                "a rate must be a finite number of requests per second, 0 or more (0: unlimited)",
+            ));
+        }
+        let burst = rate
+            .map(|r| i32::try_from(r.burst))
+            .transpose()
+            .map_err(|_| Error::validation("the burst is too large"))?;
+        self.get(scope, id).await?;
+        api_key::Entity::update_many_in(scope)
+            .col_expr(
+                api_key::Column::RateLimitPerSecond,
+                Expr::value(rate.map(|r| r.per_second)),
+            )
+            .col_expr(api_key::Column::RateLimitBurst, Expr::value(burst))
+            .filter(api_key::Column::Id.eq(id.uuid()))
+            .exec(&self.db)
+            .await?;
+        audit::record(
+            &self.db,
+            AuditEntry {
+                tenant: Some(scope.tenant_id()),
+                actor: principal.actor.to_string(),
+                action: "api_key.rate_limit".into(),
+                target: id.to_string(),
+                data: json!({
+                    "per_second": rate.map(|r| r.per_second),
+                    "burst": rate.map(|r| r.burst),
+                }),
             },
         )
         .await?;

@@ -77,6 +77,19 @@ impl From<audit_log::Model> for AuditRecord {
     }
 }
 
+/// Which rows `search` returns; every field narrows the result.
+#[derive(Clone, Debug, Default)]
+pub struct AuditFilter {
+    /// Actions that start with this, e.g. `api_key.`.
+    pub action_prefix: Option<String>,
+    /// Exactly this actor, e.g. `user:alice`.
+    pub actor: Option<String>,
+    /// Rows created at or after this instant.
+    pub since: Option<DateTime<Utc>>,
+    /// Rows created before this instant.
+    pub until: Option<DateTime<Utc>>,
+}
+
 #[derive(Clone)]
 pub struct AuditLog {
     db: DatabaseConnection,
@@ -129,6 +142,49 @@ impl AuditLog {
             .filter(audit_log::Column::TenantId.eq(scope.tenant_id().uuid()));
         let page = page::fetch(&self.db, select, audit_log::Column::Id, request).await?;
         Ok(page.map(AuditRecord::from))
+    }
+
+    /// A tenant's own audit rows that match `filter`, oldest first.
+    pub async fn search(
+        &self,
+        scope: TenantScope,
+        filter: &AuditFilter,
+        request: PageRequest,
+    ) -> Result<Page<AuditRecord>> {
+        let mut select = audit_log::Entity::find()
+            .filter(audit_log::Column::TenantId.eq(scope.tenant_id().uuid()));
+        if let Some(prefix) = filter.action_prefix.as_deref().filter(|p| !p.is_empty()) {
+            // Escape LIKE's wildcards so `api_key.` matches only that prefix.
+            let escaped = prefix
+                .replace('\\', "\\\\")
+                .replace('%', "\\%")
+                .replace('_', "\\_");
+            select = select.filter(
+                audit_log::Column::Action
+                    .like(sea_orm::sea_query::LikeExpr::new(format!("{escaped}%")).escape('\\')),
+            );
+        }
+        if let Some(actor) = &filter.actor {
+            select = select.filter(audit_log::Column::Actor.eq(actor.clone()));
+        }
+        if let Some(since) = filter.since {
+            select = select.filter(audit_log::Column::CreatedAt.gte(since));
+        }
+        if let Some(until) = filter.until {
+            select = select.filter(audit_log::Column::CreatedAt.lt(until));
+        }
+        let page = page::fetch(&self.db, select, audit_log::Column::Id, request).await?;
+        Ok(page.map(AuditRecord::from))
+    }
+
+    /// One audit row of the scope's tenant.
+    pub async fn get(&self, scope: TenantScope, id: AuditId) -> Result<AuditRecord> {
+        audit_log::Entity::find_by_id(id.uuid())
+            .filter(audit_log::Column::TenantId.eq(scope.tenant_id().uuid()))
+            .one(&self.db)
+            .await?
+            .map(AuditRecord::from)
+            .ok_or_else(|| crate::Error::not_found("audit entry"))
     }
 
     /// Whether a stored row still matches its hash.

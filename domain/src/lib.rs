@@ -13,13 +13,20 @@
 //!   execution: plans as data, rules-first intent detection, the task
 //!   lifecycle and event log, the executor, and the tool contract.
 //! - [`template`], [`json_schema`]: step argument templates and checks.
+//! - [`acting`]: a platform admin acting inside a named tenant (audited).
+//! - [`connections`]: tenants' credentials for external systems, their
+//!   secrets sealed by [`crypto`] (AES-256-GCM, rotatable keys).
+//! - [`rate_limit`]: in-process token buckets per API key and per tenant.
 //! - [`page`]: keyset pagination shared by every list.
 //! - [`redact`]: PII redaction for anything logged or stored as a summary.
 //! - [`settings`]: platform settings kept in the database.
 //! - [`Domain`]: all services, built once and shared.
 
+pub mod acting;
 pub mod api_keys;
 pub mod audit;
+pub mod connections;
+pub mod crypto;
 pub mod db;
 pub mod error;
 pub mod executor;
@@ -28,6 +35,7 @@ pub mod json_schema;
 pub mod page;
 pub mod plans;
 pub mod principal;
+pub mod rate_limit;
 pub mod redact;
 pub mod settings;
 pub mod tasks;
@@ -36,7 +44,9 @@ pub mod tenants;
 pub mod tools;
 
 pub use audit::PlatformScope;
-pub use brainstem_entity::{ApiKeyId, AuditId, PlanId, TaskId, TenantId, TenantScope, UserId};
+pub use brainstem_entity::{
+    ApiKeyId, AuditId, ConnectionId, PlanId, TaskId, TenantId, TenantScope, UserId,
+};
 pub use error::{Error, Result};
 pub use principal::{Actor, Principal, Role};
 
@@ -53,6 +63,7 @@ pub struct Domain {
     pub audit: audit::AuditLog,
     pub plans: plans::Plans,
     pub tasks: tasks::Tasks,
+    pub connections: connections::Connections,
 }
 
 impl Domain {
@@ -70,8 +81,17 @@ impl Domain {
             audit: audit::AuditLog::new(db.clone()),
             tasks: tasks::Tasks::new(db.clone(), plans.clone(), sink),
             plans,
+            connections: connections::Connections::new(db.clone(), None),
             db,
         }
+    }
+
+    /// Use `keyring` to seal and open connection secrets. Without one,
+    /// connections without a secret still work and any secret is refused.
+    pub fn with_connection_keys(mut self, keyring: crypto::Keyring) -> Self {
+        self.connections =
+            connections::Connections::new(self.db.clone(), Some(std::sync::Arc::new(keyring)));
+        self
     }
 
     /// Whether the database answers; used by `/readyz`.

@@ -4,7 +4,7 @@ use sea_orm::entity::prelude::*;
 
 use crate::TenantOwned;
 
-#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "api_keys")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
@@ -23,6 +23,11 @@ pub struct Model {
     pub created_at: DateTimeUtc,
     pub revoked_at: Option<DateTimeUtc>,
     pub last_used_at: Option<DateTimeUtc>,
+    /// This key's own rate limit (requests per second), overriding the
+    /// configured default; `None` uses the default.
+    pub rate_limit_per_second: Option<f64>,
+    /// This key's own burst; `None` uses the default.
+    pub rate_limit_burst: Option<i32>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -83,6 +83,10 @@ id_type!(
     /// One published version of a plan.
     PlanId
 );
+id_type!(
+    /// A tenant's connection to an external system.
+    ConnectionId
+);
 
 #[cfg(test)]
 mod tests {

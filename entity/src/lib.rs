@@ -5,12 +5,14 @@
 //!   rows are read and written only through `find_in`, `find_by_id_in`,
 //!   `update_many_in` and `delete_many_in`, which all take a scope.
 //! - one module per table: [`tenant`], [`user`], [`api_key`], [`audit_log`],
-//!   [`platform_setting`], and the executor's [`plan`], [`task`],
-//!   [`task_step`], [`task_event`], [`artifact`], [`review`], [`delegation`].
+//!   [`platform_setting`], [`connection`], and the executor's [`plan`],
+//!   [`task`], [`task_step`], [`task_event`], [`artifact`], [`review`],
+//!   [`delegation`].
 
 pub mod api_key;
 pub mod artifact;
 pub mod audit_log;
+pub mod connection;
 pub mod delegation;
 pub mod ids;
 pub mod plan;
@@ -23,5 +25,5 @@ pub mod task_step;
 pub mod tenant;
 pub mod user;
 
-pub use ids::{ApiKeyId, AuditId, PlanId, TaskId, TenantId, UserId};
+pub use ids::{ApiKeyId, AuditId, ConnectionId, PlanId, TaskId, TenantId, UserId};
 pub use scope::{TenantOwned, TenantScope};

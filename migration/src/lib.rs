@@ -8,6 +8,8 @@ pub use sea_orm_migration::prelude::*;
 mod m20261121_000001_enable_vector;
 mod m20261121_000002_create_tenancy;
 mod m20261121_000003_create_tasks;
+mod m20261121_140000_create_connections;
+mod m20261121_140100_api_key_rate_limits;
 
 pub struct Migrator;
 
@@ -18,6 +20,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261121_000001_enable_vector::Migration),
             Box::new(m20261121_000002_create_tenancy::Migration),
             Box::new(m20261121_000003_create_tasks::Migration),
+            Box::new(m20261121_140000_create_connections::Migration),
+            Box::new(m20261121_140100_api_key_rate_limits::Migration),
         ]
     }
 }

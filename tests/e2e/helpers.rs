@@ -130,6 +130,10 @@ impl TestApp {
             }
             Backend::Postgres => (fresh_postgres_database().await, None),
         };
+        // PostgreSQL deployments must configure the key; SQLite generates one.
+        let connection_encryption_key = (backend == Backend::Postgres).then(|| {
+            SecretString::from(brainstem_domain::crypto::EncryptionKey::generate_base64())
+        });
         let mut config = Config {
             bind: "127.0.0.1:0".into(),
             database_url,
@@ -138,6 +142,7 @@ impl TestApp {
             jwt_leeway_secs: 0,
             workers: 0,
             http_allowed_hosts: vec!["127.0.0.1".into()],
+            connection_encryption_key,
             log: "warn".into(),
             ..Config::default()
         };
@@ -216,6 +221,29 @@ impl TestApp {
             request = request.header("authorization", format!("Bearer {token}"));
         }
         Gql::from(request.send().await.unwrap()).await
+    }
+
+    /// POST a GraphQL request with extra headers; `token` may be an API key.
+    pub async fn graphql_with(
+        &self,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Value,
+    ) -> (Gql, reqwest::header::HeaderMap) {
+        let mut request = self
+            .http
+            .post(self.url("/graphql"))
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.unwrap();
+        let headers = response.headers().clone();
+        (Gql::from(response).await, headers)
     }
 
     /// Create a tenant as a platform admin; returns its global id.

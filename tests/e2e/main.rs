@@ -7,12 +7,16 @@
 
 mod helpers;
 
+mod admin;
 mod api_keys;
 mod architecture;
 mod auth;
+mod connections;
 mod durability;
 mod executor;
 mod http;
+mod persisted_queries;
+mod rate_limit;
 mod schema;
 mod tenants;
 mod tools;

@@ -14,6 +14,8 @@ pub enum NodeType {
     Task,
     Plan,
     Review,
+    Connection,
+    AuditEntry,
 }
 
 impl NodeType {
@@ -24,6 +26,8 @@ impl NodeType {
             NodeType::Task => "Task",
             NodeType::Plan => "Plan",
             NodeType::Review => "Review",
+            NodeType::Connection => "Connection",
+            NodeType::AuditEntry => "AuditEntry",
         }
     }
 
@@ -34,6 +38,8 @@ impl NodeType {
             "Task" => Some(NodeType::Task),
             "Plan" => Some(NodeType::Plan),
             "Review" => Some(NodeType::Review),
+            "Connection" => Some(NodeType::Connection),
+            "AuditEntry" => Some(NodeType::AuditEntry),
             _ => None,
         }
     }

@@ -5,31 +5,49 @@
 //!   interface.
 //! - [`query`], [`mutation`]: root resolvers, each a thin call into `domain`.
 //! - [`tasks`]: plans, tools and tasks.
+//! - [`admin`]: the tenant admin's area: audit log, connections, API-key
+//!   rate limits.
+//!
+//! Every operation passes two extensions besides error coding: automatic
+//! persisted queries (an in-memory LRU of parsed documents by SHA-256) and
+//! the rate limiter, which runs before parsing on HTTP and WebSocket alike.
 
+pub mod admin;
 pub mod ids;
 pub mod mutation;
 pub mod query;
 pub mod tasks;
 pub mod types;
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Instant};
 
 use async_graphql::{
-    EmptySubscription, Response, Schema,
-    extensions::{Extension, ExtensionContext, ExtensionFactory, NextRequest},
+    EmptySubscription, Response, Schema, ServerResult, Variables,
+    extensions::{
+        Extension, ExtensionContext, ExtensionFactory, NextParseQuery, NextRequest,
+        apollo_persisted_queries::{ApolloPersistedQueries, LruCacheStorage},
+    },
+    parser::types::ExecutableDocument,
 };
-use brainstem_domain::{Domain, Principal};
+use brainstem_domain::{
+    Domain, Principal,
+    rate_limit::{Rate, RateLimiter},
+};
 
-use crate::error::{ResultExt, ensure_codes};
+use crate::error::{ResultExt, ensure_codes, to_server_error};
 
 // The query root: one object per area, merged. An area adds its own
 // `#[derive(Default)]` object in its module and one entry here.
 #[derive(async_graphql::MergedObject, Default)]
-pub struct Query(query::CoreQuery, tasks::TaskQuery);
+pub struct Query(query::CoreQuery, tasks::TaskQuery, admin::AdminQuery);
 
 // The mutation root, merged like `Query`.
 #[derive(async_graphql::MergedObject, Default)]
-pub struct Mutation(mutation::CoreMutation, tasks::TaskMutation);
+pub struct Mutation(
+    mutation::CoreMutation,
+    tasks::TaskMutation,
+    admin::AdminMutation,
+);
 
 pub type BrainstemSchema = Schema<Query, Mutation, EmptySubscription>;
 
@@ -58,13 +76,41 @@ pub struct Caller(pub Option<Principal>);
 #[derive(Clone, Copy, Debug)]
 pub struct CallerExpiry(pub Option<chrono::DateTime<chrono::Utc>>);
 
+/// The caller's API key's own rate limit, if it has one.
+#[derive(Clone, Copy, Debug)]
+pub struct CallerRateLimit(pub Option<Rate>);
+
 /// The context data for an authenticated (or anonymous) caller.
 pub fn caller_data(credential: Option<crate::auth::Credential>) -> async_graphql::Data {
     let mut data = async_graphql::Data::default();
     let expiry = credential.as_ref().and_then(|c| c.expires_at);
-    data.insert(Caller(credential.map(|c| c.principal)));
+    data.insert(CallerRateLimit(
+        credential.as_ref().and_then(|c| c.rate_limit),
+    ));
     data.insert(CallerExpiry(expiry));
+    data.insert(Caller(credential.map(|c| c.principal)));
     data
+}
+
+/// What the transport shares with the schema's extensions.
+#[derive(Clone)]
+pub struct Surface {
+    pub limiter: Arc<RateLimiter>,
+    /// Parsed documents of automatic persisted queries, by SHA-256. The
+    /// transport reads it too, to refuse a persisted mutation over `GET`.
+    pub persisted_queries: LruCacheStorage,
+}
+
+/// How many persisted documents are kept per replica.
+pub const PERSISTED_QUERY_CACHE_SIZE: usize = 1000;
+
+impl Surface {
+    pub fn new(limiter: RateLimiter) -> Self {
+        Self {
+            limiter: Arc::new(limiter),
+            persisted_queries: LruCacheStorage::new(PERSISTED_QUERY_CACHE_SIZE),
+        }
+    }
 }
 
 /// The principal, or `UNAUTHENTICATED`.
@@ -82,12 +128,17 @@ pub fn domain<'a>(ctx: &'a async_graphql::Context<'_>) -> &'a Domain {
     ctx.data_unchecked::<Domain>()
 }
 
-pub fn build(domain: Domain, limits: GraphqlLimits) -> BrainstemSchema {
+pub fn build(domain: Domain, limits: GraphqlLimits, surface: &Surface) -> BrainstemSchema {
     Schema::build(Query::default(), Mutation::default(), EmptySubscription)
         .data(domain)
         .limit_depth(limits.max_depth)
         .limit_complexity(limits.max_complexity)
+        // Extensions run outermost first: codes are added last, to everything.
         .extension(ErrorCodes)
+        .extension(ApolloPersistedQueries::new(
+            surface.persisted_queries.clone(),
+        ))
+        .extension(RateLimit(surface.limiter.clone()))
         .finish()
 }
 
@@ -113,5 +164,35 @@ impl Extension for ErrorCodes {
         let mut response = next.run(ctx).await;
         ensure_codes(&mut response.errors);
         response
+    }
+}
+
+/// Admits each operation through the caller's rate limits before it is
+/// parsed. It runs after the persisted-query lookup, so a client's
+/// `PersistedQueryNotFound` round trip costs it nothing.
+struct RateLimit(Arc<RateLimiter>);
+
+impl ExtensionFactory for RateLimit {
+    fn create(&self) -> Arc<dyn Extension> {
+        Arc::new(RateLimit(self.0.clone()))
+    }
+}
+
+#[async_graphql::async_trait::async_trait]
+impl Extension for RateLimit {
+    async fn parse_query(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        query: &str,
+        variables: &Variables,
+        next: NextParseQuery<'_>,
+    ) -> ServerResult<ExecutableDocument> {
+        if let Some(principal) = ctx.data_opt::<Caller>().and_then(|c| c.0.as_ref()) {
+            let key_rate = ctx.data_opt::<CallerRateLimit>().and_then(|r| r.0);
+            self.0
+                .check(principal, key_rate, Instant::now())
+                .map_err(to_server_error)?;
+        }
+        next.run(ctx, query, variables).await
     }
 }

@@ -97,6 +97,8 @@ impl CoreQuery {
                     .gql()?;
                 Ok(Node::ApiKey(ApiKey(key)))
             }
+            NodeType::Connection => super::admin::connection_node(ctx, principal, uuid).await,
+            NodeType::AuditEntry => super::admin::audit_entry_node(ctx, principal, uuid).await,
             other => super::tasks::node(ctx, other, uuid)
                 .await?
                 .ok_or_else(|| Error::not_found("node"))

@@ -20,6 +20,8 @@ pub enum Node {
     ApiKey(ApiKey),
     Task(super::tasks::Task),
     Plan(super::tasks::Plan),
+    Connection(super::admin::Connection),
+    AuditEntry(super::admin::AuditEntry),
 }
 
 /// A role a caller holds.
@@ -141,6 +143,11 @@ impl ApiKey {
 
     async fn revoked(&self) -> bool {
         self.0.revoked_at.is_some()
+    }
+
+    /// The key's own rate limit; `null` when it uses the configured default.
+    async fn rate_limit(&self) -> Option<super::admin::RateLimit> {
+        self.0.rate_limit.map(super::admin::RateLimit::from)
     }
 }
 

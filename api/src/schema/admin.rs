@@ -1,0 +1,375 @@
+//! The tenant admin's area: the tenant's audit log, its connections to
+//! external systems, and API keys' own rate limits. Everything here needs
+//! `TENANT_ADMIN` (or an API key with the `admin` scope); a platform admin
+//! gets there by naming the tenant in `X-Acting-Tenant`.
+//!
+//! Connection secrets go in through `createConnection`/`updateConnection`
+//! and never come out: the `Connection` type only says `hasSecret`.
+
+use async_graphql::{
+    Context, ID, InputObject, Json, MaybeUndefined, Object, SimpleObject,
+    connection::Connection as Relay,
+};
+use brainstem_domain::{
+    ApiKeyId, AuditId, ConnectionId, Error, Principal,
+    audit::{AuditFilter, AuditLog, AuditRecord},
+    connections::{Connection as DomainConnection, ConnectionChanges, NewConnection},
+    crypto::SecretJson,
+    rate_limit::Rate,
+};
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{
+    domain,
+    ids::{self, NodeType, encode},
+    principal,
+    query::page_request,
+    types::{ApiKey, Node, connection},
+};
+use crate::error::ResultExt;
+
+#[derive(Default)]
+pub struct AdminQuery;
+
+#[derive(Default)]
+pub struct AdminMutation;
+
+/// A tenant's credentials for an external system. The secret is stored
+/// encrypted and is never returned; `hasSecret` says whether there is one.
+#[derive(Clone, Debug)]
+pub struct Connection(pub DomainConnection);
+
+#[Object]
+impl Connection {
+    pub async fn id(&self) -> ID {
+        encode(NodeType::Connection, self.0.id.uuid())
+    }
+
+    /// Unique in the tenant; tools ask for a connection by this name.
+    async fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// Which system it connects to, e.g. `http` or `salesforce`.
+    async fn kind(&self) -> &str {
+        &self.0.kind
+    }
+
+    /// Settings that are not secret.
+    async fn config(&self) -> Json<Value> {
+        Json(self.0.config.clone())
+    }
+
+    /// Whether a secret is stored (it is never shown).
+    async fn has_secret(&self) -> bool {
+        self.0.has_secret
+    }
+
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+
+    async fn updated_at(&self) -> DateTime<Utc> {
+        self.0.updated_at
+    }
+}
+
+/// One row of the tenant's append-only audit log.
+#[derive(Clone, Debug)]
+pub struct AuditEntry(pub AuditRecord);
+
+#[Object]
+impl AuditEntry {
+    pub async fn id(&self) -> ID {
+        encode(NodeType::AuditEntry, self.0.id.uuid())
+    }
+
+    /// What was done, e.g. `api_key.create` or `tenant.act`.
+    async fn action(&self) -> &str {
+        &self.0.action
+    }
+
+    /// Who did it: `user:<sub>` or `api_key:<id>`.
+    async fn actor(&self) -> &str {
+        &self.0.actor
+    }
+
+    /// What it was done to (usually an id).
+    async fn target(&self) -> &str {
+        &self.0.target
+    }
+
+    /// Details, with personal and secret values redacted before storage.
+    async fn data(&self) -> Json<Value> {
+        Json(self.0.data.clone())
+    }
+
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+
+    /// The stored SHA-256 (hex) of the row's canonical JSON.
+    async fn hash(&self) -> &str {
+        &self.0.hash
+    }
+
+    /// Whether the row still matches its stored hash (recomputed now).
+    async fn verified(&self) -> bool {
+        AuditLog::verify(&self.0)
+    }
+}
+
+/// A request rate: `perSecond` sustained, `burst` at once.
+#[derive(SimpleObject, InputObject, Clone, Copy, Debug)]
+#[graphql(input_name = "RateLimitInput")]
+pub struct RateLimit {
+    /// Requests per second; 0 means unlimited.
+    pub per_second: f64,
+    /// How many requests may arrive at once.
+    pub burst: u32,
+}
+
+impl From<Rate> for RateLimit {
+    fn from(r: Rate) -> Self {
+        Self {
+            per_second: r.per_second,
+            burst: r.burst,
+        }
+    }
+}
+
+/// Narrows `auditLog`; every field given must match.
+#[derive(InputObject, Default)]
+pub struct AuditLogFilter {
+    /// Actions starting with this, e.g. `api_key.` or `connection.`.
+    pub action_prefix: Option<String>,
+    /// Exactly this actor, e.g. `user:alice`.
+    pub actor: Option<String>,
+    /// Rows created at or after this instant.
+    pub since: Option<DateTime<Utc>>,
+    /// Rows created before this instant.
+    pub until: Option<DateTime<Utc>>,
+}
+
+#[Object]
+impl AdminQuery {
+    /// The tenant's audit log, oldest first (needs `admin`).
+    async fn audit_log(
+        &self,
+        ctx: &Context<'_>,
+        filter: Option<AuditLogFilter>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> async_graphql::Result<Relay<String, AuditEntry>> {
+        let scope = principal(ctx)?.require_scope("admin").gql()?;
+        let filter = filter.unwrap_or_default();
+        let filter = AuditFilter {
+            action_prefix: filter.action_prefix,
+            actor: filter.actor,
+            since: filter.since,
+            until: filter.until,
+        };
+        let page = domain(ctx)
+            .audit
+            .search(scope, &filter, page_request(first, after)?)
+            .await
+            .gql()?;
+        Ok(connection(page, |r| r.id.uuid(), AuditEntry))
+    }
+
+    /// The tenant's connections to external systems, oldest first (needs
+    /// `admin`). Secrets are never shown.
+    async fn connections(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> async_graphql::Result<Relay<String, Connection>> {
+        let page = domain(ctx)
+            .connections
+            .list(principal(ctx)?, page_request(first, after)?)
+            .await
+            .gql()?;
+        Ok(connection(page, |c| c.id.uuid(), Connection))
+    }
+}
+
+pub(crate) async fn connection_node(
+    ctx: &Context<'_>,
+    principal: &Principal,
+    id: Uuid,
+) -> async_graphql::Result<Node> {
+    let found = domain(ctx)
+        .connections
+        .get(principal, ConnectionId::from(id))
+        .await
+        .gql()?;
+    Ok(Node::Connection(Connection(found)))
+}
+
+pub(crate) async fn audit_entry_node(
+    ctx: &Context<'_>,
+    principal: &Principal,
+    id: Uuid,
+) -> async_graphql::Result<Node> {
+    let scope = principal.require_scope("admin").gql()?;
+    let record = domain(ctx)
+        .audit
+        .get(scope, AuditId::from(id))
+        .await
+        .gql()?;
+    Ok(Node::AuditEntry(AuditEntry(record)))
+}
+
+#[derive(InputObject)]
+pub struct CreateConnectionInput {
+    /// Unique in the tenant: 1–100 characters of letters, digits, `.`, `_`, `-`.
+    pub name: String,
+    /// Which system: 1–50 characters of a-z, 0-9, `.`, `_`, `-`.
+    pub kind: String,
+    /// Settings that are not secret (a JSON object). Fields that look secret
+    /// (`password`, `token`, `apiKey`, …) are refused here: put them in
+    /// `secret`.
+    pub config: Option<Json<Value>>,
+    /// The credentials (a JSON object). Stored encrypted; never returned.
+    pub secret: Option<Json<Value>>,
+}
+
+#[derive(SimpleObject)]
+pub struct ConnectionPayload {
+    pub connection: Connection,
+}
+
+#[derive(InputObject)]
+pub struct UpdateConnectionInput {
+    pub id: ID,
+    pub name: Option<String>,
+    pub config: Option<Json<Value>>,
+    /// A new secret (rotation); `null` removes the secret; leave it out to
+    /// keep the current one.
+    pub secret: MaybeUndefined<Json<Value>>,
+}
+
+#[derive(InputObject)]
+pub struct DeleteConnectionInput {
+    pub id: ID,
+}
+
+#[derive(InputObject)]
+pub struct SetApiKeyRateLimitInput {
+    pub id: ID,
+    /// The key's own rate; `null` returns it to the configured default.
+    pub rate_limit: Option<RateLimit>,
+}
+
+#[derive(SimpleObject)]
+pub struct SetApiKeyRateLimitPayload {
+    pub api_key: ApiKey,
+}
+
+fn connection_id(id: &ID) -> async_graphql::Result<ConnectionId> {
+    Ok(ConnectionId::from(
+        ids::decode_as(id, NodeType::Connection).gql()?,
+    ))
+}
+
+#[Object]
+impl AdminMutation {
+    /// Create a connection in the caller's tenant (needs `admin`).
+    async fn create_connection(
+        &self,
+        ctx: &Context<'_>,
+        input: CreateConnectionInput,
+    ) -> async_graphql::Result<ConnectionPayload> {
+        let created = domain(ctx)
+            .connections
+            .create(
+                principal(ctx)?,
+                NewConnection {
+                    name: input.name,
+                    kind: input.kind,
+                    config: input
+                        .config
+                        .map_or_else(|| Value::Object(Default::default()), |j| j.0),
+                    secret: input.secret.map(|j| SecretJson::new(j.0)),
+                },
+            )
+            .await
+            .gql()?;
+        Ok(ConnectionPayload {
+            connection: Connection(created),
+        })
+    }
+
+    /// Rename or reconfigure a connection, or rotate or remove its secret
+    /// (needs `admin`).
+    async fn update_connection(
+        &self,
+        ctx: &Context<'_>,
+        input: UpdateConnectionInput,
+    ) -> async_graphql::Result<ConnectionPayload> {
+        let id = connection_id(&input.id)?;
+        let secret = match input.secret {
+            MaybeUndefined::Undefined => None,
+            MaybeUndefined::Null => Some(None),
+            MaybeUndefined::Value(j) => Some(Some(SecretJson::new(j.0))),
+        };
+        let updated = domain(ctx)
+            .connections
+            .update(
+                principal(ctx)?,
+                id,
+                ConnectionChanges {
+                    name: input.name,
+                    config: input.config.map(|j| j.0),
+                    secret,
+                },
+            )
+            .await
+            .gql()?;
+        Ok(ConnectionPayload {
+            connection: Connection(updated),
+        })
+    }
+
+    /// Delete a connection (needs `admin`). Returns what was deleted.
+    async fn delete_connection(
+        &self,
+        ctx: &Context<'_>,
+        input: DeleteConnectionInput,
+    ) -> async_graphql::Result<ConnectionPayload> {
+        let id = connection_id(&input.id)?;
+        let deleted = domain(ctx)
+            .connections
+            .delete(principal(ctx)?, id)
+            .await
+            .gql()?;
+        Ok(ConnectionPayload {
+            connection: Connection(deleted),
+        })
+    }
+
+    /// Give an API key its own rate limit, or return it to the default
+    /// (tenant admins).
+    async fn set_api_key_rate_limit(
+        &self,
+        ctx: &Context<'_>,
+        input: SetApiKeyRateLimitInput,
+    ) -> async_graphql::Result<SetApiKeyRateLimitPayload> {
+        let id = ids::decode_as(&input.id, NodeType::ApiKey).gql()?;
+        let rate = input.rate_limit.map(|r| Rate::new(r.per_second, r.burst));
+        if rate.is_some_and(|r| !r.per_second.is_finite()) {
+            return Err(Error::validation("perSecond must be a finite number")).gql();
+        }
+        let key = domain(ctx)
+            .api_keys
+            .set_rate_limit(principal(ctx)?, ApiKeyId::from(id), rate)
+            .await
+            .gql()?;
+        Ok(SetApiKeyRateLimitPayload {
+            api_key: ApiKey(key),
+        })
+    }
+}

@@ -1,0 +1,347 @@
+//! The admin surface: a platform admin acts in a tenant only by naming it
+//! (`X-Acting-Tenant`, audited every time); tenant admins read their own
+//! audit log, with each row's hash checked.
+
+use brainstem_domain::Role;
+use serde_json::{Value, json};
+
+use crate::{
+    helpers::{Gql, TestApp, WsEvent},
+    on_both_backends,
+};
+
+on_both_backends!(
+    a_platform_admin_acts_in_a_named_tenant_and_is_audited,
+    only_platform_admins_may_name_an_acting_tenant,
+    acting_tenant_over_websocket,
+    audit_log_filters_pages_and_verifies,
+    audit_log_is_the_tenants_own_and_needs_admin,
+);
+
+const VIEWER: &str = "{ viewer { roles tenant { slug } } }";
+const AUDIT: &str = "query($filter: AuditLogFilter, $first: Int, $after: String) {
+  auditLog(filter: $filter, first: $first, after: $after) {
+    edges { cursor node { id action actor target data createdAt hash verified } }
+    pageInfo { hasNextPage endCursor }
+  }
+}";
+
+async fn acting(app: &TestApp, token: Option<&str>, tenant: &str, query: &str) -> Gql {
+    app.graphql_with(
+        token,
+        &[("x-acting-tenant", tenant)],
+        json!({"query": query}),
+    )
+    .await
+    .0
+}
+
+fn nodes(res: &Gql) -> Vec<Value> {
+    res.data()["auditLog"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["node"].clone())
+        .collect()
+}
+
+async fn audit(app: &TestApp, token: &str, variables: Value) -> Gql {
+    app.graphql(Some(token), AUDIT, variables).await
+}
+
+async fn a_platform_admin_acts_in_a_named_tenant_and_is_audited(app: TestApp) {
+    let acme_id = app.create_tenant("acme").await;
+    app.create_api_key("acme", &["tasks:read"]).await;
+    let admin = app.token_for(
+        "root",
+        None,
+        &[Role::PlatformAdmin],
+        chrono::Duration::hours(1),
+    );
+    // Without the header the platform admin is in no tenant.
+    let res = app.graphql(Some(&admin), VIEWER, json!({})).await;
+    assert!(res.data()["viewer"]["tenant"].is_null());
+    let res = app
+        .graphql(Some(&admin), "{ apiKeys { edges { cursor } } }", json!({}))
+        .await;
+    assert_eq!(res.error_code(), "FORBIDDEN");
+
+    // By slug: in the tenant, with its admin's rights.
+    let res = acting(&app, Some(&admin), "acme", VIEWER).await;
+    assert_eq!(res.data()["viewer"]["tenant"]["slug"], "acme");
+    let roles = res.data()["viewer"]["roles"].to_string();
+    assert!(
+        roles.contains("PLATFORM_ADMIN") && roles.contains("TENANT_ADMIN"),
+        "{roles}"
+    );
+    let res = acting(
+        &app,
+        Some(&admin),
+        "acme",
+        "{ apiKeys { edges { node { name } } } }",
+    )
+    .await;
+    assert_eq!(
+        res.data()["apiKeys"]["edges"][0]["node"]["name"],
+        "acme key"
+    );
+
+    // By id, too (the uuid inside the global id is what the audit row names).
+    let tenant_uuid = {
+        let res = acting(
+            &app,
+            Some(&admin),
+            "acme",
+            "{ auditLog(filter: {actionPrefix: \"tenant.act\"}) { edges { node { target } } } }",
+        )
+        .await;
+        res.data()["auditLog"]["edges"][0]["node"]["target"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let res = acting(&app, Some(&admin), &tenant_uuid, VIEWER).await;
+    assert_eq!(res.data()["viewer"]["tenant"]["slug"], "acme");
+    assert!(!acme_id.is_empty());
+
+    // Every use is in the tenant's audit log, naming the admin.
+    let res = audit(
+        &app,
+        &app.admin_token("acme"),
+        json!({"filter": {"actionPrefix": "tenant.act"}}),
+    )
+    .await;
+    let rows = nodes(&res);
+    assert_eq!(rows.len(), 4, "{}", res.body);
+    for row in &rows {
+        assert_eq!(row["actor"], "user:root");
+        assert_eq!(row["target"], tenant_uuid.as_str());
+        assert_eq!(row["verified"], true);
+    }
+
+    // An unknown tenant is not found, before anything runs.
+    let res = acting(&app, Some(&admin), "nope", VIEWER).await;
+    assert_eq!(res.status, 404, "{}", res.body);
+    assert_eq!(res.error_code(), "NOT_FOUND");
+}
+
+async fn only_platform_admins_may_name_an_acting_tenant(app: TestApp) {
+    app.create_tenant("acme").await;
+    app.create_tenant("other").await;
+    let (_, key) = app.create_api_key("other", &["admin"]).await;
+    let credentials = [
+        Some(app.admin_token("other")),
+        Some(app.admin_token("acme")),
+        Some(app.token(Some("other"), &[Role::Member])),
+        Some(key),
+        None,
+    ];
+    for credential in &credentials {
+        let res = acting(&app, credential.as_deref(), "acme", VIEWER).await;
+        assert_eq!(res.status, 403, "{}", res.body);
+        assert_eq!(res.error_code(), "FORBIDDEN", "{}", res.body);
+        assert!(res.body.get("data").is_none());
+    }
+    // Nothing was audited for the refused attempts.
+    let res = audit(
+        &app,
+        &app.admin_token("acme"),
+        json!({"filter": {"actionPrefix": "tenant.act"}}),
+    )
+    .await;
+    assert!(nodes(&res).is_empty());
+}
+
+async fn acting_tenant_over_websocket(app: TestApp) {
+    app.create_tenant("acme").await;
+    let admin = app.platform_admin_token();
+    let mut ws = app.ws_connect("graphql-transport-ws").await;
+    ws.send(json!({"type": "connection_init", "payload": {
+        "Authorization": format!("Bearer {admin}"),
+        "X-Acting-Tenant": "acme",
+    }}))
+    .await;
+    assert!(matches!(ws.next_event().await, WsEvent::Json(m) if m["type"] == "connection_ack"));
+    ws.send(json!({"id": "1", "type": "subscribe", "payload": {"query": VIEWER}}))
+        .await;
+    match ws.next_event().await {
+        WsEvent::Json(m) => assert_eq!(
+            m["payload"]["data"]["viewer"]["tenant"]["slug"], "acme",
+            "{m}"
+        ),
+        other => panic!("expected data, got {other:?}"),
+    }
+    // A tenant admin naming a tenant is refused at connection_init.
+    let mut ws = app.ws_connect("graphql-transport-ws").await;
+    ws.send(json!({"type": "connection_init", "payload": {
+        "Authorization": format!("Bearer {}", app.admin_token("acme")),
+        "X-Acting-Tenant": "acme",
+    }}))
+    .await;
+    assert!(matches!(ws.next_event().await, WsEvent::Closed(Some(4403))));
+}
+
+async fn audit_log_filters_pages_and_verifies(app: TestApp) {
+    app.create_tenant("acme").await;
+    let admin = app.token_for(
+        "alice",
+        Some("acme"),
+        &[Role::TenantAdmin],
+        chrono::Duration::hours(1),
+    );
+    let create =
+        "mutation($input: CreateApiKeyInput!) { createApiKey(input: $input) { apiKey { id } } }";
+    let mut ids = Vec::new();
+    for name in ["one", "two", "three"] {
+        let res = app
+            .graphql(
+                Some(&admin),
+                create,
+                json!({"input": {"name": name, "scopes": ["tasks:read"]}}),
+            )
+            .await;
+        ids.push(
+            res.data()["createApiKey"]["apiKey"]["id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let revoke = "mutation($id: ID!) { revokeApiKey(input: {id: $id}) { apiKey { revoked } } }";
+    app.graphql(Some(&admin), revoke, json!({"id": ids[0]}))
+        .await
+        .data();
+    let between = chrono::Utc::now();
+    // A row by another actor.
+    app.create_api_key("acme", &["tasks:read"]).await;
+
+    // Everything, oldest first, each row verified.
+    let res = audit(&app, &admin, json!({})).await;
+    let all = nodes(&res);
+    let actions: Vec<&str> = all.iter().map(|r| r["action"].as_str().unwrap()).collect();
+    assert_eq!(
+        actions,
+        [
+            "api_key.create",
+            "api_key.create",
+            "api_key.create",
+            "api_key.revoke",
+            "api_key.create"
+        ]
+    );
+    for row in &all {
+        assert_eq!(row["verified"], true);
+        assert_eq!(row["hash"].as_str().unwrap().len(), 64);
+    }
+    assert_eq!(
+        all[0]["data"],
+        json!({"name": "one", "scopes": ["tasks:read"]})
+    );
+
+    // By action prefix (LIKE wildcards are literal), actor and time.
+    let res = audit(
+        &app,
+        &admin,
+        json!({"filter": {"actionPrefix": "api_key.rev"}}),
+    )
+    .await;
+    assert_eq!(nodes(&res).len(), 1);
+    let res = audit(
+        &app,
+        &admin,
+        json!({"filter": {"actionPrefix": "api_key_"}}),
+    )
+    .await;
+    assert!(nodes(&res).is_empty());
+    let res = audit(&app, &admin, json!({"filter": {"actor": "user:alice"}})).await;
+    assert_eq!(nodes(&res).len(), 4);
+    let res = audit(
+        &app,
+        &admin,
+        json!({"filter": {"since": between.to_rfc3339()}}),
+    )
+    .await;
+    assert_eq!(nodes(&res).len(), 1);
+    assert_eq!(nodes(&res)[0]["actor"], "user:tester");
+    let res = audit(&app, &admin, json!({"filter": {"until": between.to_rfc3339(), "actor": "user:alice", "actionPrefix": "api_key.create"}})).await;
+    assert_eq!(nodes(&res).len(), 3);
+
+    // Pages.
+    let res = audit(&app, &admin, json!({"first": 2})).await;
+    assert_eq!(nodes(&res).len(), 2);
+    assert_eq!(res.data()["auditLog"]["pageInfo"]["hasNextPage"], true);
+    let after = res.data()["auditLog"]["pageInfo"]["endCursor"].clone();
+    let res = audit(&app, &admin, json!({"first": 10, "after": after})).await;
+    assert_eq!(nodes(&res).len(), 3);
+    assert_eq!(res.data()["auditLog"]["pageInfo"]["hasNextPage"], false);
+
+    // node(id:) finds a row.
+    let res = app
+        .graphql(
+            Some(&admin),
+            "query($id: ID!) { node(id: $id) { ... on AuditEntry { action verified } } }",
+            json!({"id": all[3]["id"]}),
+        )
+        .await;
+    assert_eq!(res.data()["node"]["action"], "api_key.revoke");
+
+    // A row changed in the database no longer verifies.
+    sea_orm::ConnectionTrait::execute_unprepared(
+        &app.domain.db,
+        "UPDATE audit_log SET target = 'forged' WHERE action = 'api_key.revoke'",
+    )
+    .await
+    .unwrap();
+    let res = audit(
+        &app,
+        &admin,
+        json!({"filter": {"actionPrefix": "api_key.revoke"}}),
+    )
+    .await;
+    let rows = nodes(&res);
+    assert_eq!(rows[0]["target"], "forged");
+    assert_eq!(rows[0]["verified"], false);
+}
+
+async fn audit_log_is_the_tenants_own_and_needs_admin(app: TestApp) {
+    app.create_tenant("acme").await;
+    app.create_tenant("other").await;
+    app.create_api_key("acme", &["tasks:read"]).await;
+    let (_, other_admin_key) = app.create_api_key("other", &["admin"]).await;
+    let (_, acme_reader) = app.create_api_key("acme", &["tasks:read"]).await;
+    let (_, acme_admin_key) = app.create_api_key("acme", &["admin"]).await;
+
+    let res = audit(&app, &app.admin_token("acme"), json!({})).await;
+    let acme_rows = nodes(&res);
+    assert_eq!(acme_rows.len(), 3);
+    // An API key with `admin` sees the same.
+    let res = audit(&app, &acme_admin_key, json!({})).await;
+    assert_eq!(nodes(&res).len(), 3);
+
+    // Other tenants see only their own rows, and not acme's by id.
+    for credential in [app.admin_token("other"), other_admin_key] {
+        let res = audit(&app, &credential, json!({})).await;
+        let rows = nodes(&res);
+        assert_eq!(rows.len(), 1);
+        assert!(
+            !res.body
+                .to_string()
+                .contains(acme_rows[0]["id"].as_str().unwrap())
+        );
+        let res = app
+            .graphql(
+                Some(&credential),
+                "query($id: ID!) { node(id: $id) { id } }",
+                json!({"id": acme_rows[0]["id"]}),
+            )
+            .await;
+        assert_eq!(res.error_code(), "NOT_FOUND", "{}", res.body);
+    }
+    // Members and keys without `admin` are refused.
+    for credential in [app.token(Some("acme"), &[Role::Member]), acme_reader] {
+        let res = audit(&app, &credential, json!({})).await;
+        assert_eq!(res.error_code(), "FORBIDDEN", "{}", res.body);
+    }
+    let res = app.graphql(None, AUDIT, json!({})).await;
+    assert_eq!(res.error_code(), "UNAUTHENTICATED");
+}
