@@ -1,0 +1,16 @@
+//! Shared helpers for the benchmark binaries in `src/bin/`.
+
+use std::time::Duration;
+
+/// Percentile of a sorted list of durations (`p` in 0–100).
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
