@@ -54,6 +54,33 @@ pub struct ToolContext {
     pub settings: Arc<ToolSettings>,
 }
 
+impl ToolContext {
+    /// Publish a live `TokenDelta` event: `text` generated so far is
+    /// extended by `delta`, which starts at character `offset` of the
+    /// step's text. Token deltas are not stored one by one (the step's
+    /// final output is); subscribers receive them live, and one joining
+    /// mid-step first gets the text so far as one delta.
+    pub fn token_delta(&self, offset: usize, delta: &str) {
+        let event = crate::tasks::TaskEvent {
+            id: Uuid::now_v7(),
+            tenant: self.tenant,
+            task_id: self.task_id,
+            // Live-only events carry the sequence of the last stored event.
+            seq: 0,
+            kind: crate::tasks::EventKind::TokenDelta,
+            step_id: Some(self.step_id.clone()),
+            tool: None,
+            status: None,
+            summary: String::new(),
+            error: None,
+            data_keys: Vec::new(),
+            data: json!({"offset": offset, "text": delta}),
+            created_at: chrono::Utc::now(),
+        };
+        self.domain.tasks.sink().publish(&[event]);
+    }
+}
+
 impl fmt::Debug for ToolContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ToolContext")
