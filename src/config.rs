@@ -44,6 +44,11 @@ pub struct Config {
     pub graphql_max_depth: usize,
     /// Highest complexity (roughly, fields selected) an operation may have.
     pub graphql_max_complexity: usize,
+    /// Subscriptions one WebSocket connection may hold at once.
+    pub max_subscriptions_per_connection: usize,
+    /// Task events each process buffers for live subscribers; one that
+    /// falls further behind catches up from the store.
+    pub event_bus_capacity: usize,
     /// Executor workers in this process (`serve` and `worker`).
     pub workers: usize,
     /// Seconds a worker's claim on a task lasts without a heartbeat.
@@ -99,6 +104,8 @@ impl Default for Config {
             jwt_leeway_secs: 30,
             graphql_max_depth: limits.max_depth,
             graphql_max_complexity: limits.max_complexity,
+            max_subscriptions_per_connection: limits.max_subscriptions,
+            event_bus_capacity: brainstem_domain::events::CAPACITY,
             workers: 4,
             executor_lease_secs: 30,
             executor_poll_ms: 500,
@@ -193,6 +200,7 @@ impl Config {
         GraphqlLimits {
             max_depth: self.graphql_max_depth,
             max_complexity: self.graphql_max_complexity,
+            max_subscriptions: self.max_subscriptions_per_connection,
         }
     }
 }

@@ -9,9 +9,9 @@ use brainstem_domain::{
     Domain,
     crypto::{EncryptionKey, Keyring},
     db::{self, Backend},
+    events::EventBus,
     executor::{Executor, ExecutorConfig},
     settings,
-    tasks::{EventSink, NoSink},
     tools::{Tool, ToolRegistry, ToolSettings},
 };
 use secrecy::{ExposeSecret, SecretString};
@@ -32,8 +32,12 @@ pub fn registry(extra: Vec<Arc<dyn Tool>>) -> anyhow::Result<ToolRegistry> {
 pub async fn open_domain(config: &Config, tools: ToolRegistry) -> anyhow::Result<Domain> {
     let conn = db::connect(&config.database_url, config.database_max_connections).await?;
     db::migrate(&conn).await?;
-    let sink: Arc<dyn EventSink> = Arc::new(NoSink);
-    Ok(Domain::new(conn, tools, sink))
+    let events = EventBus::with_capacity(config.event_bus_capacity);
+    if Backend::of(&conn) == Backend::Postgres {
+        // Every process hears every other's events (LISTEN/NOTIFY).
+        events.connect_postgres(conn.clone(), config.database_url.clone());
+    }
+    Ok(Domain::new(conn, tools, events))
 }
 
 /// The keys that seal connection secrets. An embedded install without a

@@ -42,6 +42,7 @@ pub struct ApiState {
     pub auth: Arc<Authenticator>,
     pub metrics: Arc<metrics::Metrics>,
     pub surface: schema::Surface,
+    pub limits: GraphqlLimits,
 }
 
 /// Build the whole HTTP application.
@@ -57,6 +58,7 @@ pub fn router(domain: Domain, config: ApiConfig) -> Result<Router, auth::AuthSet
         auth,
         metrics: Arc::new(metrics::Metrics::new()),
         surface,
+        limits: config.limits,
     };
     Ok(http::routes(state))
 }

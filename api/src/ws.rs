@@ -105,6 +105,7 @@ async fn serve(state: ApiState, socket: WebSocket, protocol: WebSocketProtocols)
     let rejected = Arc::new(AtomicBool::new(false));
     let (expiry_tx, expiry_rx) = oneshot::channel::<DateTime<Utc>>();
     let auth = state.auth.clone();
+    let max_subscriptions = state.limits.max_subscriptions;
     let on_init = {
         let rejected = rejected.clone();
         move |payload: Value| async move {
@@ -125,7 +126,11 @@ async fn serve(state: ApiState, socket: WebSocket, protocol: WebSocketProtocols)
                     if let Some(expires_at) = credential.as_ref().and_then(|c| c.expires_at) {
                         let _ = expiry_tx.send(expires_at);
                     }
-                    Ok(schema::caller_data(credential))
+                    let mut data = schema::caller_data(credential);
+                    data.insert(schema::subscription::SubscriptionSlots::new(
+                        max_subscriptions,
+                    ));
+                    Ok(data)
                 }
                 Err(err) => {
                     rejected.store(true, Ordering::SeqCst);

@@ -13,6 +13,8 @@
 //!   execution: plans as data, rules-first intent detection, the task
 //!   lifecycle and event log, the executor, and the tool contract.
 //! - [`template`], [`json_schema`]: step argument templates and checks.
+//! - [`events`]: the event bus (in-process or PostgreSQL `LISTEN/NOTIFY`)
+//!   and the resumable task event stream.
 //! - [`acting`]: a platform admin acting inside a named tenant (audited).
 //! - [`connections`]: tenants' credentials for external systems, their
 //!   secrets sealed by [`crypto`] (AES-256-GCM, rotatable keys).
@@ -29,6 +31,7 @@ pub mod connections;
 pub mod crypto;
 pub mod db;
 pub mod error;
+pub mod events;
 pub mod executor;
 pub mod intent;
 pub mod json_schema;
@@ -64,16 +67,19 @@ pub struct Domain {
     pub plans: plans::Plans,
     pub tasks: tasks::Tasks,
     pub connections: connections::Connections,
+    /// Committed task events, live.
+    pub events: Arc<events::EventBus>,
 }
 
 impl Domain {
     /// Build every service. `registry` holds the tools this process can
-    /// run; `sink` receives every committed task event.
+    /// run; `events` receives every committed task event.
     pub fn new(
         db: DatabaseConnection,
         registry: tools::ToolRegistry,
-        sink: Arc<dyn tasks::EventSink>,
+        events: Arc<events::EventBus>,
     ) -> Self {
+        let sink: Arc<dyn tasks::EventSink> = events.clone();
         let plans = plans::Plans::new(db.clone(), registry);
         Self {
             tenants: tenants::Tenants::new(db.clone()),
@@ -82,6 +88,7 @@ impl Domain {
             tasks: tasks::Tasks::new(db.clone(), plans.clone(), sink),
             plans,
             connections: connections::Connections::new(db.clone(), None),
+            events,
             db,
         }
     }

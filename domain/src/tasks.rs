@@ -952,16 +952,7 @@ impl Tasks {
         after: i64,
         limit: u64,
     ) -> Result<Vec<TaskEvent>> {
-        task_event::Entity::find_in(scope)
-            .filter(task_event::Column::TaskId.eq(task_id.uuid()))
-            .filter(task_event::Column::Seq.gt(after))
-            .order_by_asc(task_event::Column::Seq)
-            .limit(limit)
-            .all(&self.db)
-            .await?
-            .into_iter()
-            .map(TaskEvent::try_from)
-            .collect()
+        events_after(&self.db, scope, task_id, after, limit).await
     }
 
     /// Every attempt of every step, in the order they ran.
@@ -1402,6 +1393,26 @@ impl Tasks {
     pub fn statuses() -> BTreeSet<&'static str> {
         TaskStatus::ALL.iter().map(|s| s.as_str()).collect()
     }
+}
+
+/// Stored events of a task with `seq > after`, oldest first.
+pub async fn events_after<C: ConnectionTrait>(
+    db: &C,
+    scope: TenantScope,
+    task_id: TaskId,
+    after: i64,
+    limit: u64,
+) -> Result<Vec<TaskEvent>> {
+    task_event::Entity::find_in(scope)
+        .filter(task_event::Column::TaskId.eq(task_id.uuid()))
+        .filter(task_event::Column::Seq.gt(after))
+        .order_by_asc(task_event::Column::Seq)
+        .limit(limit)
+        .all(db)
+        .await?
+        .into_iter()
+        .map(TaskEvent::try_from)
+        .collect()
 }
 
 pub async fn get_task<C: ConnectionTrait>(db: &C, scope: TenantScope, id: TaskId) -> Result<Task> {

@@ -18,6 +18,7 @@ mod http;
 mod persisted_queries;
 mod rate_limit;
 mod schema;
+mod streams;
 mod tenants;
 mod tools;
 mod websocket;

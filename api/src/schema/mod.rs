@@ -13,16 +13,18 @@
 //! the rate limiter, which runs before parsing on HTTP and WebSocket alike.
 
 pub mod admin;
+pub mod events;
 pub mod ids;
 pub mod mutation;
 pub mod query;
+pub mod subscription;
 pub mod tasks;
 pub mod types;
 
 use std::{sync::Arc, time::Instant};
 
 use async_graphql::{
-    EmptySubscription, Response, Schema, ServerResult, Variables,
+    Response, Schema, ServerResult, Variables,
     extensions::{
         Extension, ExtensionContext, ExtensionFactory, NextParseQuery, NextRequest,
         apollo_persisted_queries::{ApolloPersistedQueries, LruCacheStorage},
@@ -49,13 +51,15 @@ pub struct Mutation(
     admin::AdminMutation,
 );
 
-pub type BrainstemSchema = Schema<Query, Mutation, EmptySubscription>;
+pub type BrainstemSchema = Schema<Query, Mutation, subscription::Subscription>;
 
 /// Limits every operation must stay within.
 #[derive(Clone, Copy, Debug)]
 pub struct GraphqlLimits {
     pub max_depth: usize,
     pub max_complexity: usize,
+    /// Subscriptions one WebSocket connection may hold at once.
+    pub max_subscriptions: usize,
 }
 
 impl Default for GraphqlLimits {
@@ -63,6 +67,7 @@ impl Default for GraphqlLimits {
         Self {
             max_depth: 12,
             max_complexity: 1000,
+            max_subscriptions: 100,
         }
     }
 }
@@ -129,24 +134,32 @@ pub fn domain<'a>(ctx: &'a async_graphql::Context<'_>) -> &'a Domain {
 }
 
 pub fn build(domain: Domain, limits: GraphqlLimits, surface: &Surface) -> BrainstemSchema {
-    Schema::build(Query::default(), Mutation::default(), EmptySubscription)
-        .data(domain)
-        .limit_depth(limits.max_depth)
-        .limit_complexity(limits.max_complexity)
-        // Extensions run outermost first: codes are added last, to everything.
-        .extension(ErrorCodes)
-        .extension(ApolloPersistedQueries::new(
-            surface.persisted_queries.clone(),
-        ))
-        .extension(RateLimit(surface.limiter.clone()))
-        .finish()
+    Schema::build(
+        Query::default(),
+        Mutation::default(),
+        subscription::Subscription,
+    )
+    .data(domain)
+    .limit_depth(limits.max_depth)
+    .limit_complexity(limits.max_complexity)
+    // Extensions run outermost first: codes are added last, to everything.
+    .extension(ErrorCodes)
+    .extension(ApolloPersistedQueries::new(
+        surface.persisted_queries.clone(),
+    ))
+    .extension(RateLimit(surface.limiter.clone()))
+    .finish()
 }
 
 /// The SDL of the schema, as checked in at `schema.graphql`.
 pub fn sdl() -> String {
-    Schema::build(Query::default(), Mutation::default(), EmptySubscription)
-        .finish()
-        .sdl()
+    Schema::build(
+        Query::default(),
+        Mutation::default(),
+        subscription::Subscription,
+    )
+    .finish()
+    .sdl()
 }
 
 /// Gives every error in every response an `extensions.code`.

@@ -239,48 +239,6 @@ impl TaskStep {
     }
 }
 
-/// An entry of a task's append-only event log.
-#[derive(Clone)]
-pub struct TaskEvent(pub tasks::TaskEvent);
-
-#[Object]
-impl TaskEvent {
-    /// Position in the task's log: 1, 2, 3, … with no gaps.
-    async fn seq(&self) -> i64 {
-        self.0.seq
-    }
-    async fn kind(&self) -> TaskEventKind {
-        self.0.kind.into()
-    }
-    async fn step_id(&self) -> Option<&str> {
-        self.0.step_id.as_deref()
-    }
-    async fn tool(&self) -> Option<&str> {
-        self.0.tool.as_deref()
-    }
-    /// The new task status (`StatusChanged`) or the step outcome.
-    async fn status(&self) -> Option<&str> {
-        self.0.status.as_deref()
-    }
-    async fn summary(&self) -> &str {
-        &self.0.summary
-    }
-    async fn error(&self) -> Option<&str> {
-        self.0.error.as_deref()
-    }
-    /// Keys of the data the step produced (values are not logged).
-    async fn data_keys(&self) -> &[String] {
-        &self.0.data_keys
-    }
-    /// Details, PII redacted.
-    async fn data(&self) -> Json<Value> {
-        Json(self.0.data.clone())
-    }
-    async fn created_at(&self) -> DateTime<Utc> {
-        self.0.created_at
-    }
-}
-
 /// A request for a human decision.
 #[derive(Clone)]
 pub struct Review(pub tasks::Review);
@@ -491,7 +449,7 @@ impl Task {
         ctx: &Context<'_>,
         after: Option<i64>,
         #[graphql(default = 100)] first: i32,
-    ) -> async_graphql::Result<Vec<TaskEvent>> {
+    ) -> async_graphql::Result<Vec<super::events::TaskEvent>> {
         if !(1..=1000).contains(&first) {
             return Err(Error::validation("`first` must be between 1 and 1000")).gql();
         }
@@ -501,7 +459,7 @@ impl Task {
             .await
             .gql()?
             .into_iter()
-            .map(TaskEvent)
+            .map(super::events::TaskEvent::from)
             .collect())
     }
     async fn reviews(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<Review>> {

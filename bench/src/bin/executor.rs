@@ -17,9 +17,10 @@ use async_trait::async_trait;
 use brainstem_bench::{ms, percentile};
 use brainstem_domain::{
     Actor, Domain, Principal, Role, TaskId, db,
+    events::EventBus,
     executor::{Executor, ExecutorConfig},
     plans::{PlanDef, StepDef},
-    tasks::{EventKind, EventSink, NewTask, TaskEvent},
+    tasks::{EventKind, NewTask},
     tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSettings},
 };
 use clap::Parser;
@@ -59,28 +60,27 @@ impl Tool for Noop {
     }
 }
 
-/// Notes when each task completes.
+/// Notes when each task completes, from the event bus.
 #[derive(Default)]
 struct Completions {
     done: Mutex<HashMap<TaskId, Instant>>,
     notify: Notify,
 }
 
-impl EventSink for Completions {
-    fn publish(&self, events: &[TaskEvent]) {
-        let now = Instant::now();
-        let mut any = false;
-        if let Ok(mut done) = self.done.lock() {
-            for e in events {
+impl Completions {
+    fn watch(self: &Arc<Self>, bus: &EventBus) {
+        let mut rx = bus.subscribe();
+        let me = self.clone();
+        tokio::spawn(async move {
+            while let Ok(e) = rx.recv().await {
                 if e.kind == EventKind::StatusChanged && e.status.as_deref() == Some("COMPLETED") {
-                    done.insert(e.task_id, now);
-                    any = true;
+                    if let Ok(mut done) = me.done.lock() {
+                        done.insert(e.task_id, Instant::now());
+                    }
+                    me.notify.notify_waiters();
                 }
             }
-        }
-        if any {
-            self.notify.notify_waiters();
-        }
+        });
     }
 }
 
@@ -138,7 +138,12 @@ async fn main() -> anyhow::Result<()> {
         .register(Arc::new(Noop))?
         .build();
     let completions = Arc::new(Completions::default());
-    let domain = Domain::new(conn.clone(), registry, completions.clone());
+    let bus = EventBus::new();
+    if args.database_url.starts_with("postgres") {
+        bus.connect_postgres(conn.clone(), args.database_url.clone());
+    }
+    completions.watch(&bus);
+    let domain = Domain::new(conn.clone(), registry, bus);
 
     let admin = Principal {
         actor: Actor::User("bench".into()),

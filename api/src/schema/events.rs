@@ -1,0 +1,123 @@
+//! Task events on the wire: one GraphQL type per kind of event, all behind
+//! the `TaskEvent` interface, which carries `seq`.
+
+use async_graphql::{ID, Interface, Json, Object};
+use brainstem_domain::tasks;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::{
+    ids::{self, NodeType},
+    tasks::TaskEventKind,
+};
+
+macro_rules! event_types {
+    ($($(#[$doc:meta])* $name:ident { $($extra:tt)* })*) => {
+        $(
+            $(#[$doc])*
+            #[derive(Clone)]
+            pub struct $name(pub tasks::TaskEvent);
+
+            #[Object]
+            impl $name {
+                /// Position in the task's log: 1, 2, 3, … with no gaps. A
+                /// `TokenDelta` carries the seq of the last stored event.
+                pub async fn seq(&self) -> i64 {
+                    self.0.seq
+                }
+                pub async fn kind(&self) -> TaskEventKind {
+                    self.0.kind.into()
+                }
+                pub async fn task_id(&self) -> ID {
+                    ids::encode(NodeType::Task, self.0.task_id.uuid())
+                }
+                pub async fn step_id(&self) -> Option<String> {
+                    self.0.step_id.clone()
+                }
+                pub async fn tool(&self) -> Option<String> {
+                    self.0.tool.clone()
+                }
+                /// The new task status (`StatusChanged`) or the step outcome.
+                pub async fn status(&self) -> Option<String> {
+                    self.0.status.clone()
+                }
+                pub async fn summary(&self) -> String {
+                    self.0.summary.clone()
+                }
+                pub async fn error(&self) -> Option<String> {
+                    self.0.error.clone()
+                }
+                /// Keys of the data the step produced (values are not logged).
+                pub async fn data_keys(&self) -> Vec<String> {
+                    self.0.data_keys.clone()
+                }
+                /// Details, PII redacted.
+                pub async fn data(&self) -> Json<Value> {
+                    Json(self.0.data.clone())
+                }
+                pub async fn created_at(&self) -> DateTime<Utc> {
+                    self.0.created_at
+                }
+                $($extra)*
+            }
+        )*
+
+        /// An entry of a task's event log (or a live token delta).
+        #[derive(Interface, Clone)]
+        #[graphql(
+            field(name = "seq", ty = "i64"),
+            field(name = "kind", ty = "TaskEventKind"),
+            field(name = "task_id", ty = "ID"),
+            field(name = "step_id", ty = "Option<String>"),
+            field(name = "tool", ty = "Option<String>"),
+            field(name = "status", ty = "Option<String>"),
+            field(name = "summary", ty = "String"),
+            field(name = "error", ty = "Option<String>"),
+            field(name = "data_keys", ty = "Vec<String>"),
+            field(name = "data", ty = "Json<Value>"),
+            field(name = "created_at", ty = "DateTime<Utc>"),
+        )]
+        pub enum TaskEvent {
+            $($name($name)),*
+        }
+
+        impl From<tasks::TaskEvent> for TaskEvent {
+            fn from(e: tasks::TaskEvent) -> Self {
+                match e.kind {
+                    $(tasks::EventKind::$name => TaskEvent::$name($name(e))),*
+                }
+            }
+        }
+    };
+}
+
+event_types! {
+    /// The task's status changed (`status` is the new one).
+    StatusChanged {}
+    /// A step's tool started (an attempt).
+    StepStarted {}
+    /// A step finished; `dataKeys` names what it produced.
+    StepCompleted {}
+    /// A step failed; `data.will_retry` says whether it runs again.
+    StepFailed {}
+    /// A step's condition was false.
+    StepSkipped {}
+    /// A tool added steps to the task's plan (`data.injected_steps`).
+    StepsInjected {}
+    /// The task waits for a human (`data.review_id`).
+    ReviewRequested {}
+    /// The step was handed to an external system.
+    Delegated {}
+    /// Generated text, live (not stored): `text` continues the step's text
+    /// at character `offset`.
+    TokenDelta {
+        pub async fn offset(&self) -> i64 {
+            self.0.data["offset"].as_i64().unwrap_or(0)
+        }
+        pub async fn text(&self) -> String {
+            self.0.data["text"].as_str().unwrap_or_default().to_owned()
+        }
+    }
+    /// A step used memories (`data.memory_ids`).
+    MemoryRecalled {}
+}

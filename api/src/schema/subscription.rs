@@ -1,0 +1,151 @@
+//! Subscriptions: a task's events (resumable) and live task updates.
+//!
+//! Each WebSocket connection may hold a bounded number of subscriptions at
+//! once ([`SubscriptionSlots`]); one more answers `RATE_LIMITED`.
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicUsize, Ordering},
+};
+
+use async_graphql::{Context, ID, InputObject, Subscription as SubscriptionObject};
+use brainstem_domain::{Error, TaskId, events};
+use futures_util::{Stream, StreamExt};
+
+use super::{
+    domain,
+    events::TaskEvent,
+    ids::{self, NodeType},
+    principal,
+    tasks::{Task, TaskStatus},
+};
+use crate::error::ResultExt;
+
+/// How many subscriptions one connection may hold.
+pub struct SubscriptionSlots {
+    used: AtomicUsize,
+    max: usize,
+}
+
+impl SubscriptionSlots {
+    pub fn new(max: usize) -> Arc<Self> {
+        Arc::new(Self {
+            used: AtomicUsize::new(0),
+            max,
+        })
+    }
+
+    fn acquire(self: &Arc<Self>) -> Option<SlotGuard> {
+        let mut used = self.used.load(Ordering::SeqCst);
+        loop {
+            if used >= self.max {
+                return None;
+            }
+            match self
+                .used
+                .compare_exchange(used, used + 1, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => return Some(SlotGuard(self.clone())),
+                Err(now) => used = now,
+            }
+        }
+    }
+}
+
+/// Frees its slot when the subscription's stream is dropped.
+pub struct SlotGuard(Arc<SubscriptionSlots>);
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        self.0.used.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn slot(ctx: &Context<'_>) -> async_graphql::Result<Option<SlotGuard>> {
+    match ctx.data_opt::<Arc<SubscriptionSlots>>() {
+        None => Ok(None),
+        Some(slots) => slots.acquire().map(Some).ok_or_else(|| {
+            crate::error::to_gql(Error::RateLimited {
+                message: format!(
+                    "this connection already holds {} subscriptions; close one first",
+                    slots.max
+                ),
+                retry_after_secs: 1,
+            })
+        }),
+    }
+}
+
+#[derive(InputObject, Default)]
+pub struct TaskUpdatesFilter {
+    /// Only tasks now in one of these statuses.
+    pub statuses: Option<Vec<TaskStatus>>,
+}
+
+#[derive(Default)]
+pub struct Subscription;
+
+#[SubscriptionObject]
+impl Subscription {
+    /// The task's events with `seq > after` (default 0: all), then live ones
+    /// as they happen: each stored event exactly once, in order, with no gap
+    /// between replay and live. Token deltas arrive live; joining mid-step,
+    /// the text so far comes first as one delta. The stream ends after the
+    /// event that makes the task COMPLETED, FAILED or CANCELLED. To resume
+    /// after a disconnect, subscribe again with the last `seq` seen.
+    async fn task_events(
+        &self,
+        ctx: &Context<'_>,
+        task_id: ID,
+        after: Option<i64>,
+    ) -> async_graphql::Result<impl Stream<Item = TaskEvent> + use<>> {
+        let principal = principal(ctx)?;
+        let scope = principal.require_scope("tasks:read").gql()?;
+        let id = ids::decode_as(&task_id, NodeType::Task)
+            .map(TaskId::from)
+            .gql()?;
+        let domain = domain(ctx);
+        // Another tenant's task is NOT_FOUND, before anything streams.
+        domain.tasks.get(scope, id).await.gql()?;
+        let guard = slot(ctx)?;
+        let stream = events::task_events(
+            domain.tasks.clone(),
+            domain.events.clone(),
+            scope,
+            id,
+            after.unwrap_or(0).max(0),
+        );
+        Ok(stream.map(move |e| {
+            let _held = &guard;
+            TaskEvent::from(e)
+        }))
+    }
+
+    /// The caller's tenant's tasks as they change (status changes and
+    /// settled steps), for live lists and dashboards.
+    async fn task_updates(
+        &self,
+        ctx: &Context<'_>,
+        filter: Option<TaskUpdatesFilter>,
+    ) -> async_graphql::Result<impl Stream<Item = Task> + use<>> {
+        let principal = principal(ctx)?;
+        let scope = principal.require_scope("tasks:read").gql()?;
+        let domain = domain(ctx);
+        let guard = slot(ctx)?;
+        let statuses: Vec<brainstem_domain::tasks::TaskStatus> = filter
+            .and_then(|f| f.statuses)
+            .unwrap_or_default()
+            .into_iter()
+            .map(Into::into)
+            .collect();
+        let stream = events::task_updates(domain.tasks.clone(), domain.events.clone(), scope);
+        Ok(stream.filter_map(move |task| {
+            let _held = &guard;
+            let keep = match task {
+                Ok(t) if statuses.is_empty() || statuses.contains(&t.status) => Some(Task(t)),
+                _ => None,
+            };
+            async move { keep }
+        }))
+    }
+}

@@ -1,0 +1,436 @@
+//! The event bus: how committed task events reach live subscribers.
+//!
+//! The bus is injected into [`crate::Domain`] and bounded: a tokio
+//! broadcast channel of [`CAPACITY`] events per process. Publishing never
+//! waits for subscribers; a subscriber that falls behind loses its place in
+//! the channel and catches up from the event store by sequence number, so it
+//! still receives every stored event, in order.
+//!
+//! Two transports feed it:
+//! - **in-process** (SQLite, or a single server): events are delivered to
+//!   the local channel right after their transaction commits;
+//! - **PostgreSQL `LISTEN/NOTIFY`**: events are sent with `pg_notify` on the
+//!   `brainstem_events` channel (one ordered sender per process) and every
+//!   process's listener delivers them to its local channel, so a subscriber
+//!   on one replica sees a task run by a worker on another.
+//!
+//! Token deltas are not stored one by one. The bus keeps each running
+//! step's text so far (from the deltas it has seen), so a subscriber joining
+//! mid-step first receives that text as one delta, then the live ones.
+//!
+//! [`task_events`] is the resumable stream: it subscribes first, replays
+//! stored events after `after`, then goes live, dropping what it already
+//! sent, so there is no gap and no duplicate at the seam.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use brainstem_entity::{TaskId, TenantScope};
+use chrono::{DateTime, Utc};
+use futures_util::Stream;
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+use uuid::Uuid;
+
+use crate::{
+    Result,
+    tasks::{EventKind, EventSink, TaskEvent, Tasks},
+};
+
+/// Events buffered per process before a slow subscriber must catch up from
+/// the store.
+pub const CAPACITY: usize = 4096;
+/// The PostgreSQL notification channel.
+pub const CHANNEL: &str = "brainstem_events";
+/// Notification payloads above this size carry only a reference; listeners
+/// read the event from the store (PostgreSQL's limit is 8000 bytes).
+const MAX_PAYLOAD: usize = 7000;
+
+pub struct EventBus {
+    tx: broadcast::Sender<Arc<TaskEvent>>,
+    /// The text so far of each step that is streaming tokens.
+    live_text: Mutex<HashMap<TaskId, (String, String)>>,
+    /// When set, events go out through PostgreSQL instead of straight to
+    /// the local channel.
+    notifier: Mutex<Option<mpsc::Sender<String>>>,
+}
+
+impl EventBus {
+    pub fn new() -> Arc<Self> {
+        Self::with_capacity(CAPACITY)
+    }
+
+    /// A bus buffering `capacity` events for slow subscribers.
+    pub fn with_capacity(capacity: usize) -> Arc<Self> {
+        let (tx, _) = broadcast::channel(capacity.max(1));
+        Arc::new(Self {
+            tx,
+            live_text: Mutex::new(HashMap::new()),
+            notifier: Mutex::new(None),
+        })
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<TaskEvent>> {
+        self.tx.subscribe()
+    }
+
+    /// Hand events to this process's subscribers.
+    pub fn deliver(&self, events: &[TaskEvent]) {
+        for event in events {
+            self.track_text(event);
+            // No receivers is fine: nobody is watching.
+            let _ = self.tx.send(Arc::new(event.clone()));
+        }
+    }
+
+    fn track_text(&self, event: &TaskEvent) {
+        let Ok(mut live) = self.live_text.lock() else {
+            return;
+        };
+        match event.kind {
+            EventKind::TokenDelta => {
+                let step = event.step_id.clone().unwrap_or_default();
+                let offset = event.data["offset"].as_u64().unwrap_or(0) as usize;
+                let text = event.data["text"].as_str().unwrap_or_default();
+                let entry = live
+                    .entry(event.task_id)
+                    .or_insert_with(|| (step.clone(), String::new()));
+                if entry.0 != step {
+                    *entry = (step, String::new());
+                }
+                if offset == entry.1.chars().count() {
+                    entry.1.push_str(text);
+                }
+            }
+            EventKind::StepCompleted | EventKind::StepFailed | EventKind::StatusChanged => {
+                live.remove(&event.task_id);
+            }
+            _ => {}
+        }
+    }
+
+    /// The step streaming tokens for `task` and its text so far.
+    pub fn text_so_far(&self, task: TaskId) -> Option<(String, String)> {
+        self.live_text
+            .lock()
+            .ok()
+            .and_then(|l| l.get(&task).cloned())
+    }
+
+    /// Send events through PostgreSQL from now on, and deliver what the
+    /// `LISTEN` side receives. Runs until the process ends.
+    pub fn connect_postgres(self: &Arc<Self>, db: DatabaseConnection, url: String) {
+        let (tx, mut rx) = mpsc::channel::<String>(CAPACITY);
+        if let Ok(mut notifier) = self.notifier.lock() {
+            *notifier = Some(tx);
+        }
+        // One sender, so a task's events leave in commit order.
+        let sender_db = db.clone();
+        tokio::spawn(async move {
+            while let Some(payload) = rx.recv().await {
+                let sent = sender_db
+                    .execute_raw(Statement::from_sql_and_values(
+                        DbBackend::Postgres,
+                        "SELECT pg_notify($1, $2)",
+                        [CHANNEL.into(), payload.into()],
+                    ))
+                    .await;
+                if let Err(err) = sent {
+                    tracing::warn!(%err, "could not publish an event; subscribers will catch up from the store");
+                }
+            }
+        });
+        let bus = self.clone();
+        tokio::spawn(async move { bus.listen(db, url).await });
+    }
+
+    async fn listen(self: Arc<Self>, db: DatabaseConnection, url: String) {
+        use sea_orm::sqlx::postgres::PgListener;
+        loop {
+            let mut listener = match PgListener::connect(&url).await {
+                Ok(l) => l,
+                Err(err) => {
+                    tracing::error!(%err, "event listener cannot connect; retrying");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            if let Err(err) = listener.listen(CHANNEL).await {
+                tracing::error!(%err, "event listener cannot LISTEN; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
+            }
+            loop {
+                match listener.recv().await {
+                    Ok(note) => {
+                        if let Some(event) = decode(note.payload(), &db).await {
+                            self.deliver(&[event]);
+                        }
+                    }
+                    Err(err) => {
+                        tracing::warn!(%err, "event listener lost its connection; reconnecting");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl EventSink for EventBus {
+    fn publish(&self, events: &[TaskEvent]) {
+        let notifier = self.notifier.lock().ok().and_then(|n| n.clone());
+        match notifier {
+            Some(tx) => {
+                for event in events {
+                    // A full queue drops the notification: the executor never
+                    // waits; stored events are caught up from the store.
+                    let _ = tx.try_send(encode(event));
+                }
+            }
+            None => self.deliver(events),
+        }
+    }
+}
+
+fn encode(event: &TaskEvent) -> String {
+    let full = json!({
+        "id": event.id,
+        "tenant": event.tenant.to_string(),
+        "task": event.task_id.to_string(),
+        "seq": event.seq,
+        "kind": event.kind.as_str(),
+        "step_id": event.step_id,
+        "tool": event.tool,
+        "status": event.status,
+        "summary": event.summary,
+        "error": event.error,
+        "data_keys": event.data_keys,
+        "data": event.data,
+        "created_at": event.created_at,
+    })
+    .to_string();
+    if full.len() <= MAX_PAYLOAD || event.kind == EventKind::TokenDelta {
+        full
+    } else {
+        json!({"ref": true, "tenant": event.tenant.to_string(), "task": event.task_id.to_string(), "seq": event.seq})
+            .to_string()
+    }
+}
+
+async fn decode(payload: &str, db: &DatabaseConnection) -> Option<TaskEvent> {
+    let v: Value = serde_json::from_str(payload).ok()?;
+    let tenant = v["tenant"].as_str()?.parse().ok()?;
+    let task_id: TaskId = v["task"].as_str()?.parse().ok()?;
+    if v["ref"] == json!(true) {
+        let seq = v["seq"].as_i64()?;
+        return crate::tasks::events_after(db, TenantScope::new(tenant), task_id, seq - 1, 1)
+            .await
+            .ok()?
+            .into_iter()
+            .next();
+    }
+    let strings = |k: &str| -> Vec<String> {
+        v[k].as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let opt = |k: &str| v[k].as_str().map(str::to_owned);
+    Some(TaskEvent {
+        id: v["id"]
+            .as_str()
+            .and_then(|s| Uuid::parse_str(s).ok())
+            .unwrap_or_else(Uuid::now_v7),
+        tenant,
+        task_id,
+        seq: v["seq"].as_i64()?,
+        kind: v["kind"].as_str()?.parse().ok()?,
+        step_id: opt("step_id"),
+        tool: opt("tool"),
+        status: opt("status"),
+        summary: v["summary"].as_str().unwrap_or_default().to_owned(),
+        error: opt("error"),
+        data_keys: strings("data_keys"),
+        data: v["data"].clone(),
+        created_at: serde_json::from_value::<DateTime<Utc>>(v["created_at"].clone())
+            .unwrap_or_else(|_| Utc::now()),
+    })
+}
+
+fn is_terminal(event: &TaskEvent) -> bool {
+    event.kind == EventKind::StatusChanged
+        && matches!(
+            event.status.as_deref(),
+            Some("COMPLETED" | "FAILED" | "CANCELLED")
+        )
+}
+
+/// How many stored events a catch-up reads at once.
+const PAGE: u64 = 500;
+
+/// The events of one task with `seq > after`, then live ones, each exactly
+/// once and in order; token deltas as they come. Ends after the event that
+/// makes the task COMPLETED, FAILED or CANCELLED. The caller checks that
+/// the task belongs to `scope` before calling.
+pub fn task_events(
+    tasks: Tasks,
+    bus: Arc<EventBus>,
+    scope: TenantScope,
+    task: TaskId,
+    after: i64,
+) -> impl Stream<Item = TaskEvent> + Send + 'static {
+    // Subscribe before reading the store, so nothing falls between them.
+    let mut live = bus.subscribe();
+    let (tx, rx) = mpsc::channel::<TaskEvent>(64);
+    tokio::spawn(async move {
+        let mut last = after;
+        // Replay (and catch up): send stored events after `last`.
+        let catch_up = |last: i64| {
+            let tasks = tasks.clone();
+            async move { tasks.events(scope, task, last, PAGE).await }
+        };
+        macro_rules! send_stored_from {
+            () => {
+                loop {
+                    let batch: Vec<TaskEvent> = match catch_up(last).await {
+                        Ok(b) => b,
+                        Err(err) => {
+                            tracing::warn!(%err, "event replay failed");
+                            return;
+                        }
+                    };
+                    if batch.is_empty() {
+                        break;
+                    }
+                    for event in batch {
+                        last = event.seq;
+                        let done = is_terminal(&event);
+                        if tx.send(event).await.is_err() || done {
+                            return;
+                        }
+                    }
+                }
+            };
+        }
+        send_stored_from!();
+        // Joining mid-step: the text so far, as one delta.
+        let mut streamed = 0usize;
+        let mut streaming_step = None;
+        if let Some((step, text)) = bus.text_so_far(task) {
+            streamed = text.chars().count();
+            streaming_step = Some(step.clone());
+            let event = token_delta(scope, task, last, &step, 0, &text);
+            if tx.send(event).await.is_err() {
+                return;
+            }
+        }
+        loop {
+            match live.recv().await {
+                Ok(event) if event.task_id != task => {}
+                Ok(event) if event.kind == EventKind::TokenDelta => {
+                    let step = event.step_id.clone();
+                    if step != streaming_step {
+                        streaming_step = step;
+                        streamed = 0;
+                    }
+                    let offset = event.data["offset"].as_u64().unwrap_or(0) as usize;
+                    let text = event.data["text"].as_str().unwrap_or_default();
+                    let len = text.chars().count();
+                    if offset + len <= streamed {
+                        continue; // already part of the text sent
+                    }
+                    let skip = streamed.saturating_sub(offset);
+                    let rest: String = text.chars().skip(skip).collect();
+                    let mut out = (*event).clone();
+                    out.seq = last;
+                    out.data = json!({"offset": offset + skip, "text": rest});
+                    streamed = offset + len;
+                    if tx.send(out).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(event) if event.seq <= last => {}
+                Ok(event) if event.seq == last + 1 => {
+                    last = event.seq;
+                    let done = is_terminal(&event);
+                    if tx.send((*event).clone()).await.is_err() || done {
+                        return;
+                    }
+                }
+                // A gap (a lost notification) or a lag: read the store.
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                    send_stored_from!();
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) })
+}
+
+fn token_delta(
+    scope: TenantScope,
+    task: TaskId,
+    seq: i64,
+    step: &str,
+    offset: usize,
+    text: &str,
+) -> TaskEvent {
+    TaskEvent {
+        id: Uuid::now_v7(),
+        tenant: scope.tenant_id(),
+        task_id: task,
+        seq,
+        kind: EventKind::TokenDelta,
+        step_id: Some(step.to_owned()),
+        tool: None,
+        status: None,
+        summary: String::new(),
+        error: None,
+        data_keys: Vec::new(),
+        data: json!({"offset": offset, "text": text}),
+        created_at: Utc::now(),
+    }
+}
+
+/// Live task changes of one tenant, for lists and dashboards: the task
+/// after each status change or settled step. Best effort: a subscriber that
+/// falls behind skips ahead (and should refetch its list).
+pub fn task_updates(
+    tasks: Tasks,
+    bus: Arc<EventBus>,
+    scope: TenantScope,
+) -> impl Stream<Item = Result<crate::tasks::Task>> + Send + 'static {
+    let mut live = bus.subscribe();
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            match live.recv().await {
+                Ok(event)
+                    if event.tenant == scope.tenant_id()
+                        && matches!(
+                            event.kind,
+                            EventKind::StatusChanged
+                                | EventKind::StepCompleted
+                                | EventKind::StepFailed
+                        ) =>
+                {
+                    let task = tasks.get(scope, event.task_id).await;
+                    if tx.send(task).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) })
+}

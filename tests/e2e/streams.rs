@@ -1,0 +1,380 @@
+//! Live task events over a real WebSocket: replay after a sequence number
+//! then live with no gap or duplicate, resumption after dropped
+//! connections, slow subscribers, tenant isolation, limits, and (on
+//! PostgreSQL) a subscriber on one process watching a worker in another.
+
+use std::{process::Stdio, sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use brainstem_domain::tools::{Tool, ToolContext, ToolError, ToolOutput};
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use crate::{
+    for_both_backends,
+    helpers::{Backend, TestApp, WAIT, WsClient, WsEvent},
+};
+
+const EVENTS: &str = "subscription($id: ID!, $after: Int) { taskEvents(taskId: $id, after: $after) { __typename seq kind stepId status ... on TokenDelta { offset text } } }";
+
+/// Waits for a permit before finishing: lets a test hold a task mid-run.
+struct Gate(Arc<Semaphore>);
+
+#[async_trait]
+impl Tool for Gate {
+    fn key(&self) -> &str {
+        "test.gate"
+    }
+    fn description(&self) -> &str {
+        "waits until the test opens the gate"
+    }
+    async fn call(&self, _ctx: ToolContext, _args: Value) -> Result<ToolOutput, ToolError> {
+        let permit = self
+            .0
+            .acquire()
+            .await
+            .map_err(|_| ToolError::fatal("gate closed"))?;
+        permit.forget();
+        Ok(ToolOutput::default())
+    }
+}
+
+async fn connect(app: &TestApp, tenant: &str) -> WsClient {
+    let mut ws = app.ws_connect("graphql-transport-ws").await;
+    ws.init(Some(&app.admin_token(tenant))).await;
+    match ws.next_event().await {
+        WsEvent::Json(m) => assert_eq!(m["type"], "connection_ack"),
+        other => panic!("expected an ack, got {other:?}"),
+    }
+    ws
+}
+
+impl WsClient {
+    async fn subscribe(&mut self, id: &str, query: &str, variables: Value) {
+        self.send(json!({"id": id, "type": "subscribe", "payload": {"query": query, "variables": variables}}))
+            .await;
+    }
+
+    /// The next `next` payload of any subscription; `None` on `complete`.
+    async fn next_payload(&mut self) -> Option<Value> {
+        loop {
+            match self.next_event().await {
+                WsEvent::Json(m) if m["type"] == "next" => return Some(m["payload"].clone()),
+                WsEvent::Json(m) if m["type"] == "complete" => return None,
+                WsEvent::Json(m) if m["type"] == "error" => {
+                    return Some(json!({"errors": m["payload"]}));
+                }
+                WsEvent::Json(_) => continue,
+                WsEvent::Closed(code) => panic!("socket closed ({code:?})"),
+            }
+        }
+    }
+
+    /// Read task events until the stream completes.
+    async fn events_until_complete(&mut self) -> Vec<Value> {
+        let mut out = Vec::new();
+        while let Some(p) = self.next_payload().await {
+            assert!(p.get("errors").is_none(), "{p}");
+            out.push(p["data"]["taskEvents"].clone());
+        }
+        out
+    }
+}
+
+fn seqs(events: &[Value]) -> Vec<i64> {
+    events
+        .iter()
+        .filter(|e| e["__typename"] != "TokenDelta")
+        .map(|e| e["seq"].as_i64().unwrap())
+        .collect()
+}
+
+async fn stored_seqs(app: &TestApp, tenant: &str, id: &str) -> Vec<i64> {
+    app.task(tenant, id).await["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_i64().unwrap())
+        .collect()
+}
+
+for_both_backends!(
+    subscribing_after_k_gets_exactly_the_rest_in_order,
+    resubscribing_from_the_last_seq_after_random_drops_gets_every_event_once,
+    a_stalled_subscriber_does_not_slow_the_task_and_misses_nothing,
+    other_tenants_tasks_are_not_found_and_connections_have_limits,
+    task_updates_stream_status_changes,
+);
+
+async fn subscribing_after_k_gets_exactly_the_rest_in_order(backend: Backend) {
+    let gate = Arc::new(Semaphore::new(0));
+    let app = TestApp::spawn_with_tools(backend, vec![Arc::new(Gate(gate.clone()))]).await;
+    app.create_tenant("acme").await;
+    let steps: Vec<Value> = vec![
+        json!({"id": "a", "tool": "set_state", "args": {"x": 1}}),
+        json!({"id": "wait", "tool": "test.gate"}),
+        json!({"id": "b", "tool": "set_state", "args": {"y": 2}}),
+        json!({"id": "c", "tool": "set_state", "args": {"z": 3}}),
+    ];
+    app.publish_plan(
+        "acme",
+        json!({"key": "gated", "intent": "t.gated", "steps": steps}),
+    )
+    .await
+    .data();
+    let id = app.start_task("acme", json!({"planKey": "gated"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Run until the task blocks at the gate.
+    let executor = app.executor.clone();
+    let running = tokio::spawn(async move { executor.run_until_idle().await });
+    let k = loop {
+        let stored = stored_seqs(&app, "acme", &id).await;
+        if stored.len() >= 5 {
+            break 3;
+        }
+        tokio::task::yield_now().await;
+    };
+    let mut ws = connect(&app, "acme").await;
+    ws.subscribe("1", EVENTS, json!({"id": id, "after": k}))
+        .await;
+    gate.add_permits(1);
+    let received = ws.events_until_complete().await;
+    running.await.unwrap().unwrap();
+    let stored = stored_seqs(&app, "acme", &id).await;
+    assert_eq!(
+        seqs(&received),
+        stored[k as usize..].to_vec(),
+        "exactly k+1… in order"
+    );
+    let last = received.last().unwrap();
+    assert_eq!(last["__typename"], "StatusChanged");
+    assert_eq!(last["status"], "COMPLETED");
+}
+
+/// A small deterministic generator, so a failure can be replayed.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+async fn resubscribing_from_the_last_seq_after_random_drops_gets_every_event_once(
+    backend: Backend,
+) {
+    let app = TestApp::spawn_with(backend, |c| c.workers = 2).await;
+    app.create_tenant("acme").await;
+    let steps: Vec<Value> = (0..30)
+        .map(|i| json!({"id": format!("s{i}"), "tool": "set_state", "args": {"i": i}}))
+        .collect();
+    app.publish_plan(
+        "acme",
+        json!({"key": "many", "intent": "t.many", "steps": steps}),
+    )
+    .await
+    .data();
+    for seed in [1u64, 7, 42] {
+        let mut rng = Lcg(seed);
+        let id = app.start_task("acme", json!({"planKey": "many"})).await["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let mut seen: Vec<i64> = Vec::new();
+        let mut done = false;
+        while !done {
+            let mut ws = connect(&app, "acme").await;
+            let after = seen.last().copied().unwrap_or(0);
+            ws.subscribe("1", EVENTS, json!({"id": id, "after": after}))
+                .await;
+            // Read a random number of events, then drop the connection.
+            let take = 1 + rng.below(12);
+            for _ in 0..take {
+                match ws.next_payload().await {
+                    Some(p) => {
+                        let e = &p["data"]["taskEvents"];
+                        if e["__typename"] != "TokenDelta" {
+                            seen.push(e["seq"].as_i64().unwrap());
+                        }
+                    }
+                    None => {
+                        done = true;
+                        break;
+                    }
+                }
+            }
+            drop(ws);
+        }
+        let stored = stored_seqs(&app, "acme", &id).await;
+        assert_eq!(
+            seen, stored,
+            "seed {seed}: every event exactly once, in order"
+        );
+        assert_eq!(seen, (1..=stored.len() as i64).collect::<Vec<_>>());
+    }
+}
+
+async fn a_stalled_subscriber_does_not_slow_the_task_and_misses_nothing(backend: Backend) {
+    // A tiny bus, so the stalled subscriber falls out of it and must catch
+    // up from the store.
+    let app = TestApp::spawn_with(backend, |c| c.event_bus_capacity = 4).await;
+    app.create_tenant("acme").await;
+    let steps: Vec<Value> = (0..40)
+        .map(|i| json!({"id": format!("s{i}"), "tool": "set_state", "args": {"i": i}}))
+        .collect();
+    app.publish_plan(
+        "acme",
+        json!({"key": "long", "intent": "t.long", "steps": steps}),
+    )
+    .await
+    .data();
+    let id = app.start_task("acme", json!({"planKey": "long"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut ws = connect(&app, "acme").await;
+    ws.subscribe("1", EVENTS, json!({"id": id})).await;
+    // The subscriber reads nothing while the task runs to completion.
+    app.run_tasks().await;
+    assert_eq!(app.task("acme", &id).await["status"], "COMPLETED");
+    let received = ws.events_until_complete().await;
+    assert_eq!(seqs(&received), stored_seqs(&app, "acme", &id).await);
+}
+
+async fn other_tenants_tasks_are_not_found_and_connections_have_limits(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |c| c.max_subscriptions_per_connection = 2).await;
+    app.create_tenant("acme").await;
+    app.create_tenant("globex").await;
+    let plan = json!({"key": "p", "intent": "t.p", "steps": [{"id": "a", "tool": "set_state"}]});
+    app.publish_plan("acme", plan).await.data();
+    let id = app.start_task("acme", json!({"planKey": "p"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut other = connect(&app, "globex").await;
+    other.subscribe("1", EVENTS, json!({"id": id})).await;
+    let p = other.next_payload().await.unwrap();
+    assert_eq!(p["errors"][0]["extensions"]["code"], "NOT_FOUND", "{p}");
+    assert!(!p.to_string().contains("STATUS_CHANGED"));
+
+    let mut ws = connect(&app, "acme").await;
+    for n in 1..=2 {
+        ws.subscribe(
+            &n.to_string(),
+            "subscription { taskUpdates { id } }",
+            json!({}),
+        )
+        .await;
+    }
+    ws.subscribe("3", "subscription { taskUpdates { id } }", json!({}))
+        .await;
+    let p = ws.next_payload().await.unwrap();
+    assert_eq!(p["errors"][0]["extensions"]["code"], "RATE_LIMITED", "{p}");
+}
+
+async fn task_updates_stream_status_changes(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |c| c.workers = 1).await;
+    app.create_tenant("acme").await;
+    app.create_tenant("globex").await;
+    let plan = json!({"key": "p", "intent": "t.p", "steps": [{"id": "a", "tool": "set_state", "args": {"x": 1}}]});
+    app.publish_plan("acme", plan.clone()).await.data();
+    app.publish_plan("globex", plan).await.data();
+    let mut ws = connect(&app, "acme").await;
+    ws.subscribe(
+        "1",
+        "subscription { taskUpdates(filter: {statuses: [COMPLETED]}) { id status state } }",
+        json!({}),
+    )
+    .await;
+    // Let the subscription register before the work starts: a query on the
+    // same connection is answered after the subscribe was processed.
+    ws.subscribe(
+        "ping",
+        "subscription { taskUpdates(filter: {statuses: [CANCELLED]}) { id } }",
+        json!({}),
+    )
+    .await;
+    let other = app
+        .graphql(
+            Some(&app.admin_token("globex")),
+            "mutation { startTask(input: {planKey: \"p\"}) { task { id } } }",
+            json!({}),
+        )
+        .await;
+    other.data();
+    let id = app.start_task("acme", json!({"planKey": "p"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let update = tokio::time::timeout(WAIT, ws.next_payload())
+        .await
+        .unwrap()
+        .unwrap();
+    let task = &update["data"]["taskUpdates"];
+    assert_eq!(
+        task["id"],
+        id.as_str(),
+        "only this tenant's tasks: {update}"
+    );
+    assert_eq!(task["status"], "COMPLETED");
+    assert_eq!(task["state"]["x"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_on_one_process_sees_a_worker_in_another_postgres() {
+    // This process serves the API and runs no workers.
+    let app = TestApp::spawn(Backend::Postgres).await;
+    app.create_tenant("acme").await;
+    let steps: Vec<Value> = (0..5)
+        .map(|i| json!({"id": format!("s{i}"), "tool": "set_state", "args": {"i": i}}))
+        .collect();
+    app.publish_plan(
+        "acme",
+        json!({"key": "remote", "intent": "t.remote", "steps": steps}),
+    )
+    .await
+    .data();
+    let mut ws = connect(&app, "acme").await;
+    let id = app.start_task("acme", json!({"planKey": "remote"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    ws.subscribe("1", EVENTS, json!({"id": id})).await;
+    // A separate `brainstem worker` process runs the task.
+    let mut worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_brainstem"))
+        .arg("worker")
+        .env("BRAINSTEM_DATABASE_URL", &app.config.database_url)
+        .env(
+            "BRAINSTEM_CONNECTION_ENCRYPTION_KEY",
+            "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+        )
+        .env("BRAINSTEM_WORKERS", "2")
+        .env("BRAINSTEM_EXECUTOR_POLL_MS", "50")
+        .env("BRAINSTEM_LOG", "error")
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let received = tokio::time::timeout(Duration::from_secs(60), ws.events_until_complete())
+        .await
+        .unwrap();
+    let _ = worker.start_kill();
+    let stored = stored_seqs(&app, "acme", &id).await;
+    assert_eq!(seqs(&received), stored);
+    assert_eq!(received.last().unwrap()["status"], "COMPLETED");
+    // Every step's events crossed processes.
+    for i in 0..5 {
+        let step = format!("s{i}");
+        assert!(
+            received
+                .iter()
+                .any(|e| e["__typename"] == "StepCompleted" && e["stepId"] == step.as_str())
+        );
+    }
+}
