@@ -50,7 +50,12 @@ pub const CHANNEL: &str = "brainstem_events";
 const MAX_PAYLOAD: usize = 7000;
 
 pub struct EventBus {
+    /// Every event (for `taskUpdates`).
     tx: broadcast::Sender<Arc<TaskEvent>>,
+    /// Per-task channels, so an event reaches only its task's subscribers;
+    /// created on first subscription, dropped when nobody listens.
+    per_task: Mutex<HashMap<TaskId, broadcast::Sender<Arc<TaskEvent>>>>,
+    capacity: usize,
     /// The text so far of each step that is streaming tokens.
     live_text: Mutex<HashMap<TaskId, (String, String)>>,
     /// When set, events go out through PostgreSQL instead of straight to
@@ -68,6 +73,8 @@ impl EventBus {
         let (tx, _) = broadcast::channel(capacity.max(1));
         Arc::new(Self {
             tx,
+            per_task: Mutex::new(HashMap::new()),
+            capacity: capacity.max(1),
             live_text: Mutex::new(HashMap::new()),
             notifier: Mutex::new(None),
         })
@@ -77,12 +84,33 @@ impl EventBus {
         self.tx.subscribe()
     }
 
+    /// Events of one task only.
+    pub fn subscribe_task(&self, task: TaskId) -> broadcast::Receiver<Arc<TaskEvent>> {
+        match self.per_task.lock() {
+            Ok(mut map) => map
+                .entry(task)
+                .or_insert_with(|| broadcast::channel(self.capacity).0)
+                .subscribe(),
+            // A poisoned map: fall back to a channel that never delivers;
+            // the subscriber still gets the stored events.
+            Err(_) => broadcast::channel(1).0.subscribe(),
+        }
+    }
+
     /// Hand events to this process's subscribers.
     pub fn deliver(&self, events: &[TaskEvent]) {
         for event in events {
             self.track_text(event);
+            let event = Arc::new(event.clone());
+            if let Ok(mut map) = self.per_task.lock()
+                && let Some(tx) = map.get(&event.task_id)
+                && tx.send(event.clone()).is_err()
+            {
+                // Nobody listens to this task any more.
+                map.remove(&event.task_id);
+            }
             // No receivers is fine: nobody is watching.
-            let _ = self.tx.send(Arc::new(event.clone()));
+            let _ = self.tx.send(event);
         }
     }
 
@@ -287,7 +315,7 @@ pub fn task_events(
     after: i64,
 ) -> impl Stream<Item = TaskEvent> + Send + 'static {
     // Subscribe before reading the store, so nothing falls between them.
-    let mut live = bus.subscribe();
+    let mut live = bus.subscribe_task(task);
     let (tx, rx) = mpsc::channel::<TaskEvent>(64);
     tokio::spawn(async move {
         let mut last = after;

@@ -388,10 +388,12 @@ impl Executor {
         self.commit(
             task,
             TaskChanges {
+                status: Some(TaskStatus::Pending),
                 lease: Some(None),
+                current_step_id: Some(None),
                 ..TaskChanges::default()
             },
-            vec![],
+            vec![NewEvent::status(TaskStatus::Pending, "worker stopping; back in the queue")],
             Extra::default(),
         )
         .await
@@ -541,23 +543,19 @@ impl Executor {
             "plan": plan_ref.1,
             "version": plan_ref.2,
         });
-        let updated = self
-            .commit(
-                &task,
-                TaskChanges {
-                    status: Some(TaskStatus::Executing),
-                    intent: Some(Some(intent)),
-                    confidence: Some(confidence),
-                    plan: Some(plan_ref),
-                    frozen_plan: Some(steps),
-                    started_at: Some(task.started_at.unwrap_or_else(Utc::now)),
-                    ..TaskChanges::default()
-                },
-                vec![NewEvent::status(TaskStatus::Executing, "planned").data(data)],
-                Extra::default(),
-            )
-            .await?;
-        Ok(updated.map_or(Next::Stop, |t| Next::Continue(Box::new(t))))
+        let mut changes = TaskChanges {
+            status: Some(TaskStatus::Executing),
+            intent: Some(Some(intent)),
+            confidence: Some(confidence),
+            plan: Some(plan_ref),
+            frozen_plan: Some(steps),
+            started_at: Some(task.started_at.unwrap_or_else(Utc::now)),
+            ..TaskChanges::default()
+        };
+        let mut events = vec![NewEvent::status(TaskStatus::Executing, "planned").data(data)];
+        let done = fold_next(&task, &mut changes, &mut events);
+        let updated = self.commit(&task, changes, events, Extra::default()).await?;
+        Ok(next_after(done, updated))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -610,7 +608,11 @@ impl Executor {
     }
 
     async fn run_step(&self, task: Task, step: StepDef, slug: &str) -> Result<Next> {
-        let attempt = task.attempts_of(&step.id) + 1;
+        // The previous commit may already have started this step.
+        let prestarted = task.status == TaskStatus::Executing
+            && task.current_step_id.as_deref() == Some(step.id.as_str())
+            && task.attempts_of(&step.id) > 0;
+        let attempt = task.attempts_of(&step.id) + u32::from(!prestarted);
         let context = task.template_context(slug);
         if step.requires_review && !task.reviewed_step_ids.contains(&step.id) {
             let proposed =
@@ -680,8 +682,10 @@ impl Executor {
         // Commit the start: the step is now current.
         let mut attempts = task.attempts.clone();
         attempts.insert(step.id.clone(), json!(attempt));
-        let Some(task) = self
-            .commit(
+        let started = if prestarted {
+            Some(task)
+        } else {
+            self.commit(
                 &task,
                 TaskChanges {
                     status: Some(TaskStatus::Executing),
@@ -689,15 +693,12 @@ impl Executor {
                     attempts: Some(attempts),
                     ..TaskChanges::default()
                 },
-                vec![
-                    NewEvent::new(EventKind::StepStarted, format!("running `{}`", step.tool))
-                        .step(&step.id, &step.tool)
-                        .data(json!({"attempt": attempt})),
-                ],
+                vec![started_event(&step, attempt)],
                 Extra::default(),
             )
             .await?
-        else {
+        };
+        let Some(task) = started else {
             return Ok(Next::Stop);
         };
         // Execute, with no transaction open.
@@ -772,19 +773,16 @@ impl Executor {
         let mut event =
             NewEvent::new(EventKind::StepSkipped, "condition not met").step(&step.id, &step.tool);
         event.status = Some("SKIPPED".into());
-        let updated = self
-            .commit(
-                &task,
-                TaskChanges {
-                    settled_step_ids: Some(settled),
-                    step_outputs: Some(outputs),
-                    ..TaskChanges::default()
-                },
-                vec![event],
-                Extra::default(),
-            )
-            .await?;
-        Ok(updated.map_or(Next::Stop, |t| Next::Continue(Box::new(t))))
+        let mut changes = TaskChanges {
+            settled_step_ids: Some(settled),
+            step_outputs: Some(outputs),
+            current_step_id: Some(None),
+            ..TaskChanges::default()
+        };
+        let mut events = vec![event];
+        let done = fold_next(&task, &mut changes, &mut events);
+        let updated = self.commit(&task, changes, events, Extra::default()).await?;
+        Ok(next_after(done, updated))
     }
 
     /// A failure before the tool ran (bad template, bad args): recorded as
@@ -891,21 +889,17 @@ impl Executor {
         let mut outputs = task.step_outputs.clone();
         outputs.insert(step.id.clone(), Value::Null);
         event = event.data(json!({"attempt": attempt, "will_retry": false, "continued": true}));
-        let updated = self
-            .commit(
-                &task,
-                TaskChanges {
-                    attempts: Some(attempts),
-                    settled_step_ids: Some(settled),
-                    step_outputs: Some(outputs),
-                    current_step_id: Some(None),
-                    ..TaskChanges::default()
-                },
-                vec![event],
-                extra,
-            )
-            .await?;
-        Ok(updated.map_or(Next::Stop, |t| Next::Continue(Box::new(t))))
+        let mut changes = TaskChanges {
+            attempts: Some(attempts),
+            settled_step_ids: Some(settled),
+            step_outputs: Some(outputs),
+            current_step_id: Some(None),
+            ..TaskChanges::default()
+        };
+        let mut events = vec![event];
+        let done = fold_next(&task, &mut changes, &mut events);
+        let updated = self.commit(&task, changes, events, extra).await?;
+        Ok(next_after(done, updated))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1097,8 +1091,60 @@ impl Executor {
             .await?;
             return Ok(Next::Stop);
         }
+        let done = fold_next(&task, &mut changes, &mut events);
         let updated = self.commit(&task, changes, events, extra).await?;
-        Ok(updated.map_or(Next::Stop, |t| Next::Continue(Box::new(t))))
+        Ok(next_after(done, updated))
+    }
+}
+
+fn started_event(step: &StepDef, attempt: u32) -> NewEvent {
+    NewEvent::new(EventKind::StepStarted, format!("running `{}`", step.tool))
+        .step(&step.id, &step.tool)
+        .data(json!({"attempt": attempt}))
+}
+
+/// Fold what comes next into a commit that settles a step: start the next
+/// step, or complete the task, in the same transaction, so a plain step
+/// costs one commit. Steps with a condition or an unreviewed gate are left
+/// to the next pass. Returns whether the task is now complete.
+fn fold_next(task: &Task, changes: &mut TaskChanges, events: &mut Vec<NewEvent>) -> bool {
+    let frozen = changes.frozen_plan.as_ref().unwrap_or(&task.frozen_plan);
+    let settled = changes.settled_step_ids.as_ref().unwrap_or(&task.settled_step_ids);
+    let next = frozen.iter().enumerate().find(|(_, s)| !settled.contains(&s.id));
+    match next {
+        None => {
+            changes.status = Some(TaskStatus::Completed);
+            changes.lease = Some(None);
+            changes.completed_at = Some(Utc::now());
+            changes.current_step_id = Some(None);
+            events.push(NewEvent::status(TaskStatus::Completed, "all steps settled"));
+            true
+        }
+        Some((index, step))
+            if index < task.max_steps as usize
+                && step.condition.is_none()
+                && (!step.requires_review || task.reviewed_step_ids.contains(&step.id)) =>
+        {
+            let mut attempts = changes.attempts.clone().unwrap_or_else(|| task.attempts.clone());
+            let attempt = attempts
+                .get(&step.id)
+                .and_then(Value::as_u64)
+                .map_or(1, |n| n as u32 + 1);
+            attempts.insert(step.id.clone(), json!(attempt));
+            changes.attempts = Some(attempts);
+            changes.status = Some(TaskStatus::Executing);
+            changes.current_step_id = Some(Some(step.id.clone()));
+            events.push(started_event(step, attempt));
+            false
+        }
+        Some(_) => false,
+    }
+}
+
+fn next_after(done: bool, updated: Option<Task>) -> Next {
+    match updated {
+        Some(t) if !done => Next::Continue(Box::new(t)),
+        _ => Next::Stop,
     }
 }
 

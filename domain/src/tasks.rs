@@ -725,8 +725,10 @@ impl Tasks {
         self.sink.clone()
     }
 
+    /// One task became runnable: wake one idle worker (a permit is kept
+    /// if none is idle), not the whole pool.
     fn runnable(&self) {
-        self.wake.notify_waiters();
+        self.wake.notify_one();
     }
 
     /// Start a task. A repeated idempotency key returns the existing task.

@@ -1,0 +1,332 @@
+//! Live-stream fan-out: N concurrent WebSocket subscribers on running tasks
+//! that stream tokens. Prints token-delta delivery latency p50/p99 and the
+//! server's memory per idle subscription.
+//!
+//! The server runs in this process; the subscribers run in a child process
+//! (the same binary with `--client`), since one process may hold at most
+//! 20,000 open files here.
+//!
+//! `cargo run --release -p brainstem-bench --bin subscribers -- --subscribers 1000,5000,10000`
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    process::{Command, Stdio},
+    sync::Arc,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{Context, bail};
+use async_trait::async_trait;
+use brainstem::{config::Config, startup::Application};
+use brainstem_domain::{
+    Actor, Principal, Role,
+    plans::{PlanDef, StepDef},
+    tasks::NewTask,
+    tools::{Tool, ToolContext, ToolError, ToolOutput},
+};
+use clap::Parser;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest, http::HeaderValue};
+
+#[derive(Parser, Debug, Clone)]
+struct Args {
+    /// Subscriber counts, one run each.
+    #[arg(long, value_delimiter = ',', default_value = "1000,5000,10000")]
+    subscribers: Vec<usize>,
+    /// Streaming tasks the subscribers share.
+    #[arg(long, default_value_t = 20)]
+    tasks: usize,
+    /// Token deltas per task per second.
+    #[arg(long, default_value_t = 5)]
+    rate: u64,
+    /// How long each task streams, in seconds.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Run as the subscriber process (internal).
+    #[arg(long, hide = true)]
+    client: bool,
+    #[arg(long, hide = true, default_value = "")]
+    url: String,
+    #[arg(long, hide = true, default_value = "")]
+    token: String,
+    #[arg(long, hide = true, default_value = "")]
+    task_ids: String,
+}
+
+fn now_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// Streams "tokens" carrying their send time, at a fixed rate.
+struct Stream {
+    rate: u64,
+    seconds: u64,
+}
+
+#[async_trait]
+impl Tool for Stream {
+    fn key(&self) -> &str {
+        "bench.stream"
+    }
+    fn description(&self) -> &str {
+        "emits timestamped token deltas"
+    }
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(self.seconds + 60)
+    }
+    async fn call(&self, ctx: ToolContext, _args: Value) -> Result<ToolOutput, ToolError> {
+        let mut offset = 0;
+        let frames = self.rate * self.seconds;
+        let mut tick = tokio::time::interval(Duration::from_millis(1000 / self.rate.max(1)));
+        for _ in 0..frames {
+            tick.tick().await;
+            let text = format!("{} ", now_micros());
+            ctx.token_delta(offset, &text);
+            offset += text.chars().count();
+        }
+        Ok(ToolOutput::default())
+    }
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if args.client {
+        return client(args).await;
+    }
+    for &n in &args.subscribers {
+        run(&args, n).await?;
+    }
+    Ok(())
+}
+
+async fn run(args: &Args, subscribers: usize) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("brainstem-bench-{}", uuid::Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir)?;
+    let config = Config {
+        bind: "127.0.0.1:0".into(),
+        database_url: format!("sqlite://{}", dir.join("bench.db").display()),
+        jwt_secret: Some(secrecy::SecretString::from(uuid::Uuid::now_v7().to_string())),
+        workers: args.tasks + 2,
+        max_subscriptions_per_connection: 10,
+        rate_limit_per_key_rps: 0.0,
+        rate_limit_per_tenant_rps: 0.0,
+        log: "error".into(),
+        ..Config::default()
+    };
+    brainstem::telemetry::init(&config);
+    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Stream { rate: args.rate, seconds: args.seconds })];
+    let app = Application::build_with_tools(&config, tools).await?;
+    let url = format!("ws://{}/graphql/ws", app.local_addr());
+    let domain = app.domain().clone();
+    let auth = brainstem::startup::auth_config(&config, &domain).await?;
+    tokio::spawn(app.run_until(std::future::pending()));
+
+    let demo = domain.tenants.resolve_claim("demo").await?;
+    let admin = Principal {
+        actor: Actor::User("bench".into()),
+        tenant: Some(demo.id),
+        roles: [Role::TenantAdmin].into(),
+        scopes: Default::default(),
+    };
+    let step = StepDef {
+        id: "stream".into(),
+        tool: "bench.stream".into(),
+        args: json!({}),
+        condition: None,
+        stop_on_failure: true,
+        retry: None,
+        // Tasks wait here until every subscriber is connected.
+        requires_review: true,
+        timeout_secs: None,
+    };
+    domain
+        .plans
+        .publish(&admin, PlanDef {
+            key: "stream".into(),
+            intent: "bench.stream".into(),
+            description: String::new(),
+            priority: 0,
+            patterns: vec![],
+            steps: vec![step],
+        })
+        .await?;
+    let mut ids = Vec::new();
+    for _ in 0..args.tasks {
+        let task = domain
+            .tasks
+            .start(&admin, NewTask { plan_key: Some("stream".into()), ..NewTask::default() })
+            .await?;
+        ids.push(task.id);
+    }
+    // Wait until every task waits for review (idle).
+    loop {
+        let mut idle = 0;
+        for id in &ids {
+            if domain.tasks.get(admin.tenant_scope()?, *id).await?.status
+                == brainstem_domain::tasks::TaskStatus::NeedsReview
+            {
+                idle += 1;
+            }
+        }
+        if idle == ids.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let token = brainstem_api::auth::mint_token(&auth, brainstem_api::auth::TokenRequest {
+        subject: "bench",
+        tenant: Some("demo"),
+        roles: &[Role::Member],
+        ttl: chrono::Duration::hours(2),
+    })?;
+    let before = rss_kib();
+    let exe = std::env::current_exe()?;
+    let mut child = Command::new(exe)
+        .args(["--client", "--url", &url, "--token", &token])
+        .arg("--task-ids")
+        .arg(ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(","))
+        .arg("--subscribers")
+        .arg(subscribers.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut stdout = BufReader::new(child.stdout.take().context("child stdout")?);
+    let mut line = String::new();
+    stdout.read_line(&mut line)?;
+    if line.trim() != "READY" {
+        bail!("client failed to connect: {line}");
+    }
+    // Let allocations settle, then measure the idle subscriptions.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = rss_kib();
+    let per_sub = (after.saturating_sub(before)) as f64 / subscribers as f64;
+    // Start streaming: approve every task's review.
+    let scope = admin.tenant_scope()?;
+    for id in &ids {
+        let task = domain.tasks.get(scope, *id).await?;
+        let review = domain.tasks.reviews(scope, *id).await?.into_iter().next().context("review")?;
+        let _ = task;
+        domain.tasks.resume(&admin, *id, review.id, json!({})).await?;
+    }
+    if let Some(stdin) = child.stdin.as_mut() {
+        writeln!(stdin, "GO")?;
+    }
+    line.clear();
+    stdout.read_line(&mut line)?;
+    let _ = child.wait();
+    let result: Value = serde_json::from_str(line.trim()).context("client result")?;
+    println!(
+        "{subscribers:>6} subscribers on {} tasks ({} deltas/s each): delivered {} deltas, latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; server memory {:.1} KiB per idle subscription ({} -> {} KiB RSS)",
+        args.tasks,
+        args.rate,
+        result["count"],
+        result["p50_ms"].as_f64().unwrap_or(0.0),
+        result["p99_ms"].as_f64().unwrap_or(0.0),
+        result["max_ms"].as_f64().unwrap_or(0.0),
+        per_sub,
+        before,
+        after,
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+async fn client(args: Args) -> anyhow::Result<()> {
+    let ids: Vec<String> = args.task_ids.split(',').map(str::to_owned).collect();
+    let n = args.subscribers.first().copied().unwrap_or(1);
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(n);
+    let (go_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let (lat_tx, mut lat_rx) = tokio::sync::mpsc::unbounded_channel::<u64>();
+    for i in 0..n {
+        let url = args.url.clone();
+        let token = args.token.clone();
+        let uuid = ids[i % ids.len()].clone();
+        let ready = ready_tx.clone();
+        let lat = lat_tx.clone();
+        tokio::spawn(async move {
+            let mut request = url.into_client_request().ok()?;
+            request
+                .headers_mut()
+                .insert("sec-websocket-protocol", HeaderValue::from_static("graphql-transport-ws"));
+            let (mut ws, _) = tokio_tungstenite::connect_async(request).await.ok()?;
+            ws.send(Message::Text(json!({"type": "connection_init", "payload": {"Authorization": format!("Bearer {token}")}}).to_string().into())).await.ok()?;
+            let global = base64_task_id(&uuid);
+            ws.send(Message::Text(json!({"id": "1", "type": "subscribe", "payload": {
+                "query": "subscription($id: ID!) { taskEvents(taskId: $id) { __typename seq ... on TokenDelta { text } } }",
+                "variables": {"id": global}}}).to_string().into())).await.ok()?;
+            let mut announced = false;
+            while let Some(Ok(msg)) = ws.next().await {
+                let Message::Text(text) = msg else { continue };
+                let v: Value = serde_json::from_str(text.as_str()).ok()?;
+                if v["type"] == "next" {
+                    if !announced {
+                        announced = true;
+                        let _ = ready.send(()).await;
+                    }
+                    let e = &v["payload"]["data"]["taskEvents"];
+                    if e["__typename"] == "TokenDelta" {
+                        let now = now_micros();
+                        for stamp in e["text"].as_str().unwrap_or_default().split_whitespace() {
+                            if let Ok(sent) = stamp.parse::<u64>() {
+                                let _ = lat.send(now.saturating_sub(sent));
+                            }
+                        }
+                    }
+                } else if v["type"] == "complete" {
+                    break;
+                }
+            }
+            Some(())
+        });
+    }
+    drop(ready_tx);
+    drop(lat_tx);
+    for _ in 0..n {
+        if ready_rx.recv().await.is_none() {
+            break;
+        }
+    }
+    println!("READY");
+    std::io::stdout().flush()?;
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go)?;
+    let _ = go_tx.send(());
+    let mut latencies = Vec::new();
+    while let Some(l) = lat_rx.recv().await {
+        latencies.push(l);
+    }
+    latencies.sort_unstable();
+    let pct = |p: f64| {
+        if latencies.is_empty() {
+            0.0
+        } else {
+            latencies[((p / 100.0) * (latencies.len() - 1) as f64).round() as usize] as f64 / 1000.0
+        }
+    };
+    println!(
+        "{}",
+        json!({"count": latencies.len(), "p50_ms": pct(50.0), "p99_ms": pct(99.0), "max_ms": pct(100.0)})
+    );
+    Ok(())
+}
+
+fn base64_task_id(uuid: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("Task:{uuid}"))
+}
