@@ -48,7 +48,9 @@ use crate::{
         mutate,
     },
     template,
-    tools::{ArtifactDef, Control, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSettings},
+    tools::{
+        ArtifactDef, Control, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSettings, Usage,
+    },
 };
 
 /// How workers behave.
@@ -64,6 +66,8 @@ pub struct ExecutorConfig {
     pub poll: Duration,
     /// How often expired leases are reaped.
     pub reap_every: Duration,
+    /// How intents are detected when a task names none.
+    pub intent_detector: intent::Detector,
 }
 
 impl Default for ExecutorConfig {
@@ -74,6 +78,7 @@ impl Default for ExecutorConfig {
             lease: Duration::from_secs(30),
             poll: Duration::from_millis(500),
             reap_every: Duration::from_secs(5),
+            intent_detector: intent::Detector::Rules,
         }
     }
 }
@@ -480,13 +485,27 @@ impl Executor {
     async fn plan(&self, task: Task) -> Result<Next> {
         let scope = task.scope();
         let plans = self.domain.plans.all_latest(scope).await?;
-        let (intent, confidence, reasoning) = match &task.intent {
-            Some(i) => (i.clone(), task.confidence, "intent given".to_owned()),
+        let (intent, confidence, reasoning, model_usage) = match &task.intent {
+            Some(i) => (
+                i.clone(),
+                task.confidence,
+                "intent given".to_owned(),
+                Default::default(),
+            ),
             None => {
-                let d = intent::detect(&task.input, &plans);
-                (d.intent, d.confidence, d.reasoning)
+                let (d, usage) = match self.config.intent_detector {
+                    intent::Detector::Rules => {
+                        (intent::detect(&task.input, &plans), Usage::default())
+                    }
+                    intent::Detector::Llm => {
+                        intent::detect_with_model(&self.settings.llm, &task.input, &plans).await
+                    }
+                };
+                (d.intent, d.confidence, d.reasoning, usage)
             }
         };
+        // The detection's model call, if any, counts toward the task.
+        let usage = (model_usage != Usage::default()).then(|| task.usage.plus(model_usage));
         if confidence < task.confidence_threshold && !task.intent_reviewed {
             let reason = format!(
                 "Intent detection confidence {:.0}% below threshold {:.0}%",
@@ -506,6 +525,7 @@ impl Executor {
                     TaskChanges {
                         intent: Some(Some(intent.clone())),
                         confidence: Some(confidence),
+                        usage,
                         ..TaskChanges::default()
                     },
                 )
@@ -551,6 +571,7 @@ impl Executor {
                     plan: Some(plan_ref),
                     frozen_plan: Some(steps),
                     started_at: Some(task.started_at.unwrap_or_else(Utc::now)),
+                    usage,
                     ..TaskChanges::default()
                 },
                 vec![NewEvent::status(TaskStatus::Executing, "planned").data(data)],
