@@ -119,7 +119,8 @@ pub async fn detect_with_model(
     text: &str,
     plans: &[Plan],
 ) -> (Detection, Usage) {
-    if text.trim().is_empty() {
+    // Nothing to classify, or nothing to choose from: no call.
+    if text.trim().is_empty() || plans.is_empty() {
         return (detect(text, plans), Usage::default());
     }
     let mut candidates: BTreeMap<&str, &str> = BTreeMap::new();

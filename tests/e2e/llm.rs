@@ -18,7 +18,12 @@ use axum::{
     routing::post,
 };
 use brainstem::config::{Config, LlmProvider};
-use brainstem_domain::{intent::Detector, llm::Price};
+use brainstem_domain::{
+    Domain,
+    intent::Detector,
+    llm::Price,
+    tasks::{EventKind, EventSink, TaskEvent},
+};
 use futures_util::stream;
 use secrecy::SecretString;
 use serde_json::{Value, json};
@@ -189,6 +194,7 @@ async fn run_plan(app: &TestApp, tenant: &str, plan: &str, input: &str) -> Value
 
 for_both_backends!(
     a_step_streams_from_the_model_and_records_usage_and_cost,
+    token_deltas_are_published_in_order_and_add_up_to_the_output,
     a_budget_smaller_than_the_call_stops_the_task_before_any_request,
     the_tenant_daily_quota_counts_stored_usage_per_tenant,
     a_failing_model_gives_a_retryable_step_failure,
@@ -264,6 +270,78 @@ async fn a_step_streams_from_the_model_and_records_usage_and_cost(backend: Backe
         })
     );
     assert!((body["temperature"].as_f64().unwrap() - 0.2).abs() < 1e-6);
+}
+
+/// Keeps every event published.
+#[derive(Default)]
+struct Capture(Mutex<Vec<TaskEvent>>);
+
+impl EventSink for Capture {
+    fn publish(&self, events: &[TaskEvent]) {
+        self.0.lock().unwrap().extend_from_slice(events);
+    }
+}
+
+async fn token_deltas_are_published_in_order_and_add_up_to_the_output(backend: Backend) {
+    let deltas: Vec<&'static str> = vec![
+        "One ", "two ", "three ", "four ", "five ", "six ", "seven ", "eight ", "nine ", "tén.",
+    ];
+    let (_fake, url) = fake_model(Answer::Stream(deltas.clone(), (20, 10))).await;
+    let app = TestApp::spawn_with(backend, |c| use_fake(c, &url)).await;
+    app.create_tenant("acme").await;
+    app.publish_plan(
+        "acme",
+        generate_plan("count", json!({"prompt": "Count to ten"})),
+    )
+    .await
+    .data();
+    let task = app.start_task("acme", json!({"planKey": "count"})).await;
+    let id = task["id"].as_str().unwrap().to_owned();
+
+    // Drive the task with an executor whose domain publishes to `capture`.
+    let capture = Arc::new(Capture::default());
+    let registry = brainstem::startup::registry(Vec::new()).unwrap();
+    let domain = Domain::new(app.domain.db.clone(), registry, capture.clone());
+    let (_stop, stopping) = tokio::sync::watch::channel(false);
+    let executor = brainstem::startup::executor(&app.config, &domain, stopping).unwrap();
+    assert_eq!(executor.run_until_idle().await.unwrap(), 1);
+
+    let task = task_with_usage(&app, "acme", &id).await;
+    assert_eq!(task["status"], "COMPLETED", "{task}");
+    let text = deltas.concat();
+    assert_eq!(task["steps"][0]["output"]["text"], text);
+
+    // Frames: at least one, at most one per delta, each starting where the
+    // previous one ended (in characters), together the whole text.
+    let events = capture.0.lock().unwrap().clone();
+    let frames: Vec<(u64, String)> = events
+        .iter()
+        .filter(|e| e.kind == EventKind::TokenDelta)
+        .map(|e| {
+            assert_eq!(e.step_id.as_deref(), Some("draft"));
+            assert_eq!(e.task_id.to_string(), crate::helpers::uuid_of(&id));
+            (
+                e.data["offset"].as_u64().unwrap(),
+                e.data["text"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        !frames.is_empty() && frames.len() <= deltas.len(),
+        "{frames:?}"
+    );
+    let mut offset = 0;
+    for (at, frame) in &frames {
+        assert_eq!(*at, offset, "{frames:?}");
+        offset += frame.chars().count() as u64;
+    }
+    let streamed: String = frames.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(streamed, text);
+    // Deltas come between the step's start and its completion.
+    let position = |kind: EventKind| events.iter().position(|e| e.kind == kind).unwrap();
+    let first_delta = position(EventKind::TokenDelta);
+    assert!(position(EventKind::StepStarted) < first_delta);
+    assert!(first_delta < position(EventKind::StepCompleted));
 }
 
 async fn a_budget_smaller_than_the_call_stops_the_task_before_any_request(backend: Backend) {

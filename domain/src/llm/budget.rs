@@ -14,6 +14,8 @@
 //! Two steps checked at the same moment can both pass and together exceed
 //! a limit by at most one call each; a hard limit would need a reservation
 //! row per call. Usage of an attempt that failed mid-stream is not recorded.
+//! LLM intent detection is not gated (its answer is capped at 100 tokens and
+//! the rules stand in) but its usage counts toward the task.
 
 use brainstem_entity::{TaskId, TenantOwned, TenantScope, task_step};
 use chrono::{DateTime, Utc};

@@ -26,6 +26,11 @@
 //! [`estimate_tokens`] stands in. Cost is `tokens × price per 1M tokens`
 //! from the configured price of the model, in micros of the currency unit
 //! (so a price in units per million tokens is exactly micros per token).
+//!
+//! **One provider per process**, from configuration. Per-tenant providers (a
+//! tenant's own key or endpoint) would be a tenant connection of kind `llm`,
+//! resolved per call into a `ModelClient` kept per tenant (each with its own
+//! breaker); not built yet.
 
 pub mod breaker;
 pub mod budget;

@@ -28,7 +28,7 @@ pub const FRAME_INTERVAL: Duration = Duration::from_millis(50);
 
 pub struct Generate;
 
-fn positive_u64(args: &Value, key: &str) -> Option<u64> {
+fn arg_u64(args: &Value, key: &str) -> Option<u64> {
     args.get(key).and_then(Value::as_f64).map(|f| f as u64)
 }
 
@@ -79,7 +79,7 @@ impl Tool for Generate {
         let request = client.request(
             messages,
             args.get("model").and_then(Value::as_str),
-            positive_u64(&args, "max_tokens").map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+            arg_u64(&args, "max_tokens").map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
             args.get("temperature")
                 .and_then(Value::as_f64)
                 .map(|t| t as f32),
@@ -92,7 +92,7 @@ impl Tool for Generate {
             client.settings().budgets,
             scope,
             ctx.task_id,
-            positive_u64(&args, "max_task_tokens"),
+            arg_u64(&args, "max_task_tokens"),
             estimate,
         )
         .await
