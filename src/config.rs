@@ -4,11 +4,18 @@
 //! `main` and passed down explicitly; secrets are `SecretString`s and never
 //! printed.
 
-use std::path::{Path, PathBuf};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
 
 use anyhow::{Context, bail};
 use brainstem_api::GraphqlLimits;
-use brainstem_domain::rate_limit::{Rate, RateLimits};
+use brainstem_domain::{
+    intent::Detector,
+    llm::{Price, Prices},
+    rate_limit::{Rate, RateLimits},
+};
 use figment::{
     Figment,
     providers::{Env, Format, Toml},
@@ -76,10 +83,56 @@ pub struct Config {
     pub connection_encryption_key: Option<SecretString>,
     /// Earlier keys, still accepted to decrypt (key rotation).
     pub connection_encryption_old_keys: Vec<SecretString>,
+    /// How intents are detected when a task names none: `rules` (patterns,
+    /// no model) or `llm` (the model, falling back to the rules).
+    pub intent_detector: Detector,
+    /// `offline` (built in, no network, deterministic) or `openai` (any
+    /// OpenAI-compatible endpoint: OpenAI, vLLM, Ollama, llama.cpp server).
+    pub llm_provider: LlmProvider,
+    /// The OpenAI-compatible API's base URL, with its version path.
+    pub llm_base_url: String,
+    /// Sent as a bearer token, if set.
+    pub llm_api_key: Option<SecretString>,
+    /// The model steps use unless they name one (required for `openai`).
+    pub llm_model: Option<String>,
+    /// `max_tokens` of a step that sets none.
+    pub llm_max_tokens: u32,
+    /// Temperature of a step that sets none.
+    pub llm_temperature: f32,
+    /// The most one model call may take, in seconds.
+    pub llm_call_timeout_secs: u64,
+    /// The longest wait for the next streamed chunk, in seconds.
+    pub llm_stream_timeout_secs: u64,
+    /// Attempts per model call (1: no retry) before its first token.
+    pub llm_retry_max_attempts: u32,
+    /// Delay before the first retry (ms); doubles, with jitter.
+    pub llm_retry_initial_delay_ms: u64,
+    /// Cap on the retry delay (ms).
+    pub llm_retry_max_delay_ms: u64,
+    /// Consecutive provider failures that open the breaker (0: never).
+    pub llm_breaker_failures: u32,
+    /// Seconds the open breaker refuses calls before a trial call.
+    pub llm_breaker_cooldown_secs: u64,
+    /// Price per model: `{ input_per_million, output_per_million }` in
+    /// currency units per million tokens. Unlisted models cost nothing.
+    pub llm_prices: BTreeMap<String, Price>,
+    /// Tokens (input + output) one task's model calls may use (0: no limit).
+    pub llm_task_token_budget: u64,
+    /// Tokens one tenant's model calls may use per UTC day (0: no limit).
+    pub llm_tenant_daily_token_quota: u64,
+    /// Seconds LLM intent detection may take before the rules decide.
+    pub llm_intent_timeout_secs: u64,
     /// Log filter, in `tracing` syntax (`RUST_LOG` wins when set).
     pub log: String,
     /// `text` or `json`.
     pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LlmProvider {
+    Offline,
+    Openai,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -117,10 +170,48 @@ impl Default for Config {
             rate_limit_per_tenant_burst: rates.per_tenant.burst,
             connection_encryption_key: None,
             connection_encryption_old_keys: Vec::new(),
+            intent_detector: Detector::Rules,
+            llm_provider: LlmProvider::Offline,
+            llm_base_url: "https://api.openai.com/v1".into(),
+            llm_api_key: None,
+            llm_model: None,
+            llm_max_tokens: 4000,
+            llm_temperature: 0.7,
+            llm_call_timeout_secs: 60,
+            llm_stream_timeout_secs: 30,
+            llm_retry_max_attempts: 3,
+            llm_retry_initial_delay_ms: 1000,
+            llm_retry_max_delay_ms: 30_000,
+            llm_breaker_failures: 5,
+            llm_breaker_cooldown_secs: 30,
+            llm_prices: default_prices(),
+            llm_task_token_budget: 100_000,
+            llm_tenant_daily_token_quota: 0,
+            llm_intent_timeout_secs: 10,
             log: "info,sqlx=warn,sea_orm=warn".into(),
             log_format: LogFormat::Text,
         }
     }
+}
+
+/// The seed's model table (A.22), in currency units per million tokens.
+fn default_prices() -> BTreeMap<String, Price> {
+    [
+        ("gpt-4o", 2.50, 10.00),
+        ("deepseek-chat", 0.14, 0.28),
+        ("claude-sonnet-4-20250514", 3.00, 15.00),
+    ]
+    .into_iter()
+    .map(|(model, input, output)| {
+        (
+            model.to_owned(),
+            Price {
+                input_per_million: input,
+                output_per_million: output,
+            },
+        )
+    })
+    .collect()
 }
 
 impl Config {
@@ -156,6 +247,7 @@ impl Config {
         if self.executor_lease_secs < 1 {
             bail!("executor_lease_secs must be at least 1");
         }
+        self.validate_llm()?;
         for (name, rps) in [
             ("rate_limit_per_key_rps", self.rate_limit_per_key_rps),
             ("rate_limit_per_tenant_rps", self.rate_limit_per_tenant_rps),
@@ -164,6 +256,36 @@ impl Config {
                 bail!("{name} must be a number of requests per second, 0 or more");
             }
         }
+        Ok(())
+    }
+
+    fn validate_llm(&self) -> anyhow::Result<()> {
+        if self.llm_provider == LlmProvider::Openai {
+            if self.llm_model.as_deref().is_none_or(str::is_empty) {
+                bail!("llm_model must name a model when llm_provider is `openai`");
+            }
+            let url = reqwest::Url::parse(&self.llm_base_url)
+                .map_err(|e| anyhow::anyhow!("llm_base_url: {e}"))?;
+            if !matches!(url.scheme(), "http" | "https") {
+                bail!("llm_base_url must be an http or https URL");
+            }
+        }
+        if self.llm_max_tokens == 0 {
+            bail!("llm_max_tokens must be at least 1");
+        }
+        if !(0.0..=2.0).contains(&self.llm_temperature) {
+            bail!("llm_temperature must be between 0 and 2");
+        }
+        if self.llm_call_timeout_secs == 0
+            || self.llm_stream_timeout_secs == 0
+            || self.llm_intent_timeout_secs == 0
+        {
+            bail!("llm timeouts must be at least 1 second");
+        }
+        if self.llm_retry_max_attempts == 0 {
+            bail!("llm_retry_max_attempts must be at least 1");
+        }
+        Prices::new(self.llm_prices.clone()).map_err(|e| anyhow::anyhow!("llm_prices: {e}"))?;
         Ok(())
     }
 
@@ -256,15 +378,48 @@ mod tests {
     }
 
     #[test]
+    fn llm_settings_come_from_the_environment_and_must_be_sane() {
+        figment::Jail::expect_with(|jail| {
+            let config = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(config.llm_provider, LlmProvider::Offline);
+            assert_eq!(config.intent_detector, Detector::Rules);
+            assert_eq!(config.llm_prices["gpt-4o"].output_per_million, 10.0);
+            jail.set_env("BRAINSTEM_LLM_PROVIDER", "openai");
+            // `openai` needs a model.
+            assert!(Config::load(None).is_err());
+            jail.set_env("BRAINSTEM_LLM_MODEL", "llama3");
+            jail.set_env("BRAINSTEM_INTENT_DETECTOR", "llm");
+            jail.set_env(
+                "BRAINSTEM_LLM_PRICES",
+                "{llama3 = {input_per_million = 0.5, output_per_million = 1.5}}",
+            );
+            let config = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(config.llm_provider, LlmProvider::Openai);
+            assert_eq!(config.intent_detector, Detector::Llm);
+            assert_eq!(config.llm_prices["llama3"].input_per_million, 0.5);
+            jail.set_env("BRAINSTEM_LLM_BASE_URL", "ftp://x");
+            assert!(Config::load(None).is_err());
+            jail.set_env("BRAINSTEM_LLM_BASE_URL", "http://127.0.0.1:11434/v1");
+            jail.set_env(
+                "BRAINSTEM_LLM_PRICES",
+                "{llama3 = {input_per_million = -1, output_per_million = 1}}",
+            );
+            assert!(Config::load(None).is_err());
+            Ok(())
+        });
+    }
+
+    #[test]
     fn secrets_are_not_printed_by_debug() {
         let config = Config {
+            llm_api_key: Some(SecretString::from("hunter5")),
             jwt_secret: Some(SecretString::from("hunter2")),
             connection_encryption_key: Some(SecretString::from("hunter3")),
             connection_encryption_old_keys: vec![SecretString::from("hunter4")],
             ..Config::default()
         };
         let printed = format!("{config:?}");
-        for secret in ["hunter2", "hunter3", "hunter4"] {
+        for secret in ["hunter2", "hunter3", "hunter4", "hunter5"] {
             assert!(!printed.contains(secret));
         }
     }

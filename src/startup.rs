@@ -11,13 +11,17 @@ use brainstem_domain::{
     db::{self, Backend},
     events::EventBus,
     executor::{Executor, ExecutorConfig},
+    http_client,
+    llm::{
+        self, BreakerConfig, Budgets, CallRetry, LanguageModel, LlmSettings, ModelClient, Prices,
+    },
     settings,
     tools::{Tool, ToolRegistry, ToolSettings},
 };
 use secrecy::{ExposeSecret, SecretString};
 use tokio::{net::TcpListener, sync::watch};
 
-use crate::config::Config;
+use crate::config::{Config, LlmProvider};
 
 /// The tools this process runs: the built-ins plus `extra`.
 pub fn registry(extra: Vec<Arc<dyn Tool>>) -> anyhow::Result<ToolRegistry> {
@@ -91,17 +95,60 @@ pub async fn auth_config(config: &Config, domain: &Domain) -> anyhow::Result<Aut
     })
 }
 
+/// The language model steps call, built once from the configuration.
+pub fn model_client(config: &Config) -> anyhow::Result<ModelClient> {
+    let model: Arc<dyn LanguageModel> = match config.llm_provider {
+        LlmProvider::Offline => Arc::new(llm::offline::Offline),
+        LlmProvider::Openai => Arc::new(llm::openai::OpenAiCompatible::new(
+            http_client::client(Duration::from_secs(10)),
+            &config.llm_base_url,
+            config.llm_api_key.clone(),
+        )),
+    };
+    let default_model = match config.llm_provider {
+        LlmProvider::Offline => llm::offline::MODEL.to_owned(),
+        LlmProvider::Openai => config.llm_model.clone().unwrap_or_default(),
+    };
+    let settings = LlmSettings {
+        default_model,
+        max_tokens: config.llm_max_tokens,
+        temperature: config.llm_temperature,
+        call_timeout: Duration::from_secs(config.llm_call_timeout_secs),
+        stream_timeout: Duration::from_secs(config.llm_stream_timeout_secs),
+        retry: CallRetry {
+            max_attempts: config.llm_retry_max_attempts.max(1),
+            initial_delay: Duration::from_millis(config.llm_retry_initial_delay_ms),
+            max_delay: Duration::from_millis(config.llm_retry_max_delay_ms),
+        },
+        breaker: BreakerConfig {
+            failures: config.llm_breaker_failures,
+            cooldown: Duration::from_secs(config.llm_breaker_cooldown_secs),
+        },
+        prices: Prices::new(config.llm_prices.clone())
+            .map_err(|e| anyhow::anyhow!("llm_prices: {e}"))?,
+        budgets: Budgets {
+            task_tokens: config.llm_task_token_budget,
+            tenant_daily_tokens: config.llm_tenant_daily_token_quota,
+        },
+        intent_timeout: Duration::from_secs(config.llm_intent_timeout_secs),
+    };
+    tracing::debug!(provider = model.provider(), model = %settings.default_model, "language model");
+    Ok(ModelClient::new(model, settings))
+}
+
 /// The executor for this process, with `stopping` as its off switch.
-pub fn executor(config: &Config, domain: &Domain, stopping: watch::Receiver<bool>) -> Executor {
+pub fn executor(
+    config: &Config,
+    domain: &Domain,
+    stopping: watch::Receiver<bool>,
+) -> anyhow::Result<Executor> {
     let settings = ToolSettings {
         http_allowed_hosts: config.http_allowed_hosts.clone(),
         public_url: config.public_url(),
-        http: reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .unwrap_or_default(),
+        http: http_client::client(Duration::from_secs(10)),
+        llm: model_client(config)?,
     };
-    Executor::new(
+    Ok(Executor::new(
         domain.clone(),
         settings,
         ExecutorConfig {
@@ -109,15 +156,18 @@ pub fn executor(config: &Config, domain: &Domain, stopping: watch::Receiver<bool
             lease: Duration::from_secs(config.executor_lease_secs),
             poll: Duration::from_millis(config.executor_poll_ms.max(1)),
             reap_every: Duration::from_secs(config.executor_lease_secs.clamp(1, 30)),
+            intent_detector: config.intent_detector,
             ..ExecutorConfig::default()
         },
         stopping,
-    )
+    ))
 }
 
 /// Open everything a process needs and check the stored plans against the
 /// tools it has.
 async fn prepare(config: &Config, extra: Vec<Arc<dyn Tool>>) -> anyhow::Result<Domain> {
+    // Before any HTTP client is built (tools, model providers).
+    http_client::install_tls_provider();
     let domain = open_domain(config, registry(extra)?).await?;
     let keyring = connection_keyring(config, &domain).await?;
     let domain = domain.with_connection_keys(keyring);
@@ -175,7 +225,7 @@ impl Application {
         if config.public_url.is_none() {
             config.public_url = Some(format!("http://{addr}"));
         }
-        let executor = executor(&config, &domain, stopping);
+        let executor = executor(&config, &domain, stopping)?;
         Ok(Self {
             listener,
             router,
@@ -238,7 +288,7 @@ pub async fn run_workers(
 ) -> anyhow::Result<()> {
     let domain = prepare(config, Vec::new()).await?;
     let (stop, stopping) = watch::channel(false);
-    let executor = executor(config, &domain, stopping);
+    let executor = executor(config, &domain, stopping)?;
     tracing::info!(
         workers = executor.config().workers,
         "Brainstem workers running"

@@ -48,7 +48,9 @@ use crate::{
         mutate,
     },
     template,
-    tools::{ArtifactDef, Control, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSettings},
+    tools::{
+        ArtifactDef, Control, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSettings, Usage,
+    },
 };
 
 /// How workers behave.
@@ -64,6 +66,8 @@ pub struct ExecutorConfig {
     pub poll: Duration,
     /// How often expired leases are reaped.
     pub reap_every: Duration,
+    /// How intents are detected when a task names none.
+    pub intent_detector: intent::Detector,
 }
 
 impl Default for ExecutorConfig {
@@ -74,6 +78,7 @@ impl Default for ExecutorConfig {
             lease: Duration::from_secs(30),
             poll: Duration::from_millis(500),
             reap_every: Duration::from_secs(5),
+            intent_detector: intent::Detector::Rules,
         }
     }
 }
@@ -393,7 +398,10 @@ impl Executor {
                 current_step_id: Some(None),
                 ..TaskChanges::default()
             },
-            vec![NewEvent::status(TaskStatus::Pending, "worker stopping; back in the queue")],
+            vec![NewEvent::status(
+                TaskStatus::Pending,
+                "worker stopping; back in the queue",
+            )],
             Extra::default(),
         )
         .await
@@ -482,13 +490,27 @@ impl Executor {
     async fn plan(&self, task: Task) -> Result<Next> {
         let scope = task.scope();
         let plans = self.domain.plans.all_latest(scope).await?;
-        let (intent, confidence, reasoning) = match &task.intent {
-            Some(i) => (i.clone(), task.confidence, "intent given".to_owned()),
+        let (intent, confidence, reasoning, model_usage) = match &task.intent {
+            Some(i) => (
+                i.clone(),
+                task.confidence,
+                "intent given".to_owned(),
+                Default::default(),
+            ),
             None => {
-                let d = intent::detect(&task.input, &plans);
-                (d.intent, d.confidence, d.reasoning)
+                let (d, usage) = match self.config.intent_detector {
+                    intent::Detector::Rules => {
+                        (intent::detect(&task.input, &plans), Usage::default())
+                    }
+                    intent::Detector::Llm => {
+                        intent::detect_with_model(&self.settings.llm, &task.input, &plans).await
+                    }
+                };
+                (d.intent, d.confidence, d.reasoning, usage)
             }
         };
+        // The detection's model call, if any, counts toward the task.
+        let usage = (model_usage != Usage::default()).then(|| task.usage.plus(model_usage));
         if confidence < task.confidence_threshold && !task.intent_reviewed {
             let reason = format!(
                 "Intent detection confidence {:.0}% below threshold {:.0}%",
@@ -508,6 +530,7 @@ impl Executor {
                     TaskChanges {
                         intent: Some(Some(intent.clone())),
                         confidence: Some(confidence),
+                        usage,
                         ..TaskChanges::default()
                     },
                 )
@@ -550,11 +573,14 @@ impl Executor {
             plan: Some(plan_ref),
             frozen_plan: Some(steps),
             started_at: Some(task.started_at.unwrap_or_else(Utc::now)),
+            usage,
             ..TaskChanges::default()
         };
         let mut events = vec![NewEvent::status(TaskStatus::Executing, "planned").data(data)];
         let done = fold_next(&task, &mut changes, &mut events);
-        let updated = self.commit(&task, changes, events, Extra::default()).await?;
+        let updated = self
+            .commit(&task, changes, events, Extra::default())
+            .await?;
         Ok(next_after(done, updated))
     }
 
@@ -781,7 +807,9 @@ impl Executor {
         };
         let mut events = vec![event];
         let done = fold_next(&task, &mut changes, &mut events);
-        let updated = self.commit(&task, changes, events, Extra::default()).await?;
+        let updated = self
+            .commit(&task, changes, events, Extra::default())
+            .await?;
         Ok(next_after(done, updated))
     }
 
@@ -1109,8 +1137,14 @@ fn started_event(step: &StepDef, attempt: u32) -> NewEvent {
 /// to the next pass. Returns whether the task is now complete.
 fn fold_next(task: &Task, changes: &mut TaskChanges, events: &mut Vec<NewEvent>) -> bool {
     let frozen = changes.frozen_plan.as_ref().unwrap_or(&task.frozen_plan);
-    let settled = changes.settled_step_ids.as_ref().unwrap_or(&task.settled_step_ids);
-    let next = frozen.iter().enumerate().find(|(_, s)| !settled.contains(&s.id));
+    let settled = changes
+        .settled_step_ids
+        .as_ref()
+        .unwrap_or(&task.settled_step_ids);
+    let next = frozen
+        .iter()
+        .enumerate()
+        .find(|(_, s)| !settled.contains(&s.id));
     match next {
         None => {
             changes.status = Some(TaskStatus::Completed);
@@ -1125,7 +1159,10 @@ fn fold_next(task: &Task, changes: &mut TaskChanges, events: &mut Vec<NewEvent>)
                 && step.condition.is_none()
                 && (!step.requires_review || task.reviewed_step_ids.contains(&step.id)) =>
         {
-            let mut attempts = changes.attempts.clone().unwrap_or_else(|| task.attempts.clone());
+            let mut attempts = changes
+                .attempts
+                .clone()
+                .unwrap_or_else(|| task.attempts.clone());
             let attempt = attempts
                 .get(&step.id)
                 .and_then(Value::as_u64)

@@ -19,6 +19,9 @@
 //! - [`connections`]: tenants' credentials for external systems, their
 //!   secrets sealed by [`crypto`] (AES-256-GCM, rotatable keys).
 //! - [`rate_limit`]: in-process token buckets per API key and per tenant.
+//! - [`llm`]: the `LanguageModel` trait, its providers (OpenAI-compatible,
+//!   offline), timeouts, retries, breaker, token budgets; [`http_client`]:
+//!   the outgoing HTTP client and its TLS provider.
 //! - [`page`]: keyset pagination shared by every list.
 //! - [`redact`]: PII redaction for anything logged or stored as a summary.
 //! - [`settings`]: platform settings kept in the database.
@@ -33,8 +36,10 @@ pub mod db;
 pub mod error;
 pub mod events;
 pub mod executor;
+pub mod http_client;
 pub mod intent;
 pub mod json_schema;
+pub mod llm;
 pub mod page;
 pub mod plans;
 pub mod principal;

@@ -481,7 +481,7 @@ async fn secrets_never_reach_the_logs(backend: Backend) {
         )
         .unwrap()
     };
-    let http = reqwest::Client::new();
+    let http = crate::helpers::http_client();
     let post = |token: String, query: String, variables: Value| {
         let http = http.clone();
         let url = url.clone();

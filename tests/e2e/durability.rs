@@ -97,7 +97,7 @@ async fn start_server(database_url: &str, secret: &str) -> Server {
         .spawn()
         .expect("the brainstem binary starts");
     let url = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
+    let client = crate::helpers::http_client();
     let started = std::time::Instant::now();
     loop {
         if client
@@ -115,7 +115,7 @@ async fn start_server(database_url: &str, secret: &str) -> Server {
 }
 
 async fn gql(url: &str, token: &str, query: &str, variables: Value) -> Value {
-    let body: Value = reqwest::Client::new()
+    let body: Value = crate::helpers::http_client()
         .post(format!("{url}/graphql"))
         .bearer_auth(token)
         .json(&json!({"query": query, "variables": variables}))
@@ -311,7 +311,7 @@ async fn two_workers_never_run_one_step_at_once_postgres() {
         .await
         .unwrap();
     let (_stop, stopping) = tokio::sync::watch::channel(false);
-    let other = brainstem::startup::executor(&app.config, &other_domain, stopping);
+    let other = brainstem::startup::executor(&app.config, &other_domain, stopping).unwrap();
     let (a, b) = tokio::join!(app.executor.run_until_idle(), other.run_until_idle());
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(a + b, 40, "every task was driven once");

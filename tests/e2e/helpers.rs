@@ -77,6 +77,13 @@ pub enum Backend {
     Postgres,
 }
 
+/// A plain HTTP client for tests. reqwest is built without a default TLS
+/// provider, so the process's provider is installed first.
+pub fn http_client() -> reqwest::Client {
+    brainstem_domain::http_client::install_tls_provider();
+    reqwest::Client::new()
+}
+
 /// Upper bound for any single wait on the server; a safety net, not a delay.
 pub const WAIT: Duration = Duration::from_secs(20);
 
@@ -168,7 +175,7 @@ impl TestApp {
             auth,
             domain,
             executor,
-            http: reqwest::Client::new(),
+            http: http_client(),
             _tempdir: tempdir,
             shutdown: Some(tx),
         }

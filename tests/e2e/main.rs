@@ -15,6 +15,7 @@ mod connections;
 mod durability;
 mod executor;
 mod http;
+mod llm;
 mod persisted_queries;
 mod rate_limit;
 mod schema;

@@ -116,12 +116,15 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: &Args, subscribers: usize) -> anyhow::Result<()> {
-    let dir = std::env::temp_dir().join(format!("brainstem-bench-{}", uuid::Uuid::now_v7().simple()));
+    let dir =
+        std::env::temp_dir().join(format!("brainstem-bench-{}", uuid::Uuid::now_v7().simple()));
     std::fs::create_dir_all(&dir)?;
     let config = Config {
         bind: "127.0.0.1:0".into(),
         database_url: format!("sqlite://{}", dir.join("bench.db").display()),
-        jwt_secret: Some(secrecy::SecretString::from(uuid::Uuid::now_v7().to_string())),
+        jwt_secret: Some(secrecy::SecretString::from(
+            uuid::Uuid::now_v7().to_string(),
+        )),
         workers: args.tasks + 2,
         max_subscriptions_per_connection: 10,
         rate_limit_per_key_rps: 0.0,
@@ -130,7 +133,10 @@ async fn run(args: &Args, subscribers: usize) -> anyhow::Result<()> {
         ..Config::default()
     };
     brainstem::telemetry::init(&config);
-    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Stream { rate: args.rate, seconds: args.seconds })];
+    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Stream {
+        rate: args.rate,
+        seconds: args.seconds,
+    })];
     let app = Application::build_with_tools(&config, tools).await?;
     let url = format!("ws://{}/graphql/ws", app.local_addr());
     let domain = app.domain().clone();
@@ -157,20 +163,29 @@ async fn run(args: &Args, subscribers: usize) -> anyhow::Result<()> {
     };
     domain
         .plans
-        .publish(&admin, PlanDef {
-            key: "stream".into(),
-            intent: "bench.stream".into(),
-            description: String::new(),
-            priority: 0,
-            patterns: vec![],
-            steps: vec![step],
-        })
+        .publish(
+            &admin,
+            PlanDef {
+                key: "stream".into(),
+                intent: "bench.stream".into(),
+                description: String::new(),
+                priority: 0,
+                patterns: vec![],
+                steps: vec![step],
+            },
+        )
         .await?;
     let mut ids = Vec::new();
     for _ in 0..args.tasks {
         let task = domain
             .tasks
-            .start(&admin, NewTask { plan_key: Some("stream".into()), ..NewTask::default() })
+            .start(
+                &admin,
+                NewTask {
+                    plan_key: Some("stream".into()),
+                    ..NewTask::default()
+                },
+            )
             .await?;
         ids.push(task.id);
     }
@@ -189,18 +204,26 @@ async fn run(args: &Args, subscribers: usize) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let token = brainstem_api::auth::mint_token(&auth, brainstem_api::auth::TokenRequest {
-        subject: "bench",
-        tenant: Some("demo"),
-        roles: &[Role::Member],
-        ttl: chrono::Duration::hours(2),
-    })?;
+    let token = brainstem_api::auth::mint_token(
+        &auth,
+        brainstem_api::auth::TokenRequest {
+            subject: "bench",
+            tenant: Some("demo"),
+            roles: &[Role::Member],
+            ttl: chrono::Duration::hours(2),
+        },
+    )?;
     let before = rss_kib();
     let exe = std::env::current_exe()?;
     let mut child = Command::new(exe)
         .args(["--client", "--url", &url, "--token", &token])
         .arg("--task-ids")
-        .arg(ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(","))
+        .arg(
+            ids.iter()
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        )
         .arg("--subscribers")
         .arg(subscribers.to_string())
         .stdin(Stdio::piped())
@@ -220,9 +243,18 @@ async fn run(args: &Args, subscribers: usize) -> anyhow::Result<()> {
     let scope = admin.tenant_scope()?;
     for id in &ids {
         let task = domain.tasks.get(scope, *id).await?;
-        let review = domain.tasks.reviews(scope, *id).await?.into_iter().next().context("review")?;
+        let review = domain
+            .tasks
+            .reviews(scope, *id)
+            .await?
+            .into_iter()
+            .next()
+            .context("review")?;
         let _ = task;
-        domain.tasks.resume(&admin, *id, review.id, json!({})).await?;
+        domain
+            .tasks
+            .resume(&admin, *id, review.id, json!({}))
+            .await?;
     }
     if let Some(stdin) = child.stdin.as_mut() {
         writeln!(stdin, "GO")?;
@@ -261,9 +293,10 @@ async fn client(args: Args) -> anyhow::Result<()> {
         let lat = lat_tx.clone();
         tokio::spawn(async move {
             let mut request = url.into_client_request().ok()?;
-            request
-                .headers_mut()
-                .insert("sec-websocket-protocol", HeaderValue::from_static("graphql-transport-ws"));
+            request.headers_mut().insert(
+                "sec-websocket-protocol",
+                HeaderValue::from_static("graphql-transport-ws"),
+            );
             let (mut ws, _) = tokio_tungstenite::connect_async(request).await.ok()?;
             ws.send(Message::Text(json!({"type": "connection_init", "payload": {"Authorization": format!("Bearer {token}")}}).to_string().into())).await.ok()?;
             let global = base64_task_id(&uuid);

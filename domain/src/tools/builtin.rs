@@ -1,5 +1,5 @@
 //! Built-in tools: `set_state`, `http_request`, `request_review`,
-//! `delegate` and `spawn_task`.
+//! `delegate`, `spawn_task` and `llm.generate` ([`super::generate`]).
 
 use std::{sync::Arc, time::Duration};
 
@@ -16,6 +16,7 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
         Arc::new(RequestReview),
         Arc::new(Delegate),
         Arc::new(SpawnTask),
+        Arc::new(super::generate::Generate),
     ]
 }
 

@@ -17,6 +17,7 @@
 //! duplicate key is an error, not an overwrite.
 
 pub mod builtin;
+pub mod generate;
 
 use std::{collections::BTreeMap, fmt, sync::Arc, time::Duration};
 
@@ -93,7 +94,7 @@ impl fmt::Debug for ToolContext {
 }
 
 /// Settings that built-in tools need.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ToolSettings {
     /// Hosts `http_request` and `delegate` may call (exact names, or
     /// `*` for any).
@@ -101,6 +102,20 @@ pub struct ToolSettings {
     /// The server's public base URL, for callback links.
     pub public_url: String,
     pub http: reqwest::Client,
+    /// The language model `llm.generate` (and LLM intent detection) call.
+    pub llm: crate::llm::ModelClient,
+}
+
+impl Default for ToolSettings {
+    /// No hosts allowed, the offline model.
+    fn default() -> Self {
+        Self {
+            http_allowed_hosts: Vec::new(),
+            public_url: String::new(),
+            http: crate::http_client::client(Duration::from_secs(10)),
+            llm: crate::llm::ModelClient::default(),
+        }
+    }
 }
 
 /// What a step did.

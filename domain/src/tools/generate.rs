@@ -1,0 +1,132 @@
+//! `llm.generate`: one streamed completion from the configured model.
+//!
+//! Arguments (rendered from the plan's templates before the call):
+//! `prompt` (required), `system`, `model`, `max_tokens`, `temperature`,
+//! `max_task_tokens` (tightens the task's token budget) and `save_as` (a
+//! state key for the text). The text streams to subscribers as `TokenDelta`
+//! events, coalesced into frames at most every 50 ms; the step's output is
+//! `{"text": …, "model": …}` and its usage the call's tokens and cost.
+//!
+//! Budgets are checked first, from the call's most expensive case (see
+//! [`crate::llm::budget`]); a refused call never reaches the provider.
+//!
+//! Not idempotent in the provider's sense (a repeat generates again, and is
+//! billed again): a model call has no side effect to key, and the executor
+//! never repeats a step that committed.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use brainstem_entity::TenantScope;
+use serde_json::{Value, json};
+
+use super::{Tool, ToolContext, ToolError, ToolOutput};
+use crate::llm::{Message, budget, frames};
+
+/// How often, at most, text is published while it streams.
+pub const FRAME_INTERVAL: Duration = Duration::from_millis(50);
+
+pub struct Generate;
+
+fn arg_u64(args: &Value, key: &str) -> Option<u64> {
+    args.get(key).and_then(Value::as_f64).map(|f| f as u64)
+}
+
+#[async_trait]
+impl Tool for Generate {
+    fn key(&self) -> &str {
+        "llm.generate"
+    }
+
+    fn description(&self) -> &str {
+        "Generate text with the configured language model, streaming it to subscribers."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "required": ["prompt"],
+            "additionalProperties": false,
+            "properties": {
+                "prompt": {"type": "string", "minLength": 1},
+                "system": {"type": "string"},
+                "model": {"type": "string", "minLength": 1},
+                "max_tokens": {"type": "integer", "minimum": 1, "maximum": 1000000},
+                "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+                "max_task_tokens": {"type": "integer", "minimum": 1},
+                "save_as": {"type": "string", "minLength": 1}
+            }
+        })
+    }
+
+    /// A backstop only: the model client enforces 60 s per call and 30 s
+    /// between chunks itself, and retries within this time.
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(300)
+    }
+
+    async fn call(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let client = &ctx.settings.llm;
+        let mut messages = Vec::new();
+        if let Some(system) = args.get("system").and_then(Value::as_str) {
+            messages.push(Message::system(system));
+        }
+        messages.push(Message::user(
+            args.get("prompt")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+        ));
+        let request = client.request(
+            messages,
+            args.get("model").and_then(Value::as_str),
+            arg_u64(&args, "max_tokens").map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+            args.get("temperature")
+                .and_then(Value::as_f64)
+                .map(|t| t as f32),
+        );
+
+        let estimate = request.estimated_max_tokens();
+        let scope = TenantScope::new(ctx.tenant);
+        budget::check(
+            &ctx.domain,
+            client.settings().budgets,
+            scope,
+            ctx.task_id,
+            arg_u64(&args, "max_task_tokens"),
+            estimate,
+        )
+        .await
+        .map_err(|e| ToolError::retryable(format!("cannot check the token budget: {e}")))?
+        .map_err(ToolError::fatal)?;
+
+        let mut generation = client.start(request).await?;
+        frames::relay(&mut generation, FRAME_INTERVAL, |frame| {
+            ctx.token_delta(frame.offset, &frame.text)
+        })
+        .await?;
+        let done = generation.finish();
+
+        let usage = done.step_usage();
+        let mut output = ToolOutput::with_output(
+            json!({"text": done.text, "model": done.model}),
+            format!(
+                "`{}` generated {} token(s) from {} prompt token(s){}",
+                done.model,
+                usage.output_tokens,
+                usage.input_tokens,
+                if done.usage_estimated {
+                    " (estimated)"
+                } else {
+                    ""
+                }
+            ),
+        );
+        output.usage = usage;
+        if let Some(key) = args.get("save_as").and_then(Value::as_str) {
+            output
+                .state
+                .insert(key.to_owned(), Value::String(done.text));
+        }
+        Ok(output)
+    }
+}
