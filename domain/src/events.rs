@@ -387,6 +387,14 @@ pub fn task_events(
                 Ok(event) if event.seq <= last => {}
                 Ok(event) if event.seq == last + 1 => {
                     last = event.seq;
+                    // A new attempt streams its text from offset 0 again.
+                    if matches!(
+                        event.kind,
+                        EventKind::StepStarted | EventKind::StepCompleted | EventKind::StepFailed
+                    ) {
+                        streamed = 0;
+                        streaming_step = None;
+                    }
                     let done = is_terminal(&event);
                     if tx.send((*event).clone()).await.is_err() || done {
                         return;
