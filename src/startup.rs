@@ -18,7 +18,9 @@ use crate::config::Config;
 pub async fn open_domain(config: &Config) -> anyhow::Result<Domain> {
     let conn = db::connect(&config.database_url, config.database_max_connections).await?;
     db::migrate(&conn).await?;
-    Ok(Domain::new(conn))
+    let domain = Domain::with_memory(conn, config.memory_config()?)?;
+    domain.prepare().await?;
+    Ok(domain)
 }
 
 /// How tokens are verified. An embedded install without a configured key
@@ -73,6 +75,11 @@ impl Application {
             limits: config.graphql_limits(),
         };
         let router = brainstem_api::router(domain.clone(), api)?;
+        if config.memory_maintenance_interval_secs > 0 {
+            domain.memory.spawn_maintenance(std::time::Duration::from_secs(
+                config.memory_maintenance_interval_secs,
+            ));
+        }
         let listener = TcpListener::bind(&config.bind)
             .await
             .with_context(|| format!("cannot listen on {}", config.bind))?;

@@ -5,15 +5,24 @@
 //!   rows are read and written only through `find_in`, `find_by_id_in`,
 //!   `update_many_in` and `delete_many_in`, which all take a scope.
 //! - one module per table: [`tenant`], [`user`], [`api_key`], [`audit_log`],
-//!   [`platform_setting`].
+//!   [`platform_setting`]; memory: [`memory`], [`memory_version`],
+//!   [`memory_event`], [`memory_mention`]; knowledge graph: [`kg_entity`],
+//!   [`kg_relation`]. Memory embeddings are not an entity: their column type
+//!   differs by backend (see `brainstem_domain::memory::vector`).
 
 pub mod api_key;
 pub mod audit_log;
 pub mod ids;
+pub mod kg_entity;
+pub mod kg_relation;
+pub mod memory;
+pub mod memory_event;
+pub mod memory_mention;
+pub mod memory_version;
 pub mod platform_setting;
 pub mod scope;
 pub mod tenant;
 pub mod user;
 
-pub use ids::{ApiKeyId, AuditId, TenantId, UserId};
+pub use ids::{ApiKeyId, AuditId, EntityId, MemoryId, RelationId, TenantId, UserId};
 pub use scope::{TenantOwned, TenantScope};

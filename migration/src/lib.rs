@@ -7,6 +7,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261121_000001_enable_vector;
 mod m20261121_000002_create_tenancy;
+mod m20261121_140000_create_memory;
 
 pub struct Migrator;
 
@@ -16,6 +17,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261121_000001_enable_vector::Migration),
             Box::new(m20261121_000002_create_tenancy::Migration),
+            Box::new(m20261121_140000_create_memory::Migration),
         ]
     }
 }

@@ -98,6 +98,8 @@ impl TestApp {
             jwt_secret: Some(SecretString::from(uuid::Uuid::now_v7().to_string())),
             jwt_leeway_secs: 0,
             log: "warn".into(),
+            // Tests run memory maintenance themselves, at times they choose.
+            memory_maintenance_interval_secs: 0,
             ..Config::default()
         };
         tweak(&mut config);

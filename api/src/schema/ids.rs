@@ -11,6 +11,9 @@ use uuid::Uuid;
 pub enum NodeType {
     Tenant,
     ApiKey,
+    Memory,
+    KgEntity,
+    KgRelation,
 }
 
 impl NodeType {
@@ -18,6 +21,9 @@ impl NodeType {
         match self {
             NodeType::Tenant => "Tenant",
             NodeType::ApiKey => "ApiKey",
+            NodeType::Memory => "Memory",
+            NodeType::KgEntity => "KgEntity",
+            NodeType::KgRelation => "KgRelation",
         }
     }
 
@@ -25,6 +31,9 @@ impl NodeType {
         match s {
             "Tenant" => Some(NodeType::Tenant),
             "ApiKey" => Some(NodeType::ApiKey),
+            "Memory" => Some(NodeType::Memory),
+            "KgEntity" => Some(NodeType::KgEntity),
+            "KgRelation" => Some(NodeType::KgRelation),
             _ => None,
         }
     }

@@ -4,8 +4,10 @@
 //! - [`types`]: output types (`Viewer`, `Tenant`, `ApiKey`) and the `Node`
 //!   interface.
 //! - [`query`], [`mutation`]: root resolvers, each a thin call into `domain`.
+//! - [`memory`]: memory and knowledge graph (`MemoryQuery`, `MemoryMutation`).
 
 pub mod ids;
+pub mod memory;
 pub mod mutation;
 pub mod query;
 pub mod types;
@@ -23,11 +25,11 @@ use crate::error::{ResultExt, ensure_codes};
 // The query root: one object per area, merged. An area adds its own
 // `#[derive(Default)]` object in its module and one entry here.
 #[derive(async_graphql::MergedObject, Default)]
-pub struct Query(query::CoreQuery);
+pub struct Query(query::CoreQuery, memory::MemoryQuery);
 
 // The mutation root, merged like `Query`.
 #[derive(async_graphql::MergedObject, Default)]
-pub struct Mutation(mutation::CoreMutation);
+pub struct Mutation(mutation::CoreMutation, memory::MemoryMutation);
 
 pub type BrainstemSchema = Schema<Query, Mutation, EmptySubscription>;
 

@@ -97,6 +97,9 @@ impl CoreQuery {
                     .gql()?;
                 Ok(Node::ApiKey(ApiKey(key)))
             }
+            NodeType::Memory | NodeType::KgEntity | NodeType::KgRelation => {
+                super::memory::node(ctx, ty, uuid).await
+            }
         }
     }
 

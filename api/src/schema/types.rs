@@ -16,6 +16,9 @@ use super::ids::{NodeType, encode, encode_cursor};
 pub enum Node {
     Tenant(Tenant),
     ApiKey(ApiKey),
+    Memory(super::memory::Memory),
+    KgEntity(super::memory::KgEntity),
+    KgRelation(super::memory::KgRelation),
 }
 
 /// A role a caller holds.
