@@ -76,9 +76,11 @@ impl Application {
         };
         let router = brainstem_api::router(domain.clone(), api)?;
         if config.memory_maintenance_interval_secs > 0 {
-            domain.memory.spawn_maintenance(std::time::Duration::from_secs(
-                config.memory_maintenance_interval_secs,
-            ));
+            domain
+                .memory
+                .spawn_maintenance(std::time::Duration::from_secs(
+                    config.memory_maintenance_interval_secs,
+                ));
         }
         let listener = TcpListener::bind(&config.bind)
             .await

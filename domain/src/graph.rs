@@ -18,8 +18,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use brainstem_entity::{EntityId, RelationId, TenantOwned, TenantScope, kg_entity, kg_relation};
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, Condition, DatabaseConnection, QueryFilter,
-    QueryOrder,
+    ActiveModelTrait,
+    ActiveValue::Set,
+    ColumnTrait, Condition, DatabaseConnection, QueryFilter, QueryOrder,
     sea_query::{Expr, ExprTrait},
 };
 use serde_json::Value as Json;
@@ -204,7 +205,11 @@ impl Graph {
 
     /// Create the entity, or update the one with the same type and key.
     /// Returns it and whether it was created.
-    pub async fn upsert_entity(&self, scope: TenantScope, input: NewEntity) -> Result<(Entity, bool)> {
+    pub async fn upsert_entity(
+        &self,
+        scope: TenantScope,
+        input: NewEntity,
+    ) -> Result<(Entity, bool)> {
         let ty = entity_type(&input.entity_type)?;
         let name = input.name.trim().to_owned();
         if name.is_empty() || name.len() > 200 {
@@ -247,10 +252,17 @@ impl Graph {
                 Err(e) => return Err(e),
             }
         }
-        Err(Error::Conflict("the entity changed concurrently; retry".into()))
+        Err(Error::Conflict(
+            "the entity changed concurrently; retry".into(),
+        ))
     }
 
-    async fn find_by_key(&self, scope: TenantScope, ty: &str, key: &str) -> Result<Option<kg_entity::Model>> {
+    async fn find_by_key(
+        &self,
+        scope: TenantScope,
+        ty: &str,
+        key: &str,
+    ) -> Result<Option<kg_entity::Model>> {
         Ok(kg_entity::Entity::find_in(scope)
             .filter(kg_entity::Column::EntityType.eq(ty))
             .filter(kg_entity::Column::Key.eq(key))
@@ -275,7 +287,11 @@ impl Graph {
     }
 
     /// Several entities of the scope's tenant by id (missing ones left out).
-    pub async fn get_many(&self, scope: TenantScope, ids: &[EntityId]) -> Result<HashMap<EntityId, Entity>> {
+    pub async fn get_many(
+        &self,
+        scope: TenantScope,
+        ids: &[EntityId],
+    ) -> Result<HashMap<EntityId, Entity>> {
         if ids.is_empty() {
             return Ok(HashMap::new());
         }
@@ -283,22 +299,35 @@ impl Graph {
             .filter(kg_entity::Column::Id.is_in(ids.iter().map(|i| i.uuid())))
             .all(&self.db)
             .await?;
-        Ok(rows.into_iter().map(|m| (EntityId::from(m.id), m.into())).collect())
+        Ok(rows
+            .into_iter()
+            .map(|m| (EntityId::from(m.id), m.into()))
+            .collect())
     }
 
-    pub async fn list(&self, scope: TenantScope, filter: EntityFilter, request: PageRequest) -> Result<Page<Entity>> {
+    pub async fn list(
+        &self,
+        scope: TenantScope,
+        filter: EntityFilter,
+        request: PageRequest,
+    ) -> Result<Page<Entity>> {
         let mut select = kg_entity::Entity::find_in(scope);
         if let Some(t) = &filter.entity_type {
             select = select.filter(kg_entity::Column::EntityType.eq(entity_type(t)?));
         }
-        if let Some(text) = filter.name_contains.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
-            let pattern = format!(
-                "%{}%",
-                text.to_lowercase().replace('\\', "").replace('%', "").replace('_', "")
-            );
+        if let Some(text) = filter
+            .name_contains
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+        {
+            // LIKE wildcards in the input are dropped, not interpreted.
+            let pattern = format!("%{}%", text.to_lowercase().replace(['\\', '%', '_'], ""));
             select = select.filter(
-                Expr::expr(sea_orm::sea_query::Func::lower(Expr::col(kg_entity::Column::Name)))
-                    .like(pattern),
+                Expr::expr(sea_orm::sea_query::Func::lower(Expr::col(
+                    kg_entity::Column::Name,
+                )))
+                .like(pattern),
             );
         }
         let page = page::fetch(&self.db, select, kg_entity::Column::Id, request).await?;
@@ -379,7 +408,9 @@ impl Graph {
                 Err(e) => return Err(e),
             }
         }
-        Err(Error::Conflict("the relation changed concurrently; retry".into()))
+        Err(Error::Conflict(
+            "the relation changed concurrently; retry".into(),
+        ))
     }
 
     /// Entities within `depth` hops of `center` over current relations of
@@ -440,7 +471,11 @@ impl Graph {
             }
             frontier = next;
         }
-        let ids: Vec<EntityId> = distance.keys().copied().filter(|id| *id != center).collect();
+        let ids: Vec<EntityId> = distance
+            .keys()
+            .copied()
+            .filter(|id| *id != center)
+            .collect();
         let entities = self.get_many(scope, &ids).await?;
         let mut neighbors: Vec<Neighbor> = ids
             .into_iter()
@@ -451,7 +486,11 @@ impl Graph {
                 })
             })
             .collect();
-        neighbors.sort_by(|a, b| a.distance.cmp(&b.distance).then(a.entity.id.cmp(&b.entity.id)));
+        neighbors.sort_by(|a, b| {
+            a.distance
+                .cmp(&b.distance)
+                .then(a.entity.id.cmp(&b.entity.id))
+        });
         Ok(Neighborhood {
             center: center_entity,
             neighbors,
@@ -466,7 +505,10 @@ mod tests {
 
     #[test]
     fn keys_and_types_are_canonical() {
-        assert_eq!(canonical_key("  Progressive   Insurance "), "progressive insurance");
+        assert_eq!(
+            canonical_key("  Progressive   Insurance "),
+            "progressive insurance"
+        );
         assert_eq!(relation_type("works with").unwrap(), "WORKS_WITH");
         assert_eq!(relation_type("supplies-to").unwrap(), "SUPPLIES_TO");
         assert!(relation_type("a;drop").is_err());

@@ -287,7 +287,10 @@ impl MigrationTrait for Migration {
             .await?;
         for (name, cols) in [
             // Lists page by id within a tenant.
-            ("ix_memories_tenant_id", vec![Memories::TenantId, Memories::Id]),
+            (
+                "ix_memories_tenant_id",
+                vec![Memories::TenantId, Memories::Id],
+            ),
             // Search filters and the maintenance scans.
             (
                 "ix_memories_tenant_status_tier",

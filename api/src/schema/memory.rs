@@ -15,8 +15,8 @@ use brainstem_domain::{
         Relation as DomainRelation,
     },
     memory::{
-        self as dm, Memory as DomainMemory, MemoryEvent as DomainMemoryEvent, MemoryFilter as DomainMemoryFilter,
-        MemoryUpdate, NewMemory, SearchQuery,
+        self as dm, Memory as DomainMemory, MemoryEvent as DomainMemoryEvent,
+        MemoryFilter as DomainMemoryFilter, MemoryUpdate, NewMemory, SearchQuery,
     },
 };
 use chrono::{DateTime, Utc};
@@ -43,11 +43,15 @@ fn write_scope(ctx: &Context<'_>) -> async_graphql::Result<TenantScope> {
 }
 
 fn memory_id(id: &ID) -> async_graphql::Result<MemoryId> {
-    ids::decode_as(id, NodeType::Memory).map(MemoryId::from).gql()
+    ids::decode_as(id, NodeType::Memory)
+        .map(MemoryId::from)
+        .gql()
 }
 
 fn entity_id(id: &ID) -> async_graphql::Result<EntityId> {
-    ids::decode_as(id, NodeType::KgEntity).map(EntityId::from).gql()
+    ids::decode_as(id, NodeType::KgEntity)
+        .map(EntityId::from)
+        .gql()
 }
 
 /// Where a memory lives, which decides its lifetime.
@@ -384,11 +388,15 @@ impl KgRelation {
     }
     async fn from(&self, ctx: &Context<'_>) -> async_graphql::Result<KgEntity> {
         let scope = read_scope(ctx)?;
-        Ok(KgEntity(domain(ctx).graph.get(scope, self.0.from).await.gql()?))
+        Ok(KgEntity(
+            domain(ctx).graph.get(scope, self.0.from).await.gql()?,
+        ))
     }
     async fn to(&self, ctx: &Context<'_>) -> async_graphql::Result<KgEntity> {
         let scope = read_scope(ctx)?;
-        Ok(KgEntity(domain(ctx).graph.get(scope, self.0.to).await.gql()?))
+        Ok(KgEntity(
+            domain(ctx).graph.get(scope, self.0.to).await.gql()?,
+        ))
     }
     async fn from_id(&self) -> ID {
         encode(NodeType::KgEntity, self.0.from.uuid())
@@ -575,7 +583,11 @@ impl MemoryQuery {
                 SearchQuery {
                     text: query,
                     subject: subject.as_ref().map(entity_id).transpose()?,
-                    tiers: tiers.unwrap_or_default().into_iter().map(Into::into).collect(),
+                    tiers: tiers
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(Into::into)
+                        .collect(),
                     categories: categories.unwrap_or_default(),
                     limit: Some(usize::try_from(limit).unwrap_or(0)),
                     include_historical,

@@ -23,8 +23,8 @@ use std::time::Duration as StdDuration;
 use brainstem_entity::{MemoryId, TenantOwned, TenantScope, memory, tenant};
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, EntityTrait,
-    IntoActiveModel, QueryFilter, Statement, TransactionTrait,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction,
+    DbBackend, EntityTrait, IntoActiveModel, QueryFilter, Statement, TransactionTrait,
 };
 
 use super::{Memories, MemoryEvent, Status, Tier, event, record_event};
@@ -81,7 +81,8 @@ impl Memories {
         report: &mut MaintenanceReport,
     ) -> Result<()> {
         let active = || {
-            memory::Entity::find_in(scope).filter(memory::Column::Status.eq(Status::Active.as_str()))
+            memory::Entity::find_in(scope)
+                .filter(memory::Column::Status.eq(Status::Active.as_str()))
         };
 
         let to_history = active()

@@ -413,7 +413,9 @@ pub struct Reindexed {
 }
 
 fn category(raw: Option<&str>) -> Result<String> {
-    let c = raw.map(|s| s.trim().to_lowercase()).unwrap_or_else(|| "insight".into());
+    let c = raw
+        .map(|s| s.trim().to_lowercase())
+        .unwrap_or_else(|| "insight".into());
     if c.is_empty() || c.len() > 40 {
         return Err(Error::validation("category must have 1-40 characters"));
     }
@@ -549,7 +551,12 @@ impl Memories {
     }
 
     /// Store `vector` (or drop a stale one) and record the model.
-    async fn set_embedding(&self, scope: TenantScope, id: MemoryId, vector: Option<&[f32]>) -> bool {
+    async fn set_embedding(
+        &self,
+        scope: TenantScope,
+        id: MemoryId,
+        vector: Option<&[f32]>,
+    ) -> bool {
         let stored = match vector {
             Some(v) => match self.index.upsert(scope, id, self.embedder.model(), v).await {
                 Ok(()) => true,
@@ -566,7 +573,10 @@ impl Memories {
         };
         let model = stored.then(|| self.embedder.model().to_owned());
         let updated = memory::Entity::update_many_in(scope)
-            .col_expr(memory::Column::EmbeddingModel, sea_orm::sea_query::Expr::value(model))
+            .col_expr(
+                memory::Column::EmbeddingModel,
+                sea_orm::sea_query::Expr::value(model),
+            )
             .filter(memory::Column::Id.eq(id.uuid()))
             .exec(&self.db)
             .await;
@@ -778,12 +788,17 @@ impl Memories {
             .collect())
     }
 
-    pub async fn list(&self, scope: TenantScope, filter: MemoryFilter, request: PageRequest) -> Result<Page<Memory>> {
-        let mut select = memory::Entity::find_in(scope).filter(
-            memory::Column::Status.eq(filter.status.unwrap_or(Status::Active).as_str()),
-        );
+    pub async fn list(
+        &self,
+        scope: TenantScope,
+        filter: MemoryFilter,
+        request: PageRequest,
+    ) -> Result<Page<Memory>> {
+        let mut select = memory::Entity::find_in(scope)
+            .filter(memory::Column::Status.eq(filter.status.unwrap_or(Status::Active).as_str()));
         if !filter.tiers.is_empty() {
-            select = select.filter(memory::Column::Tier.is_in(filter.tiers.iter().map(|t| t.as_str())));
+            select =
+                select.filter(memory::Column::Tier.is_in(filter.tiers.iter().map(|t| t.as_str())));
         }
         if !filter.categories.is_empty() {
             let cats = filter
@@ -817,7 +832,9 @@ impl Memories {
         }
         let limit = query.limit.unwrap_or(10);
         if !(1..=MAX_SEARCH_LIMIT).contains(&limit) {
-            return Err(Error::validation(format!("limit must be 1..={MAX_SEARCH_LIMIT}")));
+            return Err(Error::validation(format!(
+                "limit must be 1..={MAX_SEARCH_LIMIT}"
+            )));
         }
         if let Some(subject) = query.subject {
             self.graph.get(scope, subject).await?;
@@ -842,7 +859,11 @@ impl Memories {
         let keyword_leg = keyword::search(&self.db, scope, text, k, &filter);
         let vector_leg = async {
             match &query_vector {
-                Some(v) => self.index.nearest(scope, v, k, &filter, false).await.map(Some),
+                Some(v) => self
+                    .index
+                    .nearest(scope, v, k, &filter, false)
+                    .await
+                    .map(Some),
                 None => Ok(None),
             }
         };
@@ -888,7 +909,12 @@ impl Memories {
                         .count()
                 })
                 .unwrap_or(0);
-            let score_boost = rank::score_boost(memory.tier, memory.score, memory.importance, memory.confidence);
+            let score_boost = rank::score_boost(
+                memory.tier,
+                memory.score,
+                memory.importance,
+                memory.confidence,
+            );
             let tier_boost = rank::tier_boost(memory.tier);
             let graph_boost = rank::graph_boost(matched);
             let boost = rank::combined(score_boost, tier_boost, graph_boost);
@@ -934,7 +960,10 @@ impl Memories {
             .all(&self.db)
             .await?;
         for m in mentions {
-            links.entry(m.memory_id).or_default().push(m.entity_id.into());
+            links
+                .entry(m.memory_id)
+                .or_default()
+                .push(m.entity_id.into());
         }
         let mut all: Vec<EntityId> = links.values().flatten().copied().collect();
         all.sort();
@@ -943,7 +972,10 @@ impl Memories {
         Ok(links
             .into_iter()
             .map(|(memory, ids)| {
-                let mut list: Vec<Entity> = ids.iter().filter_map(|i| entities.get(i).cloned()).collect();
+                let mut list: Vec<Entity> = ids
+                    .iter()
+                    .filter_map(|i| entities.get(i).cloned())
+                    .collect();
                 list.dedup_by_key(|e| e.id);
                 (memory, list)
             })
@@ -978,10 +1010,22 @@ impl Memories {
             let now = Utc::now();
             let txn = self.db.begin().await?;
             let updated = memory::Entity::update_many_in(scope)
-                .col_expr(memory::Column::Score, sea_orm::sea_query::Expr::value(after))
-                .col_expr(memory::Column::Uses, sea_orm::sea_query::Expr::value(current.uses + 1))
-                .col_expr(memory::Column::LastUsedAt, sea_orm::sea_query::Expr::value(Some(now)))
-                .col_expr(memory::Column::UpdatedAt, sea_orm::sea_query::Expr::value(now))
+                .col_expr(
+                    memory::Column::Score,
+                    sea_orm::sea_query::Expr::value(after),
+                )
+                .col_expr(
+                    memory::Column::Uses,
+                    sea_orm::sea_query::Expr::value(current.uses + 1),
+                )
+                .col_expr(
+                    memory::Column::LastUsedAt,
+                    sea_orm::sea_query::Expr::value(Some(now)),
+                )
+                .col_expr(
+                    memory::Column::UpdatedAt,
+                    sea_orm::sea_query::Expr::value(now),
+                )
                 .filter(memory::Column::Id.eq(id.uuid()))
                 .filter(memory::Column::Uses.eq(current.uses))
                 .exec(&txn)
@@ -1003,12 +1047,19 @@ impl Memories {
                 score_after: after,
             });
         }
-        Err(Error::Conflict("the memory changed concurrently; retry".into()))
+        Err(Error::Conflict(
+            "the memory changed concurrently; retry".into(),
+        ))
     }
 
     /// Change a memory. A new text keeps the old one as a version and is
     /// embedded again; a new tier restarts the tier's lifetime.
-    pub async fn update(&self, scope: TenantScope, id: MemoryId, change: MemoryUpdate) -> Result<Memory> {
+    pub async fn update(
+        &self,
+        scope: TenantScope,
+        id: MemoryId,
+        change: MemoryUpdate,
+    ) -> Result<Memory> {
         let current = self.model(scope, id).await?;
         let now = Utc::now();
         let mut model = current.clone().into_active_model();
@@ -1119,7 +1170,12 @@ impl Memories {
     }
 
     /// Everything current known about `subject`.
-    pub async fn dossier(&self, scope: TenantScope, subject: EntityId, now: DateTime<Utc>) -> Result<Dossier> {
+    pub async fn dossier(
+        &self,
+        scope: TenantScope,
+        subject: EntityId,
+        now: DateTime<Utc>,
+    ) -> Result<Dossier> {
         let entity = self.graph.get(scope, subject).await?;
         let mentioned: Vec<Uuid> = memory_mention::Entity::find_in(scope)
             .filter(memory_mention::Column::EntityId.eq(subject.uuid()))
@@ -1154,7 +1210,8 @@ impl Memories {
             .map(Memory::try_from)
             .collect::<Result<Vec<_>>>()?;
         let strength = |m: &Memory| {
-            rank::score_boost(m.tier, m.score, m.importance, m.confidence) * rank::tier_boost(m.tier)
+            rank::score_boost(m.tier, m.score, m.importance, m.confidence)
+                * rank::tier_boost(m.tier)
         };
         facts.sort_by(|a, b| {
             strength(b)
@@ -1168,8 +1225,11 @@ impl Memories {
             .take(10)
             .cloned()
             .collect();
-        let mut recent_events: Vec<Memory> =
-            facts.iter().filter(|m| m.category == "event").cloned().collect();
+        let mut recent_events: Vec<Memory> = facts
+            .iter()
+            .filter(|m| m.category == "event")
+            .cloned()
+            .collect();
         recent_events.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
         recent_events.truncate(10);
         let neighborhood = self.graph.neighborhood(scope, subject, 1, &[], now).await?;

@@ -93,14 +93,13 @@ pub(crate) fn push_filter(sql: &mut Sql, scope: TenantScope, filter: &CandidateF
         sql.push(" AND m.tier IN ").bind_list(&filter.tiers);
     }
     if !filter.categories.is_empty() {
-        sql.push(" AND m.category IN ").bind_list(&filter.categories);
+        sql.push(" AND m.category IN ")
+            .bind_list(&filter.categories);
     }
     if let Some(subject) = filter.subject {
         sql.push(" AND (m.subject_id = ")
             .bind(subject)
-            .push(
-                " OR EXISTS (SELECT 1 FROM memory_mentions mm WHERE mm.tenant_id = ",
-            )
+            .push(" OR EXISTS (SELECT 1 FROM memory_mentions mm WHERE mm.tenant_id = ")
             .bind(scope.tenant_id().uuid())
             .push(" AND mm.memory_id = m.id AND mm.entity_id = ")
             .bind(subject)

@@ -104,8 +104,10 @@ impl VectorIndex for PgVectorIndex {
         }
         let txn = self.db.begin().await?;
         // Replicas starting together must not race to create the table.
-        txn.execute_unprepared("SELECT pg_advisory_xact_lock(hashtext('brainstem.memory_embeddings'))")
-            .await?;
+        txn.execute_unprepared(
+            "SELECT pg_advisory_xact_lock(hashtext('brainstem.memory_embeddings'))",
+        )
+        .await?;
         let current = txn
             .query_one_raw(sea_orm::Statement::from_string(
                 DbBackend::Postgres,
@@ -126,7 +128,8 @@ impl VectorIndex for PgVectorIndex {
                 new = %wanted,
                 "embedding_dimension changed: dropping stored vectors; run reindexMemories in each tenant"
             );
-            txn.execute_unprepared("DROP TABLE memory_embeddings").await?;
+            txn.execute_unprepared("DROP TABLE memory_embeddings")
+                .await?;
             // unscoped: a schema change of the whole store, not tenant data access.
             txn.execute_unprepared("UPDATE memories SET embedding_model = NULL")
                 .await?;
@@ -164,8 +167,10 @@ impl VectorIndex for PgVectorIndex {
             .bind(model.to_owned())
             .push(", ")
             .bind(pg_vector_literal(v))
-            .push("::vector) ON CONFLICT (memory_id) DO UPDATE SET model = EXCLUDED.model, \
-                   embedding = EXCLUDED.embedding");
+            .push(
+                "::vector) ON CONFLICT (memory_id) DO UPDATE SET model = EXCLUDED.model, \
+                   embedding = EXCLUDED.embedding",
+            );
         self.db.execute_raw(sql.statement()).await?;
         Ok(())
     }
@@ -199,15 +204,14 @@ impl VectorIndex for PgVectorIndex {
         sql.push(" ORDER BY (e.embedding <=> ")
             .bind(literal)
             .push(if exact { "::vector) + 0" } else { "::vector)" })
-            .push(&format!(" LIMIT {k}) SELECT memory_id, distance FROM c ORDER BY distance, memory_id"));
+            .push(&format!(
+                " LIMIT {k}) SELECT memory_id, distance FROM c ORDER BY distance, memory_id"
+            ));
         let txn = self.db.begin().await?;
         txn.execute_unprepared("SET LOCAL hnsw.iterative_scan = relaxed_order")
             .await?;
-        txn.execute_unprepared(&format!(
-            "SET LOCAL hnsw.ef_search = {}",
-            k.clamp(40, 1000)
-        ))
-        .await?;
+        txn.execute_unprepared(&format!("SET LOCAL hnsw.ef_search = {}", k.clamp(40, 1000)))
+            .await?;
         let rows = txn.query_all_raw(sql.statement()).await?;
         txn.commit().await?;
         rows.into_iter()
