@@ -13,6 +13,7 @@ mod auth;
 mod graph;
 mod http;
 mod memory;
+mod ranking;
 mod schema;
 mod tenants;
 mod websocket;
