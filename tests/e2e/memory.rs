@@ -128,6 +128,7 @@ on_both_backends!(
     updates_keep_the_old_text_and_archive_hides,
     dossier_gathers_a_subjects_facts,
     knowledge_graph_mentions_boost_search,
+    lists_resolve_subjects_and_mentions,
     bad_memory_input_is_refused,
 );
 
@@ -870,6 +871,43 @@ async fn knowledge_graph_mentions_boost_search(app: TestApp) {
     assert_eq!(
         mentions.data()["memory"]["mentions"],
         json!([{"name": "Globex"}])
+    );
+}
+
+async fn lists_resolve_subjects_and_mentions(app: TestApp) {
+    app.create_tenant("acme").await;
+    let t = member(&app, "acme");
+    let ann = entity(&app, &t, "person", "Ann").await;
+    let bob = entity(&app, &t, "person", "Bob").await;
+    remember_id(
+        &app,
+        &t,
+        json!({"content": "Ann likes tea", "subjectId": ann, "mentionIds": [bob]}),
+    )
+    .await;
+    remember_id(
+        &app,
+        &t,
+        json!({"content": "Bob likes coffee", "subjectId": bob, "mentionIds": [ann, bob]}),
+    )
+    .await;
+    remember_id(&app, &t, json!({"content": "Nobody likes Mondays"})).await;
+    // One request, many memories: subjects and mentions are loaded in
+    // batches. Mentions are listed in entity-id order (ids are time-ordered).
+    let res = app
+        .graphql(
+            Some(&t),
+            "{ memories { edges { node { content subject { name } mentions { name } } } } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        res.data()["memories"]["edges"],
+        json!([
+            {"node": {"content": "Ann likes tea", "subject": {"name": "Ann"}, "mentions": [{"name": "Bob"}]}},
+            {"node": {"content": "Bob likes coffee", "subject": {"name": "Bob"}, "mentions": [{"name": "Ann"}, {"name": "Bob"}]}},
+            {"node": {"content": "Nobody likes Mondays", "subject": null, "mentions": []}},
+        ])
     );
 }
 

@@ -4,12 +4,15 @@
 //! tenant role). Resolvers only decode ids, call `domain.memory` /
 //! `domain.graph` and wrap the results.
 
+use std::collections::HashMap;
+
 use async_graphql::{
     Context, Enum, ID, InputObject, Json, MaybeUndefined, Object, SimpleObject,
     connection::Connection,
+    dataloader::{DataLoader, Loader},
 };
 use brainstem_domain::{
-    EntityId, MemoryId, RelationId, TenantScope,
+    Domain, EntityId, MemoryId, RelationId, TenantScope,
     graph::{
         self, Entity as DomainEntity, EntityFilter as DomainEntityFilter, NewEntity, NewRelation,
         Relation as DomainRelation,
@@ -51,6 +54,78 @@ fn memory_id(id: &ID) -> async_graphql::Result<MemoryId> {
 fn entity_id(id: &ID) -> async_graphql::Result<EntityId> {
     ids::decode_as(id, NodeType::KgEntity)
         .map(EntityId::from)
+        .gql()
+}
+
+/// Batches entity lookups of one request (a list of memories with their
+/// subjects, relations with their ends). Keys carry the tenant scope, so a
+/// batch never mixes tenants; nothing is cached across requests.
+pub struct EntityLoader(pub Domain);
+
+impl Loader<(TenantScope, EntityId)> for EntityLoader {
+    type Value = DomainEntity;
+    type Error = async_graphql::Error;
+
+    async fn load(
+        &self,
+        keys: &[(TenantScope, EntityId)],
+    ) -> Result<HashMap<(TenantScope, EntityId), DomainEntity>, async_graphql::Error> {
+        let mut by_scope: HashMap<TenantScope, Vec<EntityId>> = HashMap::new();
+        for (scope, id) in keys {
+            by_scope.entry(*scope).or_default().push(*id);
+        }
+        let mut out = HashMap::new();
+        for (scope, ids) in by_scope {
+            for (id, entity) in self.0.graph.get_many(scope, &ids).await.gql()? {
+                out.insert((scope, id), entity);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Batches "which entities does this memory mention" for lists of memories.
+pub struct MentionLoader(pub Domain);
+
+impl Loader<(TenantScope, MemoryId)> for MentionLoader {
+    type Value = Vec<EntityId>;
+    type Error = async_graphql::Error;
+
+    async fn load(
+        &self,
+        keys: &[(TenantScope, MemoryId)],
+    ) -> Result<HashMap<(TenantScope, MemoryId), Vec<EntityId>>, async_graphql::Error> {
+        let mut by_scope: HashMap<TenantScope, Vec<MemoryId>> = HashMap::new();
+        for (scope, id) in keys {
+            by_scope.entry(*scope).or_default().push(*id);
+        }
+        let mut out = HashMap::new();
+        for (scope, ids) in by_scope {
+            for (id, mentions) in self.0.memory.mentions_of(scope, &ids).await.gql()? {
+                out.insert((scope, id), mentions);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The loaders this area puts in the schema's data.
+pub(crate) fn loaders(domain: &Domain) -> (DataLoader<EntityLoader>, DataLoader<MentionLoader>) {
+    (
+        DataLoader::new(EntityLoader(domain.clone()), tokio::spawn),
+        DataLoader::new(MentionLoader(domain.clone()), tokio::spawn),
+    )
+}
+
+async fn load_entity(
+    ctx: &Context<'_>,
+    scope: TenantScope,
+    id: EntityId,
+) -> async_graphql::Result<DomainEntity> {
+    ctx.data::<DataLoader<EntityLoader>>()?
+        .load_one((scope, id))
+        .await?
+        .ok_or(brainstem_domain::Error::not_found("entity"))
         .gql()
 }
 
@@ -176,20 +251,24 @@ impl Memory {
             return Ok(None);
         };
         let scope = read_scope(ctx)?;
-        Ok(Some(KgEntity(
-            domain(ctx).graph.get(scope, subject).await.gql()?,
-        )))
+        Ok(Some(KgEntity(load_entity(ctx, scope, subject).await?)))
     }
 
     /// Other entities the fact mentions.
     async fn mentions(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<KgEntity>> {
         let scope = read_scope(ctx)?;
-        let domain = domain(ctx);
-        let ids = domain.memory.mentions(scope, self.0.id).await.gql()?;
-        let mut found = domain.graph.get_many(scope, &ids).await.gql()?;
+        let ids = ctx
+            .data::<DataLoader<MentionLoader>>()?
+            .load_one((scope, self.0.id))
+            .await?
+            .unwrap_or_default();
+        let found = ctx
+            .data::<DataLoader<EntityLoader>>()?
+            .load_many(ids.iter().map(|id| (scope, *id)))
+            .await?;
         Ok(ids
             .iter()
-            .filter_map(|id| found.remove(id).map(KgEntity))
+            .filter_map(|id| found.get(&(scope, *id)).cloned().map(KgEntity))
             .collect())
     }
 

@@ -83,8 +83,11 @@ pub fn domain<'a>(ctx: &'a async_graphql::Context<'_>) -> &'a Domain {
 }
 
 pub fn build(domain: Domain, limits: GraphqlLimits) -> BrainstemSchema {
+    let (entities, mentions) = memory::loaders(&domain);
     Schema::build(Query::default(), Mutation::default(), EmptySubscription)
         .data(domain)
+        .data(entities)
+        .data(mentions)
         .limit_depth(limits.max_depth)
         .limit_complexity(limits.max_complexity)
         .extension(ErrorCodes)

@@ -788,6 +788,30 @@ impl Memories {
             .collect())
     }
 
+    /// The mentioned entities of several memories at once (for batching).
+    pub async fn mentions_of(
+        &self,
+        scope: TenantScope,
+        ids: &[MemoryId],
+    ) -> Result<HashMap<MemoryId, Vec<EntityId>>> {
+        let mut out: HashMap<MemoryId, Vec<EntityId>> =
+            ids.iter().map(|id| (*id, Vec::new())).collect();
+        if ids.is_empty() {
+            return Ok(out);
+        }
+        let rows = memory_mention::Entity::find_in(scope)
+            .filter(memory_mention::Column::MemoryId.is_in(ids.iter().map(|i| i.uuid())))
+            .order_by_asc(memory_mention::Column::EntityId)
+            .all(&self.db)
+            .await?;
+        for m in rows {
+            out.entry(MemoryId::from(m.memory_id))
+                .or_default()
+                .push(EntityId::from(m.entity_id));
+        }
+        Ok(out)
+    }
+
     pub async fn list(
         &self,
         scope: TenantScope,
