@@ -221,10 +221,9 @@ async fn main() -> anyhow::Result<()> {
                 let score: f64 = rng.random_range(0.3..1.0);
                 writeln!(
                     memories,
-                    "{id}\t{tenant}\t\\N\t{}\tinsight\t{content}\t{score:.3}\t{}\t0.5\t1\t\\N\t{now}\t\\N\t\\N\tACTIVE\t\\N\t1\t{}\t\\N\t{now}\t{now}",
+                    "{id}\t{tenant}\t\\N\t{}\tinsight\t{content}\t{score:.3}\t{}\t0.5\t1\t\\N\t{now}\t\\N\t\\N\tACTIVE\t\\N\t1\thashing\t\\N\t{now}\t{now}",
                     tier.as_str(),
                     rng.random_range(0..5),
-                    "hashing"
                 )?;
                 let v = embedder.embed_one(&content);
                 writeln!(
