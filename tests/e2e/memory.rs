@@ -1203,3 +1203,67 @@ mod openai_embedder_against_a_local_fake_server {
         super::openai_embedder_round_trip_and_failure(super::Backend::Postgres).await;
     }
 }
+
+// --- the maintenance job ---------------------------------------------------
+
+on_both_backends!(the_maintenance_loop_runs_at_once_then_waits);
+
+async fn the_maintenance_loop_runs_at_once_then_waits(app: TestApp) {
+    app.create_tenant("acme").await;
+    let t = member(&app, "acme");
+    let id = remember_id(&app, &t, json!({"content": "Weigh pallets before loading"})).await;
+    outcome(&app, &t, &id, "WORKED").await;
+    outcome(&app, &t, &id, "WORKED").await;
+    let mut reports = app
+        .domain
+        .memory
+        .spawn_maintenance(std::time::Duration::from_secs(3600));
+    let report = *tokio::time::timeout(crate::helpers::WAIT, reports.wait_for(Option::is_some))
+        .await
+        .expect("the first run happens at start")
+        .unwrap();
+    let report = report.unwrap();
+    assert_eq!(report.promoted_to_history, 1);
+    assert!(!report.skipped);
+    assert_eq!(get(&app, &t, &id).await["tier"], "HISTORY");
+    // The next run is an hour away.
+    assert!(!reports.has_changed().unwrap());
+}
+
+mod maintenance_runs_in_one_process_at_a_time {
+    use sea_orm::ConnectionTrait;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        let app = crate::helpers::TestApp::spawn(crate::helpers::Backend::Postgres).await;
+        // Another process holding the lock: this one skips instead of waiting.
+        // One connection: an advisory lock belongs to its session.
+        let mut options = sea_orm::ConnectOptions::new(app.config.database_url.clone());
+        options.max_connections(1).min_connections(1);
+        let other = sea_orm::Database::connect(options).await.unwrap();
+        other
+            .execute_unprepared("SELECT pg_advisory_lock(hashtext('brainstem.memory_maintenance'))")
+            .await
+            .unwrap();
+        let report = app
+            .domain
+            .memory
+            .run_maintenance(chrono::Utc::now())
+            .await
+            .unwrap();
+        assert!(report.skipped);
+        other
+            .execute_unprepared(
+                "SELECT pg_advisory_unlock(hashtext('brainstem.memory_maintenance'))",
+            )
+            .await
+            .unwrap();
+        let report = app
+            .domain
+            .memory
+            .run_maintenance(chrono::Utc::now())
+            .await
+            .unwrap();
+        assert!(!report.skipped);
+    }
+}

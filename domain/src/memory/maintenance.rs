@@ -154,9 +154,14 @@ impl Memories {
 
     /// Run [`Memories::run_maintenance`] now and then every `interval`,
     /// until the runtime shuts down. Failures are logged and retried at the
-    /// next tick.
-    pub fn spawn_maintenance(&self, interval: StdDuration) -> tokio::task::JoinHandle<()> {
+    /// next tick. The returned receiver sees each run's report (tests and
+    /// health checks wait on it instead of sleeping).
+    pub fn spawn_maintenance(
+        &self,
+        interval: StdDuration,
+    ) -> tokio::sync::watch::Receiver<Option<MaintenanceReport>> {
         let memories = self.clone();
+        let (tx, rx) = tokio::sync::watch::channel(None);
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(interval);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -164,14 +169,18 @@ impl Memories {
                 // The first tick completes at once: run first, then sleep.
                 ticker.tick().await;
                 match memories.run_maintenance(Utc::now()).await {
-                    Ok(report) if report != MaintenanceReport::default() => {
-                        tracing::info!(?report, "memory maintenance");
+                    Ok(report) => {
+                        if report != MaintenanceReport::default() {
+                            tracing::info!(?report, "memory maintenance");
+                        }
+                        // Nobody listening is fine.
+                        let _ = tx.send(Some(report));
                     }
-                    Ok(_) => {}
                     Err(err) => tracing::error!(error = %err, "memory maintenance failed"),
                 }
             }
-        })
+        });
+        rx
     }
 }
 
