@@ -67,6 +67,9 @@ pub struct Config {
     pub memory_dedup_threshold: f32,
     /// Most active `MEMORY_BANK` memories per tenant.
     pub memory_bank_capacity: u64,
+    /// pgvector `hnsw.ef_search` for memory vector searches (PostgreSQL):
+    /// higher is better recall and slower.
+    pub memory_hnsw_ef_search: usize,
     /// Seconds between memory maintenance runs (promotion, expiry); 0 turns
     /// the background job off.
     pub memory_maintenance_interval_secs: u64,
@@ -112,6 +115,7 @@ impl Default for Config {
             memory_dedup_threshold: memory.dedup_threshold,
             memory_bank_capacity: memory.memory_bank_capacity,
             memory_maintenance_interval_secs: 1800,
+            memory_hnsw_ef_search: memory.hnsw_ef_search,
         }
     }
 }
@@ -149,6 +153,9 @@ impl Config {
         if self.embedding_dimension == 0 || self.embedding_dimension > MAX_DIMENSION {
             bail!("embedding_dimension must be 1..={MAX_DIMENSION}");
         }
+        if !(1..=1000).contains(&self.memory_hnsw_ef_search) {
+            bail!("memory_hnsw_ef_search must be 1..=1000");
+        }
         if !(0.0..=1.0).contains(&self.memory_dedup_threshold) {
             bail!("memory_dedup_threshold must be between 0 and 1");
         }
@@ -175,6 +182,7 @@ impl Config {
             embedder,
             dedup_threshold: self.memory_dedup_threshold,
             memory_bank_capacity: self.memory_bank_capacity,
+            hnsw_ef_search: self.memory_hnsw_ef_search,
         })
     }
 

@@ -28,7 +28,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use brainstem_domain::{
     Domain, TenantId, TenantScope,
     db::{self, Backend},
@@ -76,6 +76,13 @@ struct Args {
     online_inserts: usize,
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// pgvector `hnsw.ef_search` (the service raises it to the candidate count).
+    #[arg(long, default_value_t = 40)]
+    ef_search: usize,
+    /// Measure searches on data an earlier run loaded (the biggest tenant is
+    /// the measured one, the smallest the small one); no load, no writes.
+    #[arg(long)]
+    measure_only: bool,
 }
 
 /// Synthetic words: consonant-vowel syllables, Zipf-sampled.
@@ -159,12 +166,16 @@ async fn main() -> anyhow::Result<()> {
         .map(|r| r.try_get::<i64>("", "n"))
         .transpose()?
         .unwrap_or(0);
-    if existing > 0 {
+    if existing > 0 && !args.measure_only {
         bail!("the database already holds {existing} memories; give an empty one");
+    }
+    if existing == 0 && args.measure_only {
+        bail!("--measure-only needs a database an earlier run loaded");
     }
     let config = MemoryConfig {
         embedding_dimension: args.dimension,
         embedder: EmbedderConfig::Offline,
+        hnsw_ef_search: args.ef_search,
         ..MemoryConfig::default()
     };
     let domain = Domain::with_memory(conn.clone(), config)?;
@@ -173,128 +184,173 @@ async fn main() -> anyhow::Result<()> {
     let mut rng = StdRng::seed_from_u64(args.seed);
     let vocabulary = Vocabulary::new(20_000, &mut rng);
 
-    // Tenants: the first is the measured one.
-    let tenants: Vec<Uuid> = (0..args.tenants).map(|_| Uuid::now_v7()).collect();
-    for chunk in tenants.chunks(500) {
-        let mut sql = String::from("INSERT INTO tenants (id, slug, name, created_at) VALUES ");
-        for (i, t) in chunk.iter().enumerate() {
-            if i > 0 {
-                sql.push(',');
+    let mut summary = String::new();
+    let (target_id, small_id) = if args.measure_only {
+        let rows = conn
+            .query_all_raw(sea_orm::Statement::from_string(
+                sea_orm::DbBackend::Postgres,
+                "SELECT tenant_id, count(*) AS n FROM memories GROUP BY tenant_id ORDER BY n DESC, tenant_id",
+            ))
+            .await?;
+        let first = rows.first().context("no tenants")?;
+        let last = rows.last().context("no tenants")?;
+        let (big, big_n): (Uuid, i64) = (first.try_get("", "tenant_id")?, first.try_get("", "n")?);
+        let (little, little_n): (Uuid, i64) =
+            (last.try_get("", "tenant_id")?, last.try_get("", "n")?);
+        writeln!(
+            summary,
+            "measured on existing data: {existing} memories in {} tenants; measured tenant {big_n}, small tenant {little_n}; ef_search {}",
+            rows.len(),
+            args.ef_search
+        )?;
+        (big, little)
+    } else {
+        // Tenants: the first is the measured one.
+        let tenants: Vec<Uuid> = (0..args.tenants).map(|_| Uuid::now_v7()).collect();
+        for chunk in tenants.chunks(500) {
+            let mut sql = String::from("INSERT INTO tenants (id, slug, name, created_at) VALUES ");
+            for (i, t) in chunk.iter().enumerate() {
+                if i > 0 {
+                    sql.push(',');
+                }
+                write!(sql, "('{t}', 'bench-{}', 'Bench', now())", t.simple())?;
             }
-            write!(sql, "('{t}', 'bench-{}', 'Bench', now())", t.simple())?;
+            conn.execute_unprepared(&sql).await?;
         }
-        conn.execute_unprepared(&sql).await?;
-    }
-    let per_other = (args.total - args.target) / (args.tenants - 1);
-    let mut plan: Vec<(Uuid, usize)> = vec![(tenants[0], args.target)];
-    plan.extend(tenants[1..].iter().map(|t| (*t, per_other)));
-    let loaded_total: usize = plan.iter().map(|(_, n)| n).sum();
+        let per_other = (args.total - args.target) / (args.tenants - 1);
+        let mut plan: Vec<(Uuid, usize)> = vec![(tenants[0], args.target)];
+        plan.extend(tenants[1..].iter().map(|t| (*t, per_other)));
+        let loaded_total: usize = plan.iter().map(|(_, n)| n).sum();
 
-    // Bulk load without the GIN and HNSW indexes; rebuild them afterwards.
-    conn.execute_unprepared("DROP INDEX IF EXISTS ix_memory_embeddings_hnsw")
-        .await?;
-    conn.execute_unprepared("DROP INDEX IF EXISTS ix_memories_search_tsv")
-        .await?;
-    let pool = conn.get_postgres_connection_pool();
-    let mut pg = pool.acquire().await?;
-    println!(
-        "loading {loaded_total} memories: {} in the measured tenant, {per_other} in each of {} others (dimension {})",
-        args.target,
-        args.tenants - 1,
-        args.dimension
-    );
-    let load_started = Instant::now();
-    let mut done = 0usize;
-    // Interleave tenants the way real traffic would, a chunk at a time.
-    let mut remaining: Vec<(Uuid, usize)> = plan.clone();
-    let now = Utc::now().to_rfc3339();
-    while remaining.iter().any(|(_, n)| *n > 0) {
-        let mut memories = String::new();
-        let mut vectors = String::new();
-        let mut rows = 0;
-        for (tenant, left) in remaining.iter_mut() {
-            let take = (args.chunk / args.tenants).max(1).min(*left);
-            for _ in 0..take {
-                let id = Uuid::now_v7();
-                let content = vocabulary.sentence(&mut rng, 8, 24);
-                let tier = TIERS[rng.random_range(0..TIERS.len())];
-                let score: f64 = rng.random_range(0.3..1.0);
-                writeln!(
-                    memories,
-                    "{id}\t{tenant}\t\\N\t{}\tinsight\t{content}\t{score:.3}\t{}\t0.5\t1\t\\N\t{now}\t\\N\t\\N\tACTIVE\t\\N\t1\thashing\t\\N\t{now}\t{now}",
-                    tier.as_str(),
-                    rng.random_range(0..5),
-                )?;
-                let v = embedder.embed_one(&content);
-                writeln!(
-                    vectors,
-                    "{id}\t{tenant}\thashing\t{}",
-                    pg_vector_literal(&v)
-                )?;
+        // Bulk load without the GIN and HNSW indexes; rebuild them afterwards.
+        conn.execute_unprepared("DROP INDEX IF EXISTS ix_memory_embeddings_hnsw")
+            .await?;
+        conn.execute_unprepared("DROP INDEX IF EXISTS ix_memories_search_tsv")
+            .await?;
+        let pool = conn.get_postgres_connection_pool();
+        let mut pg = pool.acquire().await?;
+        println!(
+            "loading {loaded_total} memories: {} in the measured tenant, {per_other} in each of {} others (dimension {})",
+            args.target,
+            args.tenants - 1,
+            args.dimension
+        );
+        let load_started = Instant::now();
+        let mut done = 0usize;
+        // Interleave tenants the way real traffic would, a chunk at a time.
+        let mut remaining: Vec<(Uuid, usize)> = plan.clone();
+        let now = Utc::now().to_rfc3339();
+        while remaining.iter().any(|(_, n)| *n > 0) {
+            let mut memories = String::new();
+            let mut vectors = String::new();
+            let mut rows = 0;
+            for (tenant, left) in remaining.iter_mut() {
+                let take = (args.chunk / args.tenants).max(1).min(*left);
+                for _ in 0..take {
+                    let id = Uuid::now_v7();
+                    let content = vocabulary.sentence(&mut rng, 8, 24);
+                    let tier = TIERS[rng.random_range(0..TIERS.len())];
+                    let score: f64 = rng.random_range(0.3..1.0);
+                    writeln!(
+                        memories,
+                        "{id}\t{tenant}\t\\N\t{}\tinsight\t{content}\t{score:.3}\t{}\t0.5\t1\t\\N\t{now}\t\\N\t\\N\tACTIVE\t\\N\t1\thashing\t\\N\t{now}\t{now}",
+                        tier.as_str(),
+                        rng.random_range(0..5),
+                    )?;
+                    let v = embedder.embed_one(&content);
+                    writeln!(
+                        vectors,
+                        "{id}\t{tenant}\thashing\t{}",
+                        pg_vector_literal(&v)
+                    )?;
+                }
+                *left -= take;
+                rows += take;
+                if rows >= args.chunk {
+                    break;
+                }
             }
-            *left -= take;
-            rows += take;
-            if rows >= args.chunk {
-                break;
-            }
-        }
-        let mut copy = pg
+            let mut copy = pg
             .copy_in_raw(
                 "COPY memories (id, tenant_id, subject_id, tier, category, content, score, uses, \
                  importance, confidence, source_task_id, valid_from, valid_to, superseded_by, status, \
                  expires_at, version, embedding_model, last_used_at, created_at, updated_at) FROM STDIN",
             )
             .await?;
-        copy.send(memories.as_bytes()).await?;
-        copy.finish().await?;
-        let mut copy = pg
-            .copy_in_raw(
-                "COPY memory_embeddings (memory_id, tenant_id, model, embedding) FROM STDIN",
-            )
-            .await?;
-        copy.send(vectors.as_bytes()).await?;
-        copy.finish().await?;
-        done += rows;
-        if done % 100_000 < rows {
-            println!(
-                "  {done} rows, {:.0} rows/s",
-                done as f64 / load_started.elapsed().as_secs_f64()
-            );
+            copy.send(memories.as_bytes()).await?;
+            copy.finish().await?;
+            let mut copy = pg
+                .copy_in_raw(
+                    "COPY memory_embeddings (memory_id, tenant_id, model, embedding) FROM STDIN",
+                )
+                .await?;
+            copy.send(vectors.as_bytes()).await?;
+            copy.finish().await?;
+            done += rows;
+            if done % 100_000 < rows {
+                println!(
+                    "  {done} rows, {:.0} rows/s",
+                    done as f64 / load_started.elapsed().as_secs_f64()
+                );
+            }
         }
-    }
-    drop(pg);
-    let load = load_started.elapsed();
-    // The model name written above must match the embedder's for reindex
-    // bookkeeping; fix it in one statement rather than per row.
-    conn.execute_unprepared(&format!(
+        drop(pg);
+        let load = load_started.elapsed();
+        // The model name written above must match the embedder's for reindex
+        // bookkeeping; fix it in one statement rather than per row.
+        conn.execute_unprepared(&format!(
         "UPDATE memories SET embedding_model = '{m}'; UPDATE memory_embeddings SET model = '{m}'",
         m = format!("hashing-v1-{}", args.dimension)
     ))
     .await?;
 
-    let started = Instant::now();
-    conn.execute_unprepared(
-        "CREATE INDEX ix_memories_search_tsv ON memories USING gin (search_tsv)",
-    )
-    .await?;
-    let gin = started.elapsed();
-    let started = Instant::now();
-    conn.execute_unprepared(
-        "CREATE INDEX ix_memory_embeddings_hnsw ON memory_embeddings \
-         USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)",
-    )
-    .await?;
-    let hnsw = started.elapsed();
-    conn.execute_unprepared("VACUUM ANALYZE memories").await?;
-    conn.execute_unprepared("VACUUM ANALYZE memory_embeddings")
+        let started = Instant::now();
+        conn.execute_unprepared(
+            "CREATE INDEX ix_memories_search_tsv ON memories USING gin (search_tsv)",
+        )
         .await?;
+        let gin = started.elapsed();
+        let started = Instant::now();
+        conn.execute_unprepared(
+            "CREATE INDEX ix_memory_embeddings_hnsw ON memory_embeddings \
+         USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)",
+        )
+        .await?;
+        let hnsw = started.elapsed();
+        conn.execute_unprepared("VACUUM ANALYZE memories").await?;
+        conn.execute_unprepared("VACUUM ANALYZE memory_embeddings")
+            .await?;
+        writeln!(
+            summary,
+            "scale: {loaded_total} memories in {} tenants; measured tenant {}, small tenant {per_other}; dimension {}; ef_search {}",
+            args.tenants, args.target, args.dimension, args.ef_search
+        )?;
+        writeln!(
+            summary,
+            "bulk load (COPY, memories + vectors, btree indexes only): {:.1} s, {:.0} rows/s",
+            load.as_secs_f64(),
+            loaded_total as f64 / load.as_secs_f64()
+        )?;
+        writeln!(
+            summary,
+            "GIN (tsvector) build: {:.1} s; HNSW (m=16, ef_construction=64) build: {:.1} s",
+            gin.as_secs_f64(),
+            hnsw.as_secs_f64()
+        )?;
 
-    let target = TenantScope::new(TenantId::from(tenants[0]));
-    let small = TenantScope::new(TenantId::from(tenants[1]));
+        (tenants[0], tenants[1])
+    };
+    let target = TenantScope::new(TenantId::from(target_id));
+    let small = TenantScope::new(TenantId::from(small_id));
 
     // Online writes through the service, every index in place.
     let started = Instant::now();
-    for _ in 0..args.online_inserts {
+    let online_inserts = if args.measure_only {
+        0
+    } else {
+        args.online_inserts
+    };
+    for _ in 0..online_inserts {
         domain
             .memory
             .remember(
@@ -308,6 +364,15 @@ async fn main() -> anyhow::Result<()> {
             .await?;
     }
     let online = started.elapsed();
+    if online_inserts > 0 {
+        writeln!(
+            summary,
+            "online remember (embed + dedup lookup + insert, all indexes): {} writes in {:.1} s, {:.0} writes/s",
+            online_inserts,
+            online.as_secs_f64(),
+            online_inserts as f64 / online.as_secs_f64()
+        )?;
+    }
 
     let queries: Vec<String> = (0..args.queries)
         .map(|_| vocabulary.sentence(&mut rng, 3, 6))
@@ -372,28 +437,8 @@ async fn main() -> anyhow::Result<()> {
             n = queries.len(),
         ));
     }
-    let small_rows = per_other;
     println!();
-    println!(
-        "scale: {loaded_total} memories in {} tenants; measured tenant {}, small tenant {small_rows}; dimension {}",
-        args.tenants, args.target, args.dimension
-    );
-    println!(
-        "bulk load (COPY, memories + vectors, btree indexes only): {:.1} s, {:.0} rows/s",
-        load.as_secs_f64(),
-        loaded_total as f64 / load.as_secs_f64()
-    );
-    println!(
-        "GIN (tsvector) build: {:.1} s; HNSW (m=16, ef_construction=64) build: {:.1} s",
-        gin.as_secs_f64(),
-        hnsw.as_secs_f64()
-    );
-    println!(
-        "online remember (embed + dedup lookup + insert, all indexes): {} writes in {:.1} s, {:.0} writes/s",
-        args.online_inserts,
-        online.as_secs_f64(),
-        args.online_inserts as f64 / online.as_secs_f64()
-    );
+    print!("{summary}");
     println!();
     println!(
         "| tenant | hybrid search p50 | p95 | vector leg (HNSW) p50 | p95 | exact scan p50 | recall@{} vs exact | searches with {} hits | vector legs with {} rows |",

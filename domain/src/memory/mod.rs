@@ -205,6 +205,9 @@ pub struct MemoryConfig {
     pub dedup_threshold: f32,
     /// Most active `MEMORY_BANK` memories a tenant keeps.
     pub memory_bank_capacity: u64,
+    /// pgvector `hnsw.ef_search` for vector searches (at least the number
+    /// of candidates asked for).
+    pub hnsw_ef_search: usize,
 }
 
 impl Default for MemoryConfig {
@@ -214,6 +217,7 @@ impl Default for MemoryConfig {
             embedder: EmbedderConfig::Offline,
             dedup_threshold: 0.92,
             memory_bank_capacity: 1000,
+            hnsw_ef_search: 40,
         }
     }
 }
@@ -503,7 +507,7 @@ impl Memories {
         config: MemoryConfig,
         embedder: Arc<dyn Embedder>,
     ) -> Self {
-        let index = vector::for_connection(&db, config.embedding_dimension);
+        let index = vector::for_connection(&db, config.embedding_dimension, config.hnsw_ef_search);
         Self {
             db,
             graph,

@@ -61,12 +61,19 @@ pub trait VectorIndex: Send + Sync + 'static {
     ) -> Result<Vec<Scored>>;
 }
 
-/// The index for the connection's backend.
-pub fn for_connection(db: &DatabaseConnection, dimension: usize) -> Arc<dyn VectorIndex> {
+/// The index for the connection's backend. `ef_search` is pgvector's
+/// candidate-list size for HNSW scans (raised to `k` when smaller): higher
+/// means better recall and slower searches.
+pub fn for_connection(
+    db: &DatabaseConnection,
+    dimension: usize,
+    ef_search: usize,
+) -> Arc<dyn VectorIndex> {
     match Backend::of(db) {
         Backend::Postgres => Arc::new(PgVectorIndex {
             db: db.clone(),
             dimension,
+            ef_search,
         }),
         Backend::Sqlite => Arc::new(SqliteVectorIndex {
             db: db.clone(),
@@ -92,6 +99,7 @@ pub fn pg_vector_literal(v: &[f32]) -> String {
 pub struct PgVectorIndex {
     db: DatabaseConnection,
     dimension: usize,
+    ef_search: usize,
 }
 
 #[async_trait::async_trait]
@@ -210,8 +218,11 @@ impl VectorIndex for PgVectorIndex {
         let txn = self.db.begin().await?;
         txn.execute_unprepared("SET LOCAL hnsw.iterative_scan = relaxed_order")
             .await?;
-        txn.execute_unprepared(&format!("SET LOCAL hnsw.ef_search = {}", k.clamp(40, 1000)))
-            .await?;
+        txn.execute_unprepared(&format!(
+            "SET LOCAL hnsw.ef_search = {}",
+            k.max(self.ef_search).clamp(1, 1000)
+        ))
+        .await?;
         let rows = txn.query_all_raw(sql.statement()).await?;
         txn.commit().await?;
         rows.into_iter()
