@@ -11,6 +11,7 @@ use std::{
 
 use anyhow::{Context, bail};
 use brainstem_api::GraphqlLimits;
+use brainstem_domain::memory::{EmbedderConfig, MemoryConfig, vector::MAX_DIMENSION};
 use brainstem_domain::{
     intent::Detector,
     llm::{Price, Prices},
@@ -126,6 +127,38 @@ pub struct Config {
     pub log: String,
     /// `text` or `json`.
     pub log_format: LogFormat,
+    /// Length of memory vectors. Changing it drops the stored vectors on
+    /// PostgreSQL (memories stay, found by keywords) until `reindexMemories`.
+    pub embedding_dimension: usize,
+    /// `offline` (feature hashing, no network; lexical, not semantic) or
+    /// `openai` (any OpenAI-compatible `/embeddings` endpoint).
+    pub embedding_provider: EmbeddingProvider,
+    /// For `openai`: e.g. `http://127.0.0.1:11434/v1` (plain HTTP).
+    pub embedding_base_url: Option<String>,
+    /// For `openai`: sent as a bearer token when set.
+    pub embedding_api_key: Option<SecretString>,
+    /// For `openai`: the model name.
+    pub embedding_model: String,
+    /// For `openai`: per-request timeout, in seconds.
+    pub embedding_timeout_secs: u64,
+    /// Cosine similarity at or above which a new memory merges into an
+    /// existing one (same tier and subject).
+    pub memory_dedup_threshold: f32,
+    /// Most active `MEMORY_BANK` memories per tenant.
+    pub memory_bank_capacity: u64,
+    /// pgvector `hnsw.ef_search` for memory vector searches (PostgreSQL):
+    /// higher is better recall and slower.
+    pub memory_hnsw_ef_search: usize,
+    /// Seconds between memory maintenance runs (promotion, expiry); 0 turns
+    /// the background job off.
+    pub memory_maintenance_interval_secs: u64,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum EmbeddingProvider {
+    Offline,
+    Openai,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -146,6 +179,7 @@ impl Default for Config {
     fn default() -> Self {
         let limits = GraphqlLimits::default();
         let rates = RateLimits::default();
+        let memory = MemoryConfig::default();
         Self {
             bind: "127.0.0.1:8080".into(),
             database_url: "sqlite://brainstem.db".into(),
@@ -190,6 +224,16 @@ impl Default for Config {
             llm_intent_timeout_secs: 10,
             log: "info,sqlx=warn,sea_orm=warn".into(),
             log_format: LogFormat::Text,
+            embedding_dimension: memory.embedding_dimension,
+            embedding_provider: EmbeddingProvider::Offline,
+            embedding_base_url: None,
+            embedding_api_key: None,
+            embedding_model: "text-embedding-3-small".into(),
+            embedding_timeout_secs: 10,
+            memory_dedup_threshold: memory.dedup_threshold,
+            memory_bank_capacity: memory.memory_bank_capacity,
+            memory_maintenance_interval_secs: 1800,
+            memory_hnsw_ef_search: memory.hnsw_ef_search,
         }
     }
 }
@@ -256,6 +300,16 @@ impl Config {
                 bail!("{name} must be a number of requests per second, 0 or more");
             }
         }
+        if self.embedding_dimension == 0 || self.embedding_dimension > MAX_DIMENSION {
+            bail!("embedding_dimension must be 1..={MAX_DIMENSION}");
+        }
+        if !(1..=1000).contains(&self.memory_hnsw_ef_search) {
+            bail!("memory_hnsw_ef_search must be 1..=1000");
+        }
+        if !(0.0..=1.0).contains(&self.memory_dedup_threshold) {
+            bail!("memory_dedup_threshold must be between 0 and 1");
+        }
+        self.memory_config()?;
         Ok(())
     }
 
@@ -297,6 +351,29 @@ impl Config {
                 self.rate_limit_per_tenant_burst,
             ),
         }
+    }
+
+    /// The memory settings for the domain.
+    pub fn memory_config(&self) -> anyhow::Result<MemoryConfig> {
+        let embedder = match self.embedding_provider {
+            EmbeddingProvider::Offline => EmbedderConfig::Offline,
+            EmbeddingProvider::Openai => EmbedderConfig::OpenAi {
+                base_url: self
+                    .embedding_base_url
+                    .clone()
+                    .context("embedding_provider = openai needs embedding_base_url")?,
+                api_key: self.embedding_api_key.clone(),
+                model: self.embedding_model.clone(),
+                timeout: std::time::Duration::from_secs(self.embedding_timeout_secs.max(1)),
+            },
+        };
+        Ok(MemoryConfig {
+            embedding_dimension: self.embedding_dimension,
+            embedder,
+            dedup_threshold: self.memory_dedup_threshold,
+            memory_bank_capacity: self.memory_bank_capacity,
+            hnsw_ef_search: self.memory_hnsw_ef_search,
+        })
     }
 
     /// The RS256 public key as PEM text, reading it from a file if needed.
@@ -360,6 +437,8 @@ mod tests {
                 Some("from-file")
             );
             assert_eq!(config.database_url, "sqlite://brainstem.db");
+            assert_eq!(config.embedding_dimension, 256);
+            assert_eq!(config.memory_bank_capacity, 1000);
             Ok(())
         });
     }
@@ -373,6 +452,11 @@ mod tests {
             jail.set_env("BRAINSTEM_DATABASE_URL", "sqlite://x.db");
             jail.set_env("BRAINSTEM_DATABASE_MAX_CONNECTIONS", "many");
             assert!(Config::load(None).is_err());
+            jail.set_env("BRAINSTEM_DATABASE_MAX_CONNECTIONS", "4");
+            jail.set_env("BRAINSTEM_EMBEDDING_PROVIDER", "openai");
+            assert!(Config::load(None).is_err(), "openai needs a base URL");
+            jail.set_env("BRAINSTEM_EMBEDDING_BASE_URL", "http://127.0.0.1:9/v1");
+            assert!(Config::load(None).is_ok());
             Ok(())
         });
     }

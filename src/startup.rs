@@ -41,7 +41,9 @@ pub async fn open_domain(config: &Config, tools: ToolRegistry) -> anyhow::Result
         // Every process hears every other's events (LISTEN/NOTIFY).
         events.connect_postgres(conn.clone(), config.database_url.clone());
     }
-    Ok(Domain::new(conn, tools, events))
+    let domain = Domain::with_memory(conn, tools, events, config.memory_config()?)?;
+    domain.prepare().await?;
+    Ok(domain)
 }
 
 /// The keys that seal connection secrets. An embedded install without a
@@ -216,6 +218,13 @@ impl Application {
             rate_limits: config.rate_limits(),
         };
         let router = brainstem_api::router(domain.clone(), api)?;
+        if config.memory_maintenance_interval_secs > 0 {
+            domain
+                .memory
+                .spawn_maintenance(std::time::Duration::from_secs(
+                    config.memory_maintenance_interval_secs,
+                ));
+        }
         let listener = TcpListener::bind(&config.bind)
             .await
             .with_context(|| format!("cannot listen on {}", config.bind))?;

@@ -1,4 +1,10 @@
-//! Shared helpers for the benchmark binaries in `src/bin/`.
+//! Brainstem benchmarks. Each binary in `src/bin/` measures one area against
+//! a real store and prints its figures; `BENCHMARKS.md` records runs.
+//!
+//! - `memory`: bulk load, hybrid search latency, vector-leg recall and
+//!   filtered-HNSW completeness on PostgreSQL + pgvector.
+//! - `executor`: task throughput and latency on SQLite and PostgreSQL.
+//! - `subscribers`: WebSocket fan-out latency and memory per subscription.
 
 use std::time::Duration;
 

@@ -25,6 +25,8 @@
 //! - [`page`]: keyset pagination shared by every list.
 //! - [`redact`]: PII redaction for anything logged or stored as a summary.
 //! - [`settings`]: platform settings kept in the database.
+//! - [`memory`]: memories, hybrid search, outcomes, the lifecycle job and
+//!   the embedders; [`graph`]: the knowledge graph.
 //! - [`Domain`]: all services, built once and shared.
 
 pub mod acting;
@@ -36,10 +38,12 @@ pub mod db;
 pub mod error;
 pub mod events;
 pub mod executor;
+pub mod graph;
 pub mod http_client;
 pub mod intent;
 pub mod json_schema;
 pub mod llm;
+pub mod memory;
 pub mod page;
 pub mod plans;
 pub mod principal;
@@ -53,7 +57,8 @@ pub mod tools;
 
 pub use audit::PlatformScope;
 pub use brainstem_entity::{
-    ApiKeyId, AuditId, ConnectionId, PlanId, TaskId, TenantId, TenantScope, UserId,
+    ApiKeyId, AuditId, ConnectionId, EntityId, MemoryId, PlanId, RelationId, TaskId, TenantId,
+    TenantScope, UserId,
 };
 pub use error::{Error, Result};
 pub use principal::{Actor, Principal, Role};
@@ -74,15 +79,49 @@ pub struct Domain {
     pub connections: connections::Connections,
     /// Committed task events, live.
     pub events: Arc<events::EventBus>,
+    pub graph: graph::Graph,
+    pub memory: memory::Memories,
 }
 
 impl Domain {
-    /// Build every service. `registry` holds the tools this process can
-    /// run; `events` receives every committed task event.
+    /// Build every service, with the default memory settings (the offline
+    /// embedder). `registry` holds the tools this process can run; `events`
+    /// receives every committed task event.
     pub fn new(
         db: DatabaseConnection,
         registry: tools::ToolRegistry,
         events: Arc<events::EventBus>,
+    ) -> Self {
+        let graph = graph::Graph::new(db.clone());
+        let memory = memory::Memories::with_embedder(
+            db.clone(),
+            graph.clone(),
+            memory::MemoryConfig::default(),
+            Arc::new(memory::embedder::HashingEmbedder::new(
+                memory::MemoryConfig::default().embedding_dimension,
+            )),
+        );
+        Self::assemble(db, registry, events, graph, memory)
+    }
+
+    /// With configured memory settings. Call [`Domain::prepare`] before use.
+    pub fn with_memory(
+        db: DatabaseConnection,
+        registry: tools::ToolRegistry,
+        events: Arc<events::EventBus>,
+        config: memory::MemoryConfig,
+    ) -> Result<Self> {
+        let graph = graph::Graph::new(db.clone());
+        let memory = memory::Memories::new(db.clone(), graph.clone(), config)?;
+        Ok(Self::assemble(db, registry, events, graph, memory))
+    }
+
+    fn assemble(
+        db: DatabaseConnection,
+        registry: tools::ToolRegistry,
+        events: Arc<events::EventBus>,
+        graph: graph::Graph,
+        memory: memory::Memories,
     ) -> Self {
         let sink: Arc<dyn tasks::EventSink> = events.clone();
         let plans = plans::Plans::new(db.clone(), registry);
@@ -94,6 +133,8 @@ impl Domain {
             plans,
             connections: connections::Connections::new(db.clone(), None),
             events,
+            graph,
+            memory,
             db,
         }
     }
@@ -104,6 +145,12 @@ impl Domain {
         self.connections =
             connections::Connections::new(self.db.clone(), Some(std::sync::Arc::new(keyring)));
         self
+    }
+
+    /// Startup work the services need after migrations (the vector table of
+    /// the configured dimension).
+    pub async fn prepare(&self) -> Result<()> {
+        self.memory.prepare().await
     }
 
     /// Whether the database answers; used by `/readyz`.

@@ -87,6 +87,18 @@ id_type!(
     /// A tenant's connection to an external system.
     ConnectionId
 );
+id_type!(
+    /// A memory: one fact a tenant keeps.
+    MemoryId
+);
+id_type!(
+    /// A knowledge-graph entity of one tenant.
+    EntityId
+);
+id_type!(
+    /// A knowledge-graph relation between two entities of one tenant.
+    RelationId
+);
 
 #[cfg(test)]
 mod tests {

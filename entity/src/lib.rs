@@ -5,9 +5,12 @@
 //!   rows are read and written only through `find_in`, `find_by_id_in`,
 //!   `update_many_in` and `delete_many_in`, which all take a scope.
 //! - one module per table: [`tenant`], [`user`], [`api_key`], [`audit_log`],
-//!   [`platform_setting`], [`connection`], and the executor's [`plan`],
+//!   [`platform_setting`], [`connection`]; the executor's [`plan`],
 //!   [`task`], [`task_step`], [`task_event`], [`artifact`], [`review`],
-//!   [`delegation`].
+//!   [`delegation`]; memory: [`memory`], [`memory_version`],
+//!   [`memory_event`], [`memory_mention`]; knowledge graph: [`kg_entity`],
+//!   [`kg_relation`]. Memory embeddings are not an entity: their column type
+//!   differs by backend (see `brainstem_domain::memory::vector`).
 
 pub mod api_key;
 pub mod artifact;
@@ -15,6 +18,12 @@ pub mod audit_log;
 pub mod connection;
 pub mod delegation;
 pub mod ids;
+pub mod kg_entity;
+pub mod kg_relation;
+pub mod memory;
+pub mod memory_event;
+pub mod memory_mention;
+pub mod memory_version;
 pub mod plan;
 pub mod platform_setting;
 pub mod review;
@@ -25,5 +34,8 @@ pub mod task_step;
 pub mod tenant;
 pub mod user;
 
-pub use ids::{ApiKeyId, AuditId, ConnectionId, PlanId, TaskId, TenantId, UserId};
+pub use ids::{
+    ApiKeyId, AuditId, ConnectionId, EntityId, MemoryId, PlanId, RelationId, TaskId, TenantId,
+    UserId,
+};
 pub use scope::{TenantOwned, TenantScope};

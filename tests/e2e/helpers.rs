@@ -151,6 +151,8 @@ impl TestApp {
             http_allowed_hosts: vec!["127.0.0.1".into()],
             connection_encryption_key,
             log: "warn".into(),
+            // Tests run memory maintenance themselves, at times they choose.
+            memory_maintenance_interval_secs: 0,
             ..Config::default()
         };
         tweak(&mut config);

@@ -16,6 +16,9 @@ pub enum NodeType {
     Review,
     Connection,
     AuditEntry,
+    Memory,
+    KgEntity,
+    KgRelation,
 }
 
 impl NodeType {
@@ -28,6 +31,9 @@ impl NodeType {
             NodeType::Review => "Review",
             NodeType::Connection => "Connection",
             NodeType::AuditEntry => "AuditEntry",
+            NodeType::Memory => "Memory",
+            NodeType::KgEntity => "KgEntity",
+            NodeType::KgRelation => "KgRelation",
         }
     }
 
@@ -40,6 +46,9 @@ impl NodeType {
             "Review" => Some(NodeType::Review),
             "Connection" => Some(NodeType::Connection),
             "AuditEntry" => Some(NodeType::AuditEntry),
+            "Memory" => Some(NodeType::Memory),
+            "KgEntity" => Some(NodeType::KgEntity),
+            "KgRelation" => Some(NodeType::KgRelation),
             _ => None,
         }
     }

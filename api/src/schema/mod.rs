@@ -11,10 +11,12 @@
 //! Every operation passes two extensions besides error coding: automatic
 //! persisted queries (an in-memory LRU of parsed documents by SHA-256) and
 //! the rate limiter, which runs before parsing on HTTP and WebSocket alike.
+//! - [`memory`]: memory and knowledge graph (`MemoryQuery`, `MemoryMutation`).
 
 pub mod admin;
 pub mod events;
 pub mod ids;
+pub mod memory;
 pub mod mutation;
 pub mod query;
 pub mod subscription;
@@ -41,7 +43,12 @@ use crate::error::{ResultExt, ensure_codes, to_server_error};
 // The query root: one object per area, merged. An area adds its own
 // `#[derive(Default)]` object in its module and one entry here.
 #[derive(async_graphql::MergedObject, Default)]
-pub struct Query(query::CoreQuery, tasks::TaskQuery, admin::AdminQuery);
+pub struct Query(
+    query::CoreQuery,
+    tasks::TaskQuery,
+    admin::AdminQuery,
+    memory::MemoryQuery,
+);
 
 // The mutation root, merged like `Query`.
 #[derive(async_graphql::MergedObject, Default)]
@@ -49,6 +56,7 @@ pub struct Mutation(
     mutation::CoreMutation,
     tasks::TaskMutation,
     admin::AdminMutation,
+    memory::MemoryMutation,
 );
 
 pub type BrainstemSchema = Schema<Query, Mutation, subscription::Subscription>;
@@ -134,12 +142,15 @@ pub fn domain<'a>(ctx: &'a async_graphql::Context<'_>) -> &'a Domain {
 }
 
 pub fn build(domain: Domain, limits: GraphqlLimits, surface: &Surface) -> BrainstemSchema {
+    let (entities, mentions) = memory::loaders(&domain);
     Schema::build(
         Query::default(),
         Mutation::default(),
         subscription::Subscription,
     )
     .data(domain)
+    .data(entities)
+    .data(mentions)
     .limit_depth(limits.max_depth)
     .limit_complexity(limits.max_complexity)
     // Extensions run outermost first: codes are added last, to everything.

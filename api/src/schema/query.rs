@@ -97,6 +97,9 @@ impl CoreQuery {
                     .gql()?;
                 Ok(Node::ApiKey(ApiKey(key)))
             }
+            NodeType::Memory | NodeType::KgEntity | NodeType::KgRelation => {
+                super::memory::node(ctx, ty, uuid).await
+            }
             NodeType::Connection => super::admin::connection_node(ctx, principal, uuid).await,
             NodeType::AuditEntry => super::admin::audit_entry_node(ctx, principal, uuid).await,
             other => super::tasks::node(ctx, other, uuid)

@@ -22,6 +22,9 @@ pub enum Node {
     Plan(super::tasks::Plan),
     Connection(super::admin::Connection),
     AuditEntry(super::admin::AuditEntry),
+    Memory(super::memory::Memory),
+    KgEntity(super::memory::KgEntity),
+    KgRelation(super::memory::KgRelation),
 }
 
 /// A role a caller holds.

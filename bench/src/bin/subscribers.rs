@@ -31,6 +31,10 @@ use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest, http::H
 
 #[derive(Parser, Debug, Clone)]
 struct Args {
+    /// Where the server keeps its data: `postgres://…` (a database of its
+    /// own), or nothing for a fresh embedded SQLite file.
+    #[arg(long)]
+    database_url: Option<String>,
     /// Subscriber counts, one run each.
     #[arg(long, value_delimiter = ',', default_value = "1000,5000,10000")]
     subscribers: Vec<usize>,
@@ -119,9 +123,17 @@ async fn run(args: &Args, subscribers: usize) -> anyhow::Result<()> {
     let dir =
         std::env::temp_dir().join(format!("brainstem-bench-{}", uuid::Uuid::now_v7().simple()));
     std::fs::create_dir_all(&dir)?;
+    let database_url = match &args.database_url {
+        Some(url) => url.clone(),
+        None => format!("sqlite://{}", dir.join("bench.db").display()),
+    };
     let config = Config {
         bind: "127.0.0.1:0".into(),
-        database_url: format!("sqlite://{}", dir.join("bench.db").display()),
+        // 32 zero bytes: a throwaway key for a throwaway database.
+        connection_encryption_key: Some(secrecy::SecretString::from(
+            "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+        )),
+        database_url,
         jwt_secret: Some(secrecy::SecretString::from(
             uuid::Uuid::now_v7().to_string(),
         )),
@@ -143,7 +155,22 @@ async fn run(args: &Args, subscribers: usize) -> anyhow::Result<()> {
     let auth = brainstem::startup::auth_config(&config, &domain).await?;
     tokio::spawn(app.run_until(std::future::pending()));
 
-    let demo = domain.tenants.resolve_claim("demo").await?;
+    let demo = match domain.tenants.resolve_claim("demo").await {
+        Ok(t) => t,
+        Err(_) => {
+            let root = Principal {
+                actor: Actor::User("bench".into()),
+                tenant: None,
+                roles: [Role::PlatformAdmin].into(),
+                scopes: Default::default(),
+            };
+            let scope = domain
+                .audit
+                .open_platform_scope(&root, "tenant.create", "demo", None)
+                .await?;
+            domain.tenants.create(&scope, "demo", "Demo").await?
+        }
+    };
     let admin = Principal {
         actor: Actor::User("bench".into()),
         tenant: Some(demo.id),
