@@ -192,6 +192,7 @@ async fn run_plan(app: &TestApp, tenant: &str, plan: &str, input: &str) -> Value
 }
 
 for_both_backends!(
+    token_deltas_reach_a_websocket_subscriber_in_order,
     a_step_streams_from_the_model_and_records_usage_and_cost,
     token_deltas_are_published_in_order_and_add_up_to_the_output,
     a_budget_smaller_than_the_call_stops_the_task_before_any_request,
@@ -566,4 +567,57 @@ async fn llm_intent_detection_falls_back_to_the_rules_on_bad_json(backend: Backe
     assert_eq!(task["intent"], "fleet.new_driver");
     assert_eq!(task["confidence"], 0.9);
     assert_eq!(task["status"], "COMPLETED", "{task}");
+}
+
+/// The whole path: the fake model streams over real SSE, `llm.generate`
+/// publishes frames, and a real graphql-transport-ws subscriber receives
+/// them in order; together they are the stored output.
+async fn token_deltas_reach_a_websocket_subscriber_in_order(backend: Backend) {
+    let deltas = vec![
+        "Streaming ",
+        "over ",
+        "a ",
+        "real ",
+        "socket, ",
+        "frame ",
+        "by ",
+        "frame.",
+    ];
+    let (_fake, url) = fake_model(Answer::Stream(deltas.clone(), (20, 10))).await;
+    let app = TestApp::spawn_with(backend, |c| use_fake(c, &url)).await;
+    app.create_tenant("acme").await;
+    app.publish_plan("acme", generate_plan("live", json!({"prompt": "Say it"})))
+        .await
+        .data();
+    let id = app.start_task("acme", json!({"planKey": "live"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut ws = crate::streams::connect(&app, "acme").await;
+    ws.subscribe("1", crate::streams::EVENTS, json!({"id": id}))
+        .await;
+    // The subscription is live before the step runs: it first replays the
+    // stored `PENDING` event.
+    let first = ws.next_payload().await.unwrap();
+    assert_eq!(first["data"]["taskEvents"]["seq"], 1);
+    app.run_tasks().await;
+    let events = ws.events_until_complete().await;
+    let mut text = String::new();
+    for e in events.iter().filter(|e| e["__typename"] == "TokenDelta") {
+        assert_eq!(
+            e["offset"].as_u64().unwrap() as usize,
+            text.chars().count(),
+            "frames arrive in order, without gaps"
+        );
+        text.push_str(e["text"].as_str().unwrap());
+    }
+    assert_eq!(text, deltas.concat());
+    let task = app.task("acme", &id).await;
+    assert_eq!(task["status"], "COMPLETED");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["__typename"] == "StepCompleted" && e["stepId"] == "draft"),
+        "{events:?}"
+    );
 }

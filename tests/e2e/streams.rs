@@ -15,7 +15,7 @@ use crate::{
     helpers::{Backend, TestApp, WAIT, WsClient, WsEvent},
 };
 
-const EVENTS: &str = "subscription($id: ID!, $after: Int) { taskEvents(taskId: $id, after: $after) { __typename seq kind stepId status ... on TokenDelta { offset text } } }";
+pub(crate) const EVENTS: &str = "subscription($id: ID!, $after: Int) { taskEvents(taskId: $id, after: $after) { __typename seq kind stepId status ... on TokenDelta { offset text } } }";
 
 /// Waits for a permit before finishing: lets a test hold a task mid-run.
 struct Gate(Arc<Semaphore>);
@@ -39,7 +39,7 @@ impl Tool for Gate {
     }
 }
 
-async fn connect(app: &TestApp, tenant: &str) -> WsClient {
+pub(crate) async fn connect(app: &TestApp, tenant: &str) -> WsClient {
     let mut ws = app.ws_connect("graphql-transport-ws").await;
     ws.init(Some(&app.admin_token(tenant))).await;
     match ws.next_event().await {
@@ -50,13 +50,13 @@ async fn connect(app: &TestApp, tenant: &str) -> WsClient {
 }
 
 impl WsClient {
-    async fn subscribe(&mut self, id: &str, query: &str, variables: Value) {
+    pub(crate) async fn subscribe(&mut self, id: &str, query: &str, variables: Value) {
         self.send(json!({"id": id, "type": "subscribe", "payload": {"query": query, "variables": variables}}))
             .await;
     }
 
     /// The next `next` payload of any subscription; `None` on `complete`.
-    async fn next_payload(&mut self) -> Option<Value> {
+    pub(crate) async fn next_payload(&mut self) -> Option<Value> {
         loop {
             match self.next_event().await {
                 WsEvent::Json(m) if m["type"] == "next" => return Some(m["payload"].clone()),
@@ -71,7 +71,7 @@ impl WsClient {
     }
 
     /// Read task events until the stream completes.
-    async fn events_until_complete(&mut self) -> Vec<Value> {
+    pub(crate) async fn events_until_complete(&mut self) -> Vec<Value> {
         let mut out = Vec::new();
         while let Some(p) = self.next_payload().await {
             assert!(p.get("errors").is_none(), "{p}");
