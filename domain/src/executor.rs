@@ -278,6 +278,10 @@ impl Executor {
             if let Err(err) = self.reap_expired(Utc::now()).await {
                 tracing::error!(%err, "reaper error");
             }
+            // The same housekeeping beat stores the end of ended trials.
+            if let Err(err) = self.domain.capabilities.expire_trials(Utc::now()).await {
+                tracing::error!(%err, "trial expiry error");
+            }
             tokio::select! {
                 () = tokio::time::sleep(self.config.reap_every) => {}
                 _ = stopping.changed() => {}
@@ -479,7 +483,10 @@ impl Executor {
     /// the plan.
     async fn plan(&self, task: Task) -> Result<Next> {
         let scope = task.scope();
-        let plans = self.domain.plans.all_latest(scope).await?;
+        let now = Utc::now();
+        // The tenant's own plans and those of the capabilities it
+        // subscribes to now; nothing else is a candidate.
+        let plans = self.domain.plans.available(scope, now).await?;
         let (intent, confidence, reasoning) = match &task.intent {
             Some(i) => (i.clone(), task.confidence, "intent given".to_owned()),
             None => {
@@ -512,7 +519,14 @@ impl Executor {
                 .await;
         }
         let chosen = match task.plan_id {
-            Some(id) => Some(self.domain.plans.get(scope, id).await?),
+            // A capability plan named at start needs the subscription still.
+            Some(id) => match self.domain.plans.for_task(scope, id, now).await {
+                Ok(plan) => Some(plan),
+                Err(Error::Forbidden(message) | Error::NotFound(message)) => {
+                    return self.fail(&task, message, None).await;
+                }
+                Err(other) => return Err(other),
+            },
             None => plans
                 .iter()
                 .filter(|p| p.intent == intent)
@@ -644,14 +658,29 @@ impl Executor {
                 }
             }
         }
-        let Some(tool) = self.registry.get(&step.tool) else {
-            return self
-                .fail(
-                    &task,
-                    format!("Tool '{}' not registered (step `{}`)", step.tool, step.id),
-                    Some(&step),
-                )
-                .await;
+        // Registered tools, or partner tools of subscribed capabilities.
+        let tool = match self
+            .domain
+            .plans
+            .tool(task.scope(), &step.tool, Utc::now())
+            .await
+        {
+            Ok(tool) => tool,
+            Err(Error::NotFound(_)) => {
+                return self
+                    .fail(
+                        &task,
+                        format!("Tool '{}' not registered (step `{}`)", step.tool, step.id),
+                        Some(&step),
+                    )
+                    .await;
+            }
+            Err(Error::Forbidden(message)) => {
+                return self
+                    .fail(&task, format!("step `{}`: {message}", step.id), Some(&step))
+                    .await;
+            }
+            Err(other) => return Err(other),
         };
         let args = match template::render(&step.args, &context) {
             Ok(Value::Object(map)) => Value::Object(
@@ -924,8 +953,17 @@ impl Executor {
         if !out.new_steps.is_empty() {
             let existing: HashSet<String> = task.frozen_plan.iter().map(|s| s.id.clone()).collect();
             let plan_key = task.plan_key.clone().unwrap_or_default();
-            if let Err(errors) =
-                plans::check_steps(&plan_key, &out.new_steps, &self.registry, &existing)
+            let registry = match self
+                .domain
+                .plans
+                .tools_for(Some(task.scope()), &out.new_steps, Utc::now())
+                .await
+            {
+                Ok(registry) => registry,
+                Err(Error::Forbidden(_)) => self.registry.clone(),
+                Err(other) => return Err(other),
+            };
+            if let Err(errors) = plans::check_steps(&plan_key, &out.new_steps, &registry, &existing)
             {
                 let error = ToolError::fatal(format!(
                     "the tool injected invalid steps: {}",

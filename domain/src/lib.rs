@@ -16,6 +16,9 @@
 //! - [`acting`]: a platform admin acting inside a named tenant (audited).
 //! - [`connections`]: tenants' credentials for external systems, their
 //!   secrets sealed by [`crypto`] (AES-256-GCM, rotatable keys).
+//! - [`capabilities`]: the platform's catalogue (plans, intents, partner
+//!   HTTP tools, limits) and tenants' subscriptions, which switch a
+//!   capability's plans and tools on.
 //! - [`rate_limit`]: in-process token buckets per API key and per tenant.
 //! - [`page`]: keyset pagination shared by every list.
 //! - [`redact`]: PII redaction for anything logged or stored as a summary.
@@ -25,6 +28,7 @@
 pub mod acting;
 pub mod api_keys;
 pub mod audit;
+pub mod capabilities;
 pub mod connections;
 pub mod crypto;
 pub mod db;
@@ -45,7 +49,8 @@ pub mod tools;
 
 pub use audit::PlatformScope;
 pub use brainstem_entity::{
-    ApiKeyId, AuditId, ConnectionId, PlanId, TaskId, TenantId, TenantScope, UserId,
+    ApiKeyId, AuditId, CapabilityId, ConnectionId, PlanId, SubscriptionId, TaskId, TenantId,
+    TenantScope, UserId,
 };
 pub use error::{Error, Result};
 pub use principal::{Actor, Principal, Role};
@@ -64,6 +69,7 @@ pub struct Domain {
     pub plans: plans::Plans,
     pub tasks: tasks::Tasks,
     pub connections: connections::Connections,
+    pub capabilities: capabilities::Capabilities,
 }
 
 impl Domain {
@@ -74,7 +80,7 @@ impl Domain {
         registry: tools::ToolRegistry,
         sink: Arc<dyn tasks::EventSink>,
     ) -> Self {
-        let plans = plans::Plans::new(db.clone(), registry);
+        let plans = plans::Plans::new(db.clone(), registry.clone());
         Self {
             tenants: tenants::Tenants::new(db.clone()),
             api_keys: api_keys::ApiKeys::new(db.clone()),
@@ -82,15 +88,18 @@ impl Domain {
             tasks: tasks::Tasks::new(db.clone(), plans.clone(), sink),
             plans,
             connections: connections::Connections::new(db.clone(), None),
+            capabilities: capabilities::Capabilities::new(db.clone(), registry),
             db,
         }
     }
 
-    /// Use `keyring` to seal and open connection secrets. Without one,
-    /// connections without a secret still work and any secret is refused.
+    /// Use `keyring` to seal and open connection secrets (and capabilities'
+    /// signing secrets). Without one, connections without a secret still
+    /// work and any secret is refused.
     pub fn with_connection_keys(mut self, keyring: crypto::Keyring) -> Self {
-        self.connections =
-            connections::Connections::new(self.db.clone(), Some(std::sync::Arc::new(keyring)));
+        let keyring = Arc::new(keyring);
+        self.connections = connections::Connections::new(self.db.clone(), Some(keyring.clone()));
+        self.capabilities = self.capabilities.with_keyring(keyring);
         self
     }
 

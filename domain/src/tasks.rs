@@ -787,12 +787,16 @@ impl Tasks {
                 "confidenceThreshold must be between 0 and 1",
             ));
         }
-        // A named plan must exist now, not fail later in a worker.
+        let now = Utc::now();
+        // A named plan must exist now, not fail later in a worker; one a
+        // capability brings needs a subscription (FORBIDDEN, naming it).
         let plan = match &new.plan_key {
-            Some(key) => Some(self.plans.latest(scope, key).await.map_err(|e| match e {
-                Error::NotFound(_) => Error::validation(format!("unknown plan `{key}`")),
-                other => other,
-            })?),
+            Some(key) => Some(self.plans.for_start(scope, key, now).await.map_err(
+                |e| match e {
+                    Error::NotFound(_) => Error::validation(format!("unknown plan `{key}`")),
+                    other => other,
+                },
+            )?),
             None => None,
         };
         let intent = plan
@@ -804,7 +808,11 @@ impl Tasks {
         {
             return Err(Error::validation("intent must have 1-100 characters"));
         }
-        let now = Utc::now();
+        if plan.is_none()
+            && let Some(i) = &intent
+        {
+            self.plans.check_intent(scope, i, now).await?;
+        }
         let id = TaskId::new();
         let given_intent = intent.is_some();
         let model = task::ActiveModel {

@@ -87,6 +87,14 @@ id_type!(
     /// A tenant's connection to an external system.
     ConnectionId
 );
+id_type!(
+    /// A capability of the platform's catalogue.
+    CapabilityId
+);
+id_type!(
+    /// A tenant's subscription to a capability.
+    SubscriptionId
+);
 
 #[cfg(test)]
 mod tests {

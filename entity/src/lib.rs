@@ -5,13 +5,19 @@
 //!   rows are read and written only through `find_in`, `find_by_id_in`,
 //!   `update_many_in` and `delete_many_in`, which all take a scope.
 //! - one module per table: [`tenant`], [`user`], [`api_key`], [`audit_log`],
-//!   [`platform_setting`], [`connection`], and the executor's [`plan`],
+//!   [`platform_setting`], [`connection`], the executor's [`plan`],
 //!   [`task`], [`task_step`], [`task_event`], [`artifact`], [`review`],
-//!   [`delegation`].
+//!   [`delegation`], and the capability catalogue's [`capability`],
+//!   [`capability_plan`], [`capability_tool`] and
+//!   [`capability_subscription`].
 
 pub mod api_key;
 pub mod artifact;
 pub mod audit_log;
+pub mod capability;
+pub mod capability_plan;
+pub mod capability_subscription;
+pub mod capability_tool;
 pub mod connection;
 pub mod delegation;
 pub mod ids;
@@ -25,5 +31,7 @@ pub mod task_step;
 pub mod tenant;
 pub mod user;
 
-pub use ids::{ApiKeyId, AuditId, ConnectionId, PlanId, TaskId, TenantId, UserId};
+pub use ids::{
+    ApiKeyId, AuditId, CapabilityId, ConnectionId, PlanId, SubscriptionId, TaskId, TenantId, UserId,
+};
 pub use scope::{TenantOwned, TenantScope};

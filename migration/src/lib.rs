@@ -10,6 +10,7 @@ mod m20261121_000002_create_tenancy;
 mod m20261121_000003_create_tasks;
 mod m20261121_140000_create_connections;
 mod m20261121_140100_api_key_rate_limits;
+mod m20261122_090000_create_capabilities;
 
 pub struct Migrator;
 
@@ -22,6 +23,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261121_000003_create_tasks::Migration),
             Box::new(m20261121_140000_create_connections::Migration),
             Box::new(m20261121_140100_api_key_rate_limits::Migration),
+            Box::new(m20261122_090000_create_capabilities::Migration),
         ]
     }
 }

@@ -82,7 +82,10 @@ async fn start_server(database_url: &str, secret: &str) -> Server {
         .env("BRAINSTEM_DATABASE_URL", database_url)
         .env("BRAINSTEM_JWT_SECRET", secret)
         // 32 zero bytes: a throwaway key for a throwaway database.
-        .env("BRAINSTEM_CONNECTION_ENCRYPTION_KEY", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
+        .env(
+            "BRAINSTEM_CONNECTION_ENCRYPTION_KEY",
+            "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+        )
         .env("BRAINSTEM_WORKERS", "4")
         .env("BRAINSTEM_EXECUTOR_LEASE_SECS", "2")
         .env("BRAINSTEM_EXECUTOR_POLL_MS", "50")

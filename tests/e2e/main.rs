@@ -11,6 +11,7 @@ mod admin;
 mod api_keys;
 mod architecture;
 mod auth;
+mod capabilities;
 mod connections;
 mod durability;
 mod executor;

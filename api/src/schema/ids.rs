@@ -16,6 +16,8 @@ pub enum NodeType {
     Review,
     Connection,
     AuditEntry,
+    Capability,
+    CapabilitySubscription,
 }
 
 impl NodeType {
@@ -28,6 +30,8 @@ impl NodeType {
             NodeType::Review => "Review",
             NodeType::Connection => "Connection",
             NodeType::AuditEntry => "AuditEntry",
+            NodeType::Capability => "Capability",
+            NodeType::CapabilitySubscription => "CapabilitySubscription",
         }
     }
 
@@ -40,6 +44,8 @@ impl NodeType {
             "Review" => Some(NodeType::Review),
             "Connection" => Some(NodeType::Connection),
             "AuditEntry" => Some(NodeType::AuditEntry),
+            "Capability" => Some(NodeType::Capability),
+            "CapabilitySubscription" => Some(NodeType::CapabilitySubscription),
             _ => None,
         }
     }

@@ -7,13 +7,17 @@
 //! - [`tasks`]: plans, tools and tasks.
 //! - [`admin`]: the tenant admin's area: audit log, connections, API-key
 //!   rate limits.
+//! - [`capabilities`]: the capability catalogue and tenants' subscriptions.
+//! - [`loaders`]: DataLoader batching of the relations lists fan out to.
 //!
 //! Every operation passes two extensions besides error coding: automatic
 //! persisted queries (an in-memory LRU of parsed documents by SHA-256) and
 //! the rate limiter, which runs before parsing on HTTP and WebSocket alike.
 
 pub mod admin;
+pub mod capabilities;
 pub mod ids;
+pub mod loaders;
 pub mod mutation;
 pub mod query;
 pub mod tasks;
@@ -39,7 +43,12 @@ use crate::error::{ResultExt, ensure_codes, to_server_error};
 // The query root: one object per area, merged. An area adds its own
 // `#[derive(Default)]` object in its module and one entry here.
 #[derive(async_graphql::MergedObject, Default)]
-pub struct Query(query::CoreQuery, tasks::TaskQuery, admin::AdminQuery);
+pub struct Query(
+    query::CoreQuery,
+    tasks::TaskQuery,
+    admin::AdminQuery,
+    capabilities::CapabilityQuery,
+);
 
 // The mutation root, merged like `Query`.
 #[derive(async_graphql::MergedObject, Default)]
@@ -47,6 +56,7 @@ pub struct Mutation(
     mutation::CoreMutation,
     tasks::TaskMutation,
     admin::AdminMutation,
+    capabilities::CapabilityMutation,
 );
 
 pub type BrainstemSchema = Schema<Query, Mutation, EmptySubscription>;
@@ -130,6 +140,7 @@ pub fn domain<'a>(ctx: &'a async_graphql::Context<'_>) -> &'a Domain {
 
 pub fn build(domain: Domain, limits: GraphqlLimits, surface: &Surface) -> BrainstemSchema {
     Schema::build(Query::default(), Mutation::default(), EmptySubscription)
+        .data(loaders::Loaders::new(domain.clone()))
         .data(domain)
         .limit_depth(limits.max_depth)
         .limit_complexity(limits.max_complexity)

@@ -167,17 +167,21 @@ impl Plan {
     async fn created_at(&self) -> DateTime<Utc> {
         self.0.created_at
     }
+    /// The key of the capability that brings this plan; `null` for the
+    /// tenant's own plans.
+    async fn capability_key(&self) -> Option<&str> {
+        self.0.capability.as_deref()
+    }
     /// Every version of this plan, newest first.
     async fn versions(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<Plan>> {
-        let scope = task_scope(ctx)?;
-        Ok(domain(ctx)
-            .plans
-            .versions(scope, &self.0.key)
-            .await
-            .gql()?
-            .into_iter()
-            .map(Plan)
-            .collect())
+        let versions = match &self.0.capability {
+            Some(_) => domain(ctx).capabilities.plan_versions(&self.0.key).await,
+            None => {
+                let scope = task_scope(ctx)?;
+                domain(ctx).plans.versions(scope, &self.0.key).await
+            }
+        };
+        Ok(versions.gql()?.into_iter().map(Plan).collect())
     }
 }
 
@@ -668,6 +672,40 @@ pub struct PublishPlanInput {
     pub steps: Vec<PlanStepInput>,
 }
 
+impl From<PublishPlanInput> for PlanDef {
+    fn from(input: PublishPlanInput) -> Self {
+        let steps = input
+            .steps
+            .into_iter()
+            .map(|s| StepDef {
+                id: s.id,
+                tool: s.tool,
+                args: s
+                    .args
+                    .map(|j| j.0)
+                    .unwrap_or_else(|| Value::Object(Default::default())),
+                condition: s.condition,
+                stop_on_failure: s.stop_on_failure,
+                retry: s.retry.map(|r| RetryPolicy {
+                    max_attempts: r.max_attempts,
+                    initial_backoff_ms: r.initial_backoff_ms,
+                    max_backoff_ms: r.max_backoff_ms,
+                }),
+                requires_review: s.requires_review,
+                timeout_secs: s.timeout_secs,
+            })
+            .collect();
+        PlanDef {
+            key: input.key,
+            intent: input.intent,
+            description: input.description,
+            priority: input.priority,
+            patterns: input.patterns,
+            steps,
+        }
+    }
+}
+
 #[derive(SimpleObject)]
 pub struct PublishPlanPayload {
     pub plan: Plan,
@@ -746,40 +784,9 @@ impl TaskMutation {
         input: PublishPlanInput,
     ) -> async_graphql::Result<PublishPlanPayload> {
         let principal = principal(ctx)?;
-        let steps = input
-            .steps
-            .into_iter()
-            .map(|s| StepDef {
-                id: s.id,
-                tool: s.tool,
-                args: s
-                    .args
-                    .map(|j| j.0)
-                    .unwrap_or_else(|| Value::Object(Default::default())),
-                condition: s.condition,
-                stop_on_failure: s.stop_on_failure,
-                retry: s.retry.map(|r| RetryPolicy {
-                    max_attempts: r.max_attempts,
-                    initial_backoff_ms: r.initial_backoff_ms,
-                    max_backoff_ms: r.max_backoff_ms,
-                }),
-                requires_review: s.requires_review,
-                timeout_secs: s.timeout_secs,
-            })
-            .collect();
         let plan = domain(ctx)
             .plans
-            .publish(
-                principal,
-                PlanDef {
-                    key: input.key,
-                    intent: input.intent,
-                    description: input.description,
-                    priority: input.priority,
-                    patterns: input.patterns,
-                    steps,
-                },
-            )
+            .publish(principal, input.into())
             .await
             .gql()?;
         Ok(PublishPlanPayload { plan: Plan(plan) })

@@ -22,6 +22,8 @@ pub enum Node {
     Plan(super::tasks::Plan),
     Connection(super::admin::Connection),
     AuditEntry(super::admin::AuditEntry),
+    Capability(super::capabilities::Capability),
+    CapabilitySubscription(super::capabilities::CapabilitySubscription),
 }
 
 /// A role a caller holds.
