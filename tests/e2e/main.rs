@@ -16,6 +16,7 @@ mod connections;
 mod durability;
 mod executor;
 mod http;
+mod partner_tools;
 mod persisted_queries;
 mod rate_limit;
 mod schema;
