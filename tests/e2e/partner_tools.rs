@@ -67,31 +67,35 @@ impl Partner {
         header("x-brainstem-signature") == expected
     }
 
-    fn admit(&self, headers: &HeaderMap, body: &Bytes) -> Result<Value, Response> {
+    /// The request's body if its signature checks out; `None` (answer 401)
+    /// otherwise.
+    fn admit(&self, headers: &HeaderMap, body: &Bytes) -> Option<Value> {
         if !self.verify(headers, body) {
             self.bad_signatures.fetch_add(1, Ordering::SeqCst);
-            return Err((StatusCode::UNAUTHORIZED, "bad signature").into_response());
+            return None;
         }
         let body: Value = serde_json::from_slice(body).unwrap();
         self.bodies.lock().unwrap().push(body.clone());
-        Ok(body)
+        Some(body)
     }
 }
 
+fn refused() -> Response {
+    (StatusCode::UNAUTHORIZED, "bad signature").into_response()
+}
+
 async fn rate(State(p): State<Arc<Partner>>, headers: HeaderMap, body: Bytes) -> Response {
-    match p.admit(&headers, &body) {
-        Ok(body) => {
-            let vehicles = body["args"]["vehicles"].as_i64().unwrap_or(0);
-            Json(json!({"premium": vehicles * 100, "currency": "EUR"})).into_response()
-        }
-        Err(refused) => refused,
-    }
+    let Some(body) = p.admit(&headers, &body) else {
+        return refused();
+    };
+    let vehicles = body["args"]["vehicles"].as_i64().unwrap_or(0);
+    Json(json!({"premium": vehicles * 100, "currency": "EUR"})).into_response()
 }
 
 /// The first call never answers; later ones answer at once.
 async fn slow(State(p): State<Arc<Partner>>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(refused) = p.admit(&headers, &body) {
-        return refused;
+    if p.admit(&headers, &body).is_none() {
+        return refused();
     }
     if p.slow_calls.fetch_add(1, Ordering::SeqCst) == 0 {
         std::future::pending::<()>().await;
@@ -101,15 +105,15 @@ async fn slow(State(p): State<Arc<Partner>>, headers: HeaderMap, body: Bytes) ->
 
 async fn not_json(State(p): State<Arc<Partner>>, headers: HeaderMap, body: Bytes) -> Response {
     match p.admit(&headers, &body) {
-        Ok(_) => "plain text".into_response(),
-        Err(refused) => refused,
+        Some(_) => "plain text".into_response(),
+        None => refused(),
     }
 }
 
 async fn wrong_shape(State(p): State<Arc<Partner>>, headers: HeaderMap, body: Bytes) -> Response {
     match p.admit(&headers, &body) {
-        Ok(_) => Json(json!({"price": "a lot"})).into_response(),
-        Err(refused) => refused,
+        Some(_) => Json(json!({"price": "a lot"})).into_response(),
+        None => refused(),
     }
 }
 
