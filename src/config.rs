@@ -44,6 +44,8 @@ pub struct Config {
     pub graphql_max_depth: usize,
     /// Highest complexity (roughly, fields selected) an operation may have.
     pub graphql_max_complexity: usize,
+    /// Milliseconds the DataLoader gathers keys before one batched query.
+    pub graphql_batch_delay_ms: u64,
     /// Executor workers in this process (`serve` and `worker`).
     pub workers: usize,
     /// Seconds a worker's claim on a task lasts without a heartbeat.
@@ -99,6 +101,7 @@ impl Default for Config {
             jwt_leeway_secs: 30,
             graphql_max_depth: limits.max_depth,
             graphql_max_complexity: limits.max_complexity,
+            graphql_batch_delay_ms: limits.batch_delay.as_millis() as u64,
             workers: 4,
             executor_lease_secs: 30,
             executor_poll_ms: 500,
@@ -145,6 +148,9 @@ impl Config {
         }
         if self.graphql_max_depth == 0 || self.graphql_max_complexity == 0 {
             bail!("graphql limits must be at least 1");
+        }
+        if self.graphql_batch_delay_ms > 1000 {
+            bail!("graphql_batch_delay_ms must be at most 1000");
         }
         if self.executor_lease_secs < 1 {
             bail!("executor_lease_secs must be at least 1");
@@ -193,6 +199,7 @@ impl Config {
         GraphqlLimits {
             max_depth: self.graphql_max_depth,
             max_complexity: self.graphql_max_complexity,
+            batch_delay: std::time::Duration::from_millis(self.graphql_batch_delay_ms),
         }
     }
 }

@@ -63,6 +63,8 @@ use sea_orm::DatabaseConnection;
 #[derive(Clone)]
 pub struct Domain {
     pub db: DatabaseConnection,
+    /// SQL statements sent through `db` since start.
+    pub statements: db::StatementCounter,
     pub tenants: tenants::Tenants,
     pub api_keys: api_keys::ApiKeys,
     pub audit: audit::AuditLog,
@@ -80,6 +82,9 @@ impl Domain {
         registry: tools::ToolRegistry,
         sink: Arc<dyn tasks::EventSink>,
     ) -> Self {
+        let mut db = db;
+        let statements = db::StatementCounter::default();
+        statements.attach(&mut db);
         let plans = plans::Plans::new(db.clone(), registry.clone());
         Self {
             tenants: tenants::Tenants::new(db.clone()),
@@ -89,6 +94,7 @@ impl Domain {
             plans,
             connections: connections::Connections::new(db.clone(), None),
             capabilities: capabilities::Capabilities::new(db.clone(), registry),
+            statements,
             db,
         }
     }

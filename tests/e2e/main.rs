@@ -13,6 +13,7 @@ mod architecture;
 mod auth;
 mod capabilities;
 mod connections;
+mod dataloader;
 mod durability;
 mod executor;
 mod http;

@@ -6,6 +6,8 @@
 //! one domain call, so listing N objects costs the same number of
 //! statements as listing one.
 //!
+//! Batching is by time: a batch is queried `graphql_batch_delay_ms` after
+//! its first key, so the delay must cover resolving one level of a page.
 //! The loader is shared by the schema and has no cache: keys of tenant data
 //! carry the caller's [`TenantScope`], a batch is answered per scope, and
 //! nothing outlives the batch, so no tenant can see another's rows and no
@@ -15,9 +17,10 @@ use std::collections::HashMap;
 
 use async_graphql::dataloader::{DataLoader, Loader};
 use brainstem_domain::{
-    CapabilityId, Domain,
+    CapabilityId, Domain, TaskId, TenantScope,
     capabilities::{Capability, PartnerToolDef},
     plans::Plan,
+    tasks::{Artifact, EventWindow, Review, StepAttempt, Task, TaskEvent},
 };
 
 use crate::error::ResultExt;
@@ -30,8 +33,9 @@ pub struct Loaders {
 }
 
 impl Loaders {
-    pub fn new(domain: Domain) -> BrainstemLoader {
-        DataLoader::new(Self { domain }, tokio::spawn)
+    /// A batch is queried `delay` after its first key arrives.
+    pub fn new(domain: Domain, delay: std::time::Duration) -> BrainstemLoader {
+        DataLoader::new(Self { domain }, tokio::spawn).delay(delay)
     }
 }
 
@@ -106,5 +110,143 @@ impl Loader<CapabilityToolsKey> for Loaders {
             .iter()
             .map(|k| (*k, found.remove(&k.0).unwrap_or_default()))
             .collect())
+    }
+}
+
+/// Task ids grouped by the tenant they belong to, so each tenant's rows are
+/// read through its own scope.
+fn by_scope(
+    keys: impl Iterator<Item = (TenantScope, TaskId)>,
+) -> HashMap<TenantScope, Vec<TaskId>> {
+    let mut out: HashMap<TenantScope, Vec<TaskId>> = HashMap::new();
+    for (scope, id) in keys {
+        let ids = out.entry(scope).or_default();
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    out
+}
+
+/// A task by id (a child's parent).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TaskKey(pub TenantScope, pub TaskId);
+
+impl Loader<TaskKey> for Loaders {
+    type Value = Task;
+    type Error = async_graphql::Error;
+
+    async fn load(&self, keys: &[TaskKey]) -> Result<HashMap<TaskKey, Task>, Self::Error> {
+        let mut out = HashMap::new();
+        for (scope, ids) in by_scope(keys.iter().map(|k| (k.0, k.1))) {
+            for task in self.domain.tasks.get_many(scope, &ids).await.gql()? {
+                out.insert(TaskKey(scope, task.id), task);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Every attempt of every step of a task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TaskStepsKey(pub TenantScope, pub TaskId);
+
+impl Loader<TaskStepsKey> for Loaders {
+    type Value = Vec<StepAttempt>;
+    type Error = async_graphql::Error;
+
+    async fn load(
+        &self,
+        keys: &[TaskStepsKey],
+    ) -> Result<HashMap<TaskStepsKey, Vec<StepAttempt>>, Self::Error> {
+        let mut out = HashMap::new();
+        for (scope, ids) in by_scope(keys.iter().map(|k| (k.0, k.1))) {
+            for (id, steps) in self.domain.tasks.steps_of_many(scope, &ids).await.gql()? {
+                out.insert(TaskStepsKey(scope, id), steps);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A window of a task's events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TaskEventsKey(pub TenantScope, pub TaskId, pub EventWindow);
+
+impl Loader<TaskEventsKey> for Loaders {
+    type Value = Vec<TaskEvent>;
+    type Error = async_graphql::Error;
+
+    async fn load(
+        &self,
+        keys: &[TaskEventsKey],
+    ) -> Result<HashMap<TaskEventsKey, Vec<TaskEvent>>, Self::Error> {
+        let mut by: HashMap<TenantScope, Vec<(TaskId, EventWindow)>> = HashMap::new();
+        for key in keys {
+            by.entry(key.0).or_default().push((key.1, key.2));
+        }
+        let mut out = HashMap::new();
+        for (scope, windows) in by {
+            for ((id, window), events) in self
+                .domain
+                .tasks
+                .events_of_many(scope, &windows)
+                .await
+                .gql()?
+            {
+                out.insert(TaskEventsKey(scope, id, window), events);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The reviews of a task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TaskReviewsKey(pub TenantScope, pub TaskId);
+
+impl Loader<TaskReviewsKey> for Loaders {
+    type Value = Vec<Review>;
+    type Error = async_graphql::Error;
+
+    async fn load(
+        &self,
+        keys: &[TaskReviewsKey],
+    ) -> Result<HashMap<TaskReviewsKey, Vec<Review>>, Self::Error> {
+        let mut out = HashMap::new();
+        for (scope, ids) in by_scope(keys.iter().map(|k| (k.0, k.1))) {
+            for (id, reviews) in self.domain.tasks.reviews_of_many(scope, &ids).await.gql()? {
+                out.insert(TaskReviewsKey(scope, id), reviews);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The artifacts of a task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TaskArtifactsKey(pub TenantScope, pub TaskId);
+
+impl Loader<TaskArtifactsKey> for Loaders {
+    type Value = Vec<Artifact>;
+    type Error = async_graphql::Error;
+
+    async fn load(
+        &self,
+        keys: &[TaskArtifactsKey],
+    ) -> Result<HashMap<TaskArtifactsKey, Vec<Artifact>>, Self::Error> {
+        let mut out = HashMap::new();
+        for (scope, ids) in by_scope(keys.iter().map(|k| (k.0, k.1))) {
+            for (id, artifacts) in self
+                .domain
+                .tasks
+                .artifacts_of_many(scope, &ids)
+                .await
+                .gql()?
+            {
+                out.insert(TaskArtifactsKey(scope, id), artifacts);
+            }
+        }
+        Ok(out)
     }
 }

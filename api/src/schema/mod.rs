@@ -61,11 +61,14 @@ pub struct Mutation(
 
 pub type BrainstemSchema = Schema<Query, Mutation, EmptySubscription>;
 
-/// Limits every operation must stay within.
+/// Limits every operation must stay within, and how execution batches.
 #[derive(Clone, Copy, Debug)]
 pub struct GraphqlLimits {
     pub max_depth: usize,
     pub max_complexity: usize,
+    /// How long the DataLoader gathers the keys of one level of a list
+    /// before it queries: long enough for every item of a page to ask.
+    pub batch_delay: std::time::Duration,
 }
 
 impl Default for GraphqlLimits {
@@ -73,6 +76,7 @@ impl Default for GraphqlLimits {
         Self {
             max_depth: 12,
             max_complexity: 1000,
+            batch_delay: std::time::Duration::from_millis(2),
         }
     }
 }
@@ -140,7 +144,7 @@ pub fn domain<'a>(ctx: &'a async_graphql::Context<'_>) -> &'a Domain {
 
 pub fn build(domain: Domain, limits: GraphqlLimits, surface: &Surface) -> BrainstemSchema {
     Schema::build(Query::default(), Mutation::default(), EmptySubscription)
-        .data(loaders::Loaders::new(domain.clone()))
+        .data(loaders::Loaders::new(domain.clone(), limits.batch_delay))
         .data(domain)
         .limit_depth(limits.max_depth)
         .limit_complexity(limits.max_complexity)

@@ -6,7 +6,7 @@ use async_graphql::{
 use brainstem_domain::{
     Error, PlanId, TaskId, TenantScope,
     plans::{self, PlanDef, RetryPolicy, StepDef},
-    tasks::{self, DelegationOutcome, NewTask, TaskFilter as DomainFilter},
+    tasks::{self, DelegationOutcome, EventWindow, NewTask, TaskFilter as DomainFilter},
     tools::Usage as DomainUsage,
 };
 use chrono::{DateTime, Utc};
@@ -16,6 +16,7 @@ use uuid::Uuid;
 use super::{
     domain,
     ids::{self, NodeType},
+    loaders::{TaskArtifactsKey, TaskEventsKey, TaskKey, TaskReviewsKey, TaskStepsKey, loader},
     principal,
     query::page_request,
     types::connection,
@@ -363,6 +364,15 @@ pub struct PlanRef {
 #[derive(Clone)]
 pub struct Task(pub tasks::Task);
 
+impl Task {
+    async fn load_reviews(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<tasks::Review>> {
+        Ok(loader(ctx)
+            .load_one(TaskReviewsKey(self.0.scope(), self.0.id))
+            .await?
+            .unwrap_or_default())
+    }
+}
+
 #[Object]
 impl Task {
     pub async fn id(&self) -> ID {
@@ -451,9 +461,10 @@ impl Task {
     /// The task that spawned this one.
     async fn parent(&self, ctx: &Context<'_>) -> async_graphql::Result<Option<Task>> {
         match self.0.parent {
-            Some(id) => Ok(Some(Task(
-                domain(ctx).tasks.get(self.0.scope(), id).await.gql()?,
-            ))),
+            Some(id) => Ok(loader(ctx)
+                .load_one(TaskKey(self.0.scope(), id))
+                .await?
+                .map(Task)),
             None => Ok(None),
         }
     }
@@ -480,40 +491,46 @@ impl Task {
     }
     /// Every attempt of every step, in the order they ran.
     async fn steps(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<TaskStep>> {
-        Ok(domain(ctx)
-            .tasks
-            .steps(self.0.scope(), self.0.id)
-            .await
-            .gql()?
+        Ok(loader(ctx)
+            .load_one(TaskStepsKey(self.0.scope(), self.0.id))
+            .await?
+            .unwrap_or_default()
             .into_iter()
             .map(TaskStep)
             .collect())
     }
-    /// Stored events with `seq > after` (default 0), oldest first.
+    /// Stored events with `seq > after` (default 0), oldest first: the
+    /// first `first` of them, or with `last`, the latest `last`.
     async fn events(
         &self,
         ctx: &Context<'_>,
         after: Option<i64>,
         #[graphql(default = 100)] first: i32,
+        last: Option<i32>,
     ) -> async_graphql::Result<Vec<TaskEvent>> {
-        if !(1..=1000).contains(&first) {
-            return Err(Error::validation("`first` must be between 1 and 1000")).gql();
-        }
-        Ok(domain(ctx)
-            .tasks
-            .events(self.0.scope(), self.0.id, after.unwrap_or(0), first as u64)
-            .await
-            .gql()?
+        let after = after.unwrap_or(0);
+        let window = match last {
+            Some(n) if (1..=1000).contains(&n) => EventWindow::last(&self.0, after, n as u64),
+            Some(_) => {
+                return Err(Error::validation("`last` must be between 1 and 1000")).gql();
+            }
+            None if (1..=1000).contains(&first) => EventWindow::first(after, first as u64),
+            None => {
+                return Err(Error::validation("`first` must be between 1 and 1000")).gql();
+            }
+        };
+        Ok(loader(ctx)
+            .load_one(TaskEventsKey(self.0.scope(), self.0.id, window))
+            .await?
+            .unwrap_or_default()
             .into_iter()
             .map(TaskEvent)
             .collect())
     }
     async fn reviews(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<Review>> {
-        Ok(domain(ctx)
-            .tasks
-            .reviews(self.0.scope(), self.0.id)
-            .await
-            .gql()?
+        Ok(self
+            .load_reviews(ctx)
+            .await?
             .into_iter()
             .map(Review)
             .collect())
@@ -523,21 +540,18 @@ impl Task {
         if self.0.status != tasks::TaskStatus::NeedsReview {
             return Ok(None);
         }
-        Ok(domain(ctx)
-            .tasks
-            .reviews(self.0.scope(), self.0.id)
-            .await
-            .gql()?
+        Ok(self
+            .load_reviews(ctx)
+            .await?
             .into_iter()
             .find(|r| r.status == tasks::ReviewStatus::Pending)
             .map(Review))
     }
     async fn artifacts(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<Artifact>> {
-        Ok(domain(ctx)
-            .tasks
-            .artifacts(self.0.scope(), self.0.id)
-            .await
-            .gql()?
+        Ok(loader(ctx)
+            .load_one(TaskArtifactsKey(self.0.scope(), self.0.id))
+            .await?
+            .unwrap_or_default()
             .into_iter()
             .map(Artifact::from)
             .collect())
