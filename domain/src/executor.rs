@@ -39,7 +39,7 @@ use uuid::Uuid;
 use crate::{
     Domain, Error, Result,
     audit::sha256_hex,
-    intent,
+    capabilities, intent,
     json_schema::{self, Mode},
     plans::{self, FALLBACK_INTENT, StepDef},
     redact::redact,
@@ -522,8 +522,8 @@ impl Executor {
             // A capability plan named at start needs the subscription still.
             Some(id) => match self.domain.plans.for_task(scope, id, now).await {
                 Ok(plan) => Some(plan),
-                Err(Error::Forbidden(message) | Error::NotFound(message)) => {
-                    return self.fail(&task, message, None).await;
+                Err(e @ (Error::Forbidden(_) | Error::NotFound(_))) => {
+                    return self.fail(&task, e.to_string(), None).await;
                 }
                 Err(other) => return Err(other),
             },
@@ -533,6 +533,19 @@ impl Executor {
                 .max_by_key(|p| (p.priority, p.created_at))
                 .cloned(),
         };
+        // A plan named at start was counted against its capability's quota
+        // then; a detected one is counted now.
+        if task.plan_id.is_none()
+            && let Some(plan) = &chosen
+        {
+            match capabilities::check_quota(&self.domain.db, scope, plan, now).await {
+                Ok(()) => {}
+                Err(e @ Error::RateLimited { .. }) => {
+                    return self.fail(&task, e.to_string(), None).await;
+                }
+                Err(other) => return Err(other),
+            }
+        }
         let (plan_ref, steps) = match chosen {
             Some(p) => ((p.id, p.key.clone(), p.version), p.steps.clone()),
             None if intent == FALLBACK_INTENT => {

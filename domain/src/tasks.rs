@@ -849,6 +849,9 @@ impl Tasks {
         {
             self.plans.check_intent(scope, i, now).await?;
         }
+        if let Some(plan) = &plan {
+            crate::capabilities::check_quota(&self.db, scope, plan, now).await?;
+        }
         let id = TaskId::new();
         let given_intent = intent.is_some();
         let model = task::ActiveModel {

@@ -16,6 +16,7 @@ on_both_backends!(
     trial_expiry_switches_a_capability_off,
     subscriptions_are_isolated_between_tenants,
     publishing_is_for_platform_admins_and_checked,
+    a_capability_quota_stops_tasks_for_the_month,
 );
 
 pub const CAPABILITY_FIELDS: &str = "id key name description version limits { maxTasksPerMonth } \
@@ -414,4 +415,64 @@ async fn publishing_is_for_platform_admins_and_checked(app: TestApp) {
         )
         .await;
     assert_eq!(res.error_code(), "UNAUTHENTICATED");
+}
+
+async fn a_capability_quota_stops_tasks_for_the_month(app: TestApp) {
+    app.create_tenant("acme").await;
+    app.create_tenant("globex").await;
+    let mut def = quotes_capability();
+    def["limits"] = json!({"maxTasksPerMonth": 2});
+    publish_capability(&app, def).await.data();
+    for tenant in ["acme", "globex"] {
+        subscribe(&app, tenant, "fleet.quotes", None).await.data();
+    }
+    // Named at start: counted at start.
+    for key in ["q1", "q2"] {
+        let res = try_start(
+            &app,
+            "acme",
+            json!({"planKey": "fleet.quote_request", "idempotencyKey": key}),
+        )
+        .await;
+        res.data();
+    }
+    let res = try_start(&app, "acme", json!({"planKey": "fleet.quote_request"})).await;
+    assert_eq!(res.error_code(), "RATE_LIMITED", "{}", res.body);
+    let message = res.error_message();
+    assert!(
+        message.contains("`fleet.quotes`") && message.contains("2 tasks per month"),
+        "{message}"
+    );
+    let retry_after = res.body["errors"][0]["extensions"]["retryAfter"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        retry_after > 0 && retry_after <= 31 * 24 * 3600,
+        "{retry_after}"
+    );
+    // A repeat of a task already started is not a new task.
+    let again = try_start(
+        &app,
+        "acme",
+        json!({"planKey": "fleet.quote_request", "idempotencyKey": "q1"}),
+    )
+    .await;
+    again.data();
+    // Detected: counted when planning picks the plan.
+    let detected = app
+        .start_task("acme", json!({"input": "one more quote please"}))
+        .await;
+    app.run_tasks().await;
+    let detected = app.task("acme", detected["id"].as_str().unwrap()).await;
+    assert_eq!(detected["status"], "FAILED", "{detected}");
+    assert!(
+        detected["error"]
+            .as_str()
+            .unwrap()
+            .contains("quota exceeded"),
+        "{detected}"
+    );
+    // Each tenant has its own quota.
+    let res = try_start(&app, "globex", json!({"planKey": "fleet.quote_request"})).await;
+    res.data();
 }

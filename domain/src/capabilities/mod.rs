@@ -1,7 +1,8 @@
 //! Capabilities: the platform's catalogue of products and tenants'
 //! subscriptions to them.
 //!
-//! A **capability** (platform-owned) has a key, a name, a description, the
+//! A **capability** (platform-owned: its tables are platform tables, like
+//! `tenants`, read and written without a tenant scope) has a key, a name, a description, the
 //! plans it brings (full definitions, checked like `publishPlan`), the
 //! partner HTTP tools it registers ([`partner`]) and its limits. The intents
 //! it brings are those of its plans; the tools it needs are those its plans
@@ -27,6 +28,7 @@
 //! naming the capability. When a subscription lapses, tasks not yet planned
 //! fail at planning, and a running task fails at its next partner-tool step.
 
+mod catalogue;
 pub mod partner;
 
 use std::{
@@ -44,7 +46,7 @@ use chrono::{DateTime, Duration, Utc};
 use rand::RngCore;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection,
-    EntityTrait, ExprTrait, QueryFilter, QueryOrder, TransactionTrait, sea_query::Expr,
+    EntityTrait, QueryFilter, QueryOrder, TransactionTrait, sea_query::Expr,
 };
 use serde_json::{Value, json};
 
@@ -55,6 +57,11 @@ use crate::{
     page::{self, Page, PageRequest},
     plans::{self, Plan, PlanDef},
     tools::{Tool, ToolRegistry},
+};
+use catalogue::catalogue_row;
+pub(crate) use catalogue::{
+    all_current_plans, all_partner_tools, check_intent, check_quota, partner_tools, plan_by_id,
+    plan_by_id_for_tenant, plan_for_tenant, subscribed_plans,
 };
 
 /// Every partner tool's key starts with this.
@@ -314,9 +321,8 @@ impl Capabilities {
 
     /// Publish a capability, or a new version of one (platform admins).
     pub async fn publish(&self, scope: &PlatformScope, def: CapabilityDef) -> Result<Published> {
-        let checked = check_capability(&def, &self.registry)?;
+        check_capability(&def, &self.registry)?;
         let txn = self.db.begin().await?;
-        // unscoped: the catalogue is platform data; this runs under `scope`.
         let existing = capability::Entity::find()
             .filter(capability::Column::Key.eq(&def.key))
             .one(&txn)
@@ -370,7 +376,6 @@ impl Capabilities {
                 active.updated_at = Set(now);
                 // Guarded by the version read above: of two concurrent
                 // publishes, one wins and the other is told to try again.
-                // unscoped: the catalogue is platform data.
                 let updated = capability::Entity::update_many()
                     .set(active)
                     .filter(capability::Column::Id.eq(row.id))
@@ -403,12 +408,11 @@ impl Capabilities {
             .await
             .map_err(|e| published_concurrently(e, &def.key))?;
         }
-        // unscoped: the catalogue is platform data; tools are replaced.
         capability_tool::Entity::delete_many()
             .filter(capability_tool::Column::CapabilityId.eq(id.uuid()))
             .exec(&txn)
             .await?;
-        for tool in &checked.tools {
+        for tool in &def.tools {
             capability_tool::ActiveModel {
                 id: Set(uuid::Uuid::now_v7()),
                 capability_id: Set(id.uuid()),
@@ -429,7 +433,7 @@ impl Capabilities {
             capability = %def.key,
             version = model.version,
             plans = def.plans.len(),
-            tools = checked.tools.len(),
+            tools = def.tools.len(),
             audit = %scope.audit_id(),
             "capability published"
         );
@@ -441,7 +445,6 @@ impl Capabilities {
 
     /// The catalogue, oldest first. Anyone signed in may read it.
     pub async fn list(&self, request: PageRequest) -> Result<Page<Capability>> {
-        // unscoped: the catalogue is platform data, readable by everyone.
         let select = capability::Entity::find();
         let page = page::fetch(&self.db, select, capability::Column::Id, request).await?;
         Ok(page.map(|m| Capability::from(&m)))
@@ -455,7 +458,6 @@ impl Capabilities {
     }
 
     pub async fn get(&self, id: CapabilityId) -> Result<Capability> {
-        // unscoped: the catalogue is platform data.
         capability::Entity::find_by_id(id.uuid())
             .one(&self.db)
             .await?
@@ -465,7 +467,6 @@ impl Capabilities {
 
     /// Several capabilities at once (for batch loading); missing ids are absent.
     pub async fn get_many(&self, ids: &[CapabilityId]) -> Result<Vec<Capability>> {
-        // unscoped: the catalogue is platform data.
         Ok(capability::Entity::find()
             .filter(capability::Column::Id.is_in(ids.iter().map(|i| i.uuid())))
             .all(&self.db)
@@ -492,7 +493,6 @@ impl Capabilities {
             .await?;
         let key_of: HashMap<CapabilityId, String> =
             keys.into_iter().map(|c| (c.id, c.key)).collect();
-        // unscoped: the catalogue is platform data.
         let rows = capability_plan::Entity::find()
             .filter(capability_plan::Column::CapabilityId.is_in(ids))
             .filter(
@@ -519,7 +519,6 @@ impl Capabilities {
         &self,
         ids: &[CapabilityId],
     ) -> Result<HashMap<CapabilityId, Vec<PartnerToolDef>>> {
-        // unscoped: the catalogue is platform data.
         let rows = capability_tool::Entity::find()
             .filter(capability_tool::Column::CapabilityId.is_in(ids.iter().map(|i| i.uuid())))
             .order_by_asc(capability_tool::Column::Key)
@@ -536,7 +535,6 @@ impl Capabilities {
 
     /// Every version of a capability's plan, newest first.
     pub async fn plan_versions(&self, key: &str) -> Result<Vec<Plan>> {
-        // unscoped: the catalogue is platform data.
         let rows = capability_plan::Entity::find()
             .filter(capability_plan::Column::Key.eq(key))
             .order_by_desc(capability_plan::Column::Version)
@@ -755,7 +753,6 @@ impl Capabilities {
     /// The secret that signs calls to a capability's partner tools. One
     /// sealed with an old key is re-sealed with the current one on the way.
     pub(crate) async fn signing_secret(&self, id: CapabilityId) -> Result<String> {
-        // unscoped: the catalogue is platform data.
         let row = capability::Entity::find_by_id(id.uuid())
             .one(&self.db)
             .await?
@@ -772,7 +769,6 @@ impl Capabilities {
             .map_err(|_| Error::internal("a decrypted signing secret is not text"))?;
         if row.secret_key_id != keyring.current_key_id() {
             let sealed = keyring.seal(secret.as_bytes(), secret_context(id).as_bytes())?;
-            // unscoped: the catalogue is platform data; re-sealing only.
             capability::Entity::update_many()
                 .col_expr(
                     capability::Column::SecretCiphertext,
@@ -817,16 +813,10 @@ impl Capabilities {
     }
 }
 
-/// What the checks of a definition produced.
-#[derive(Debug)]
-struct Checked {
-    tools: Vec<PartnerToolDef>,
-}
-
 /// Check a definition before anything is stored: names, tools, and every
 /// plan with the same integrity check as `publishPlan` (the capability's
 /// own partner tools count as registered).
-fn check_capability(def: &CapabilityDef, registry: &ToolRegistry) -> Result<Checked> {
+fn check_capability(def: &CapabilityDef, registry: &ToolRegistry) -> Result<()> {
     let mut errors = Vec::new();
     if !valid_key(&def.key, 100) {
         errors.push(format!(
@@ -844,7 +834,6 @@ fn check_capability(def: &CapabilityDef, registry: &ToolRegistry) -> Result<Chec
         errors.push("limits.maxTasksPerMonth must be at least 1 (omit it for no limit)".to_owned());
     }
     let mut tool_keys = HashSet::new();
-    let mut tools = Vec::new();
     for tool in &def.tools {
         let at = format!("tool `{}`", tool.key);
         let name = tool.key.strip_prefix(PARTNER_PREFIX).unwrap_or_default();
@@ -874,9 +863,9 @@ fn check_capability(def: &CapabilityDef, registry: &ToolRegistry) -> Result<Chec
         if tool.output_schema.as_ref().is_some_and(|s| !s.is_object()) {
             errors.push(format!("{at}: outputSchema must be a JSON Schema object"));
         }
-        tools.push(tool.clone());
     }
-    let own: Vec<Arc<dyn Tool>> = tools
+    let own: Vec<Arc<dyn Tool>> = def
+        .tools
         .iter()
         .map(|t| Arc::new(partner::PartnerTool::unsigned(t.clone())) as Arc<dyn Tool>)
         .collect();
@@ -891,7 +880,7 @@ fn check_capability(def: &CapabilityDef, registry: &ToolRegistry) -> Result<Chec
         }
     }
     if errors.is_empty() {
-        Ok(Checked { tools })
+        Ok(())
     } else {
         Err(Error::Validation(format!(
             "capability `{}` is invalid: {}",
@@ -909,14 +898,12 @@ async fn refuse_foreign_keys<C: ConnectionTrait>(
     def: &CapabilityDef,
 ) -> Result<()> {
     let plan_keys: Vec<&str> = def.plans.iter().map(|p| p.key.as_str()).collect();
-    // unscoped: the catalogue is platform data.
     let taken_plan = capability_plan::Entity::find()
         .filter(capability_plan::Column::Key.is_in(plan_keys))
         .filter(capability_plan::Column::CapabilityId.ne(id.uuid()))
         .one(db)
         .await?;
     let tool_keys: Vec<&str> = def.tools.iter().map(|t| t.key.as_str()).collect();
-    // unscoped: the catalogue is platform data.
     let taken_tool = capability_tool::Entity::find()
         .filter(capability_tool::Column::Key.is_in(tool_keys))
         .filter(capability_tool::Column::CapabilityId.ne(id.uuid()))
@@ -927,7 +914,6 @@ async fn refuse_foreign_keys<C: ConnectionTrait>(
         (None, Some(t)) => ("tool", t.key, t.capability_id),
         (None, None) => return Ok(()),
     };
-    // unscoped: the catalogue is platform data.
     let owner = capability::Entity::find_by_id(owner)
         .one(db)
         .await?
@@ -977,307 +963,6 @@ fn plan_of(row: capability_plan::Model, capability_key: &str) -> Result<Plan> {
         created_at: row.created_at,
         capability: Some(capability_key.to_owned()),
     })
-}
-
-// ---------------------------------------------------------------------------
-// Catalogue reads for the planner (`crate::plans`): what a tenant may run.
-
-async fn catalogue_row<C: ConnectionTrait>(db: &C, key: &str) -> Result<Option<capability::Model>> {
-    // unscoped: the catalogue is platform data.
-    Ok(capability::Entity::find()
-        .filter(capability::Column::Key.eq(key))
-        .one(db)
-        .await?)
-}
-
-/// The capabilities the tenant has switched on at `now` (ACTIVE, or TRIAL
-/// before its end).
-pub(crate) async fn subscribed(
-    db: &DatabaseConnection,
-    scope: TenantScope,
-    now: DateTime<Utc>,
-) -> Result<Vec<capability::Model>> {
-    let subscriptions = capability_subscription::Entity::find_in(scope)
-        .filter(capability_subscription::Column::Status.is_in([
-            SubscriptionStatus::Active.as_str(),
-            SubscriptionStatus::Trial.as_str(),
-        ]))
-        .all(db)
-        .await?;
-    let mut ids = Vec::new();
-    for s in subscriptions {
-        let stored: SubscriptionStatus = s.status.parse()?;
-        if is_on(effective_status(stored, s.trial_ends_at, now)) {
-            ids.push(s.capability_id);
-        }
-    }
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    // unscoped: the catalogue is platform data; `ids` are the tenant's.
-    Ok(capability::Entity::find()
-        .filter(capability::Column::Id.is_in(ids))
-        .order_by_asc(capability::Column::Key)
-        .all(db)
-        .await?)
-}
-
-/// The current plans of the capabilities the tenant subscribes to at `now`.
-pub(crate) async fn subscribed_plans(
-    db: &DatabaseConnection,
-    scope: TenantScope,
-    now: DateTime<Utc>,
-) -> Result<Vec<Plan>> {
-    let capabilities = subscribed(db, scope, now).await?;
-    if capabilities.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut condition = sea_orm::Condition::any();
-    for c in &capabilities {
-        condition = condition.add(
-            capability_plan::Column::CapabilityId
-                .eq(c.id)
-                .and(capability_plan::Column::Version.eq(c.version)),
-        );
-    }
-    let key_of: HashMap<uuid::Uuid, &str> = capabilities
-        .iter()
-        .map(|c| (c.id, c.key.as_str()))
-        .collect();
-    // unscoped: the catalogue is platform data.
-    capability_plan::Entity::find()
-        .filter(condition)
-        .order_by_asc(capability_plan::Column::Key)
-        .all(db)
-        .await?
-        .into_iter()
-        .map(|row| {
-            let key = key_of.get(&row.capability_id).copied().unwrap_or_default();
-            plan_of(row, key)
-        })
-        .collect()
-}
-
-/// Why a tenant may not use something a capability brings.
-fn not_subscribed(what: &str, capability: &capability::Model) -> Error {
-    Error::forbidden(format!(
-        "{what} belongs to capability `{}` (\"{}\"), which this tenant does not subscribe to; subscribe to it first (subscribeCapability)",
-        capability.key, capability.name
-    ))
-}
-
-/// The current plan `key` of whichever capability owns it, with the
-/// capability; `Forbidden` naming the capability unless the tenant
-/// subscribes to it at `now`. `None` when no capability has the key.
-pub(crate) async fn plan_for_tenant(
-    db: &DatabaseConnection,
-    scope: TenantScope,
-    key: &str,
-    now: DateTime<Utc>,
-) -> Result<Option<Plan>> {
-    // unscoped: the catalogue is platform data.
-    let Some(latest) = capability_plan::Entity::find()
-        .filter(capability_plan::Column::Key.eq(key))
-        .order_by_desc(capability_plan::Column::Version)
-        .one(db)
-        .await?
-    else {
-        return Ok(None);
-    };
-    // unscoped: the catalogue is platform data.
-    let Some(owner) = capability::Entity::find_by_id(latest.capability_id)
-        .one(db)
-        .await?
-    else {
-        return Ok(None);
-    };
-    if !subscribed(db, scope, now)
-        .await?
-        .iter()
-        .any(|c| c.id == owner.id)
-    {
-        return Err(not_subscribed(&format!("plan `{key}`"), &owner));
-    }
-    // The capability may have dropped the plan in its current version.
-    // unscoped: the catalogue is platform data.
-    let current = capability_plan::Entity::find()
-        .filter(capability_plan::Column::Key.eq(key))
-        .filter(capability_plan::Column::CapabilityId.eq(owner.id))
-        .filter(capability_plan::Column::Version.eq(owner.version))
-        .one(db)
-        .await?;
-    current.map(|row| plan_of(row, &owner.key)).transpose()
-}
-
-/// A capability plan by id (a version a task named), if the tenant still
-/// subscribes to its capability at `now`; `None` when no such row exists.
-pub(crate) async fn plan_by_id_for_tenant(
-    db: &DatabaseConnection,
-    scope: TenantScope,
-    id: PlanId,
-    now: DateTime<Utc>,
-) -> Result<Option<Plan>> {
-    let Some((plan, owner)) = plan_by_id(db, id).await? else {
-        return Ok(None);
-    };
-    if !subscribed(db, scope, now)
-        .await?
-        .iter()
-        .any(|c| c.id == owner.id)
-    {
-        return Err(not_subscribed(&format!("plan `{}`", plan.key), &owner));
-    }
-    Ok(Some(plan))
-}
-
-/// A capability plan by id, with its capability (the catalogue is public).
-pub(crate) async fn plan_by_id<C: ConnectionTrait>(
-    db: &C,
-    id: PlanId,
-) -> Result<Option<(Plan, capability::Model)>> {
-    // unscoped: the catalogue is platform data.
-    let Some(row) = capability_plan::Entity::find_by_id(id.uuid())
-        .one(db)
-        .await?
-    else {
-        return Ok(None);
-    };
-    // unscoped: the catalogue is platform data.
-    let Some(owner) = capability::Entity::find_by_id(row.capability_id)
-        .one(db)
-        .await?
-    else {
-        return Ok(None);
-    };
-    Ok(Some((plan_of(row, &owner.key)?, owner)))
-}
-
-/// `Forbidden` naming the capability when `intent` is brought only by
-/// capabilities the tenant does not subscribe to.
-pub(crate) async fn check_intent(
-    db: &DatabaseConnection,
-    scope: TenantScope,
-    intent: &str,
-    now: DateTime<Utc>,
-) -> Result<()> {
-    // unscoped: the catalogue is platform data.
-    let rows = capability_plan::Entity::find()
-        .filter(capability_plan::Column::Intent.eq(intent))
-        .all(db)
-        .await?;
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let subscribed = subscribed(db, scope, now).await?;
-    let mut owners: Vec<uuid::Uuid> = Vec::new();
-    for row in rows {
-        let Some(owner) = subscribed.iter().find(|c| c.id == row.capability_id) else {
-            owners.push(row.capability_id);
-            continue;
-        };
-        if owner.version == row.version {
-            return Ok(());
-        }
-    }
-    let Some(first) = owners.first() else {
-        return Ok(());
-    };
-    // unscoped: the catalogue is platform data.
-    match capability::Entity::find_by_id(*first).one(db).await? {
-        Some(owner) => Err(not_subscribed(&format!("intent `{intent}`"), &owner)),
-        None => Ok(()),
-    }
-}
-
-/// The partner tools named `keys`, as tools. With a tenant scope, a tool of
-/// a capability the tenant does not subscribe to at `now` is `Forbidden`
-/// naming the capability; without one (platform checks), every catalogue
-/// tool resolves. Unknown keys are left out.
-pub(crate) async fn partner_tools(
-    db: &DatabaseConnection,
-    scope: Option<TenantScope>,
-    keys: &[String],
-    now: DateTime<Utc>,
-) -> Result<Vec<Arc<dyn Tool>>> {
-    let keys: Vec<&str> = keys
-        .iter()
-        .filter(|k| k.starts_with(PARTNER_PREFIX))
-        .map(String::as_str)
-        .collect();
-    if keys.is_empty() {
-        return Ok(Vec::new());
-    }
-    // unscoped: the catalogue is platform data.
-    let rows = capability_tool::Entity::find()
-        .filter(capability_tool::Column::Key.is_in(keys))
-        .all(db)
-        .await?;
-    if rows.is_empty() {
-        return Ok(Vec::new());
-    }
-    // unscoped: the catalogue is platform data.
-    let owners = capability::Entity::find()
-        .filter(capability::Column::Id.is_in(rows.iter().map(|r| r.capability_id)))
-        .all(db)
-        .await?;
-    let allowed: Option<HashSet<uuid::Uuid>> = match scope {
-        Some(scope) => Some(
-            subscribed(db, scope, now)
-                .await?
-                .into_iter()
-                .map(|c| c.id)
-                .collect(),
-        ),
-        None => None,
-    };
-    let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
-    for row in rows {
-        let Some(owner) = owners.iter().find(|c| c.id == row.capability_id) else {
-            continue;
-        };
-        if let Some(allowed) = &allowed
-            && !allowed.contains(&owner.id)
-        {
-            return Err(not_subscribed(&format!("tool `{}`", row.key), owner));
-        }
-        tools.push(Arc::new(partner::PartnerTool::new(
-            PartnerToolDef::from(row),
-            owner.id.into(),
-            owner.key.clone(),
-        )));
-    }
-    Ok(tools)
-}
-
-/// Every partner tool of the catalogue (for the startup check).
-pub(crate) async fn all_partner_tools(db: &DatabaseConnection) -> Result<Vec<Arc<dyn Tool>>> {
-    // unscoped: the catalogue is platform data.
-    let keys: Vec<String> = capability_tool::Entity::find()
-        .all(db)
-        .await?
-        .into_iter()
-        .map(|t| t.key)
-        .collect();
-    partner_tools(db, None, &keys, Utc::now()).await
-}
-
-/// The current plans of every capability (for the startup check).
-pub(crate) async fn all_current_plans(db: &DatabaseConnection) -> Result<Vec<Plan>> {
-    // unscoped: the catalogue is platform data.
-    let capabilities = capability::Entity::find().all(db).await?;
-    let mut out = Vec::new();
-    for c in capabilities {
-        // unscoped: the catalogue is platform data.
-        let rows = capability_plan::Entity::find()
-            .filter(capability_plan::Column::CapabilityId.eq(c.id))
-            .filter(capability_plan::Column::Version.eq(c.version))
-            .all(db)
-            .await?;
-        for row in rows {
-            out.push(plan_of(row, &c.key)?);
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
