@@ -238,6 +238,32 @@ impl CapabilityQuery {
             .list(page_request(first, after)?)
             .await
             .gql()?;
+        // Load what the page's items select in one batch per relation.
+        let node = ctx.look_ahead().field("edges").field("node");
+        let wants_plans = ["plans", "intents", "requiredTools"]
+            .iter()
+            .any(|f| node.field(f).exists());
+        let plans = async {
+            if wants_plans {
+                loader(ctx)
+                    .load_many(
+                        page.items
+                            .iter()
+                            .map(|c| CapabilityPlansKey(c.id, c.version)),
+                    )
+                    .await?;
+            }
+            Ok::<_, async_graphql::Error>(())
+        };
+        let tools = async {
+            if node.field("tools").exists() {
+                loader(ctx)
+                    .load_many(page.items.iter().map(|c| CapabilityToolsKey(c.id)))
+                    .await?;
+            }
+            Ok(())
+        };
+        futures_util::try_join!(plans, tools)?;
         Ok(connection(page, |c| c.id.uuid(), Capability))
     }
 
@@ -266,6 +292,17 @@ impl CapabilityQuery {
             .subscriptions(scope, page_request(first, after)?, Utc::now())
             .await
             .gql()?;
+        if ctx
+            .look_ahead()
+            .field("edges")
+            .field("node")
+            .field("capability")
+            .exists()
+        {
+            loader(ctx)
+                .load_many(page.items.iter().map(|s| CapabilityKey(s.capability_id)))
+                .await?;
+        }
         Ok(connection(page, |s| s.id.uuid(), CapabilitySubscription))
     }
 }

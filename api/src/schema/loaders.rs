@@ -2,20 +2,24 @@
 //!
 //! One [`Loaders`] value implements [`Loader`] once per relation (async-graphql
 //! keeps a batch per key type). Resolvers of a list's items ask for their
-//! related rows by key; the loads of one tick are gathered and answered by
+//! related rows by key; the loads that arrive together are answered by
 //! one domain call, so listing N objects costs the same number of
 //! statements as listing one.
 //!
-//! Batching is by time: a batch is queried `graphql_batch_delay_ms` after
-//! its first key, so the delay must cover resolving one level of a page.
-//! The loader is shared by the schema and has no cache: keys of tenant data
-//! carry the caller's [`TenantScope`], a batch is answered per scope, and
-//! nothing outlives the batch, so no tenant can see another's rows and no
-//! request sees stale ones.
+//! A list resolver that knows its page also *prefetches* (for tasks: see
+//! `schema::tasks::prefetch`): it asks for the relations the operation
+//! selects, for every item at once, so the batches are whole however long
+//! resolving the page takes. Otherwise batching is by time: a batch is
+//! queried `graphql_batch_delay_ms` after its first key.
+//!
+//! Each operation gets a loader of its own (see `schema::RequestLoader`)
+//! whose cache lives as long as the operation, so batches never mix
+//! operations and nothing is stale; keys of tenant data carry the caller's
+//! [`TenantScope`], and every batch is read through that scope.
 
 use std::collections::HashMap;
 
-use async_graphql::dataloader::{DataLoader, Loader};
+use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
 use brainstem_domain::{
     CapabilityId, Domain, TaskId, TenantScope,
     capabilities::{Capability, PartnerToolDef},
@@ -26,22 +30,24 @@ use brainstem_domain::{
 use crate::error::ResultExt;
 
 /// The loader every resolver uses (see [`loader`]).
-pub type BrainstemLoader = DataLoader<Loaders>;
+pub type BrainstemLoader = DataLoader<Loaders, HashMapCache>;
 
 pub struct Loaders {
     domain: Domain,
 }
 
 impl Loaders {
-    /// A batch is queried `delay` after its first key arrives.
+    /// A loader for one operation: a batch is queried `delay` after its
+    /// first key arrives, and what it loaded is kept until the operation
+    /// ends.
     pub fn new(domain: Domain, delay: std::time::Duration) -> BrainstemLoader {
-        DataLoader::new(Self { domain }, tokio::spawn).delay(delay)
+        DataLoader::with_cache(Self { domain }, tokio::spawn, HashMapCache::default()).delay(delay)
     }
 }
 
-/// The schema's loader.
+/// The operation's loader.
 pub fn loader<'a>(ctx: &'a async_graphql::Context<'_>) -> &'a BrainstemLoader {
-    // The schema is always built with the loader (see `schema::build`).
+    // Every operation gets one before it runs (see `schema::build`).
     ctx.data_unchecked::<BrainstemLoader>()
 }
 

@@ -26,9 +26,10 @@ pub mod types;
 use std::{sync::Arc, time::Instant};
 
 use async_graphql::{
-    EmptySubscription, Response, Schema, ServerResult, Variables,
+    EmptySubscription, Request, Response, Schema, ServerResult, Variables,
     extensions::{
-        Extension, ExtensionContext, ExtensionFactory, NextParseQuery, NextRequest,
+        Extension, ExtensionContext, ExtensionFactory, NextParseQuery, NextPrepareRequest,
+        NextRequest,
         apollo_persisted_queries::{ApolloPersistedQueries, LruCacheStorage},
     },
     parser::types::ExecutableDocument,
@@ -144,8 +145,7 @@ pub fn domain<'a>(ctx: &'a async_graphql::Context<'_>) -> &'a Domain {
 
 pub fn build(domain: Domain, limits: GraphqlLimits, surface: &Surface) -> BrainstemSchema {
     Schema::build(Query::default(), Mutation::default(), EmptySubscription)
-        .data(loaders::Loaders::new(domain.clone(), limits.batch_delay))
-        .data(domain)
+        .data(domain.clone())
         .limit_depth(limits.max_depth)
         .limit_complexity(limits.max_complexity)
         // Extensions run outermost first: codes are added last, to everything.
@@ -154,6 +154,10 @@ pub fn build(domain: Domain, limits: GraphqlLimits, surface: &Surface) -> Brains
             surface.persisted_queries.clone(),
         ))
         .extension(RateLimit(surface.limiter.clone()))
+        .extension(RequestLoader {
+            domain,
+            delay: limits.batch_delay,
+        })
         .finish()
 }
 
@@ -179,6 +183,36 @@ impl Extension for ErrorCodes {
         let mut response = next.run(ctx).await;
         ensure_codes(&mut response.errors);
         response
+    }
+}
+
+/// Gives each operation a DataLoader of its own. Batches then gather one
+/// operation's keys only: a loader shared by concurrent operations would
+/// merge their keys into ever larger batches that each waits for.
+struct RequestLoader {
+    domain: Domain,
+    delay: std::time::Duration,
+}
+
+impl ExtensionFactory for RequestLoader {
+    fn create(&self) -> Arc<dyn Extension> {
+        Arc::new(RequestLoader {
+            domain: self.domain.clone(),
+            delay: self.delay,
+        })
+    }
+}
+
+#[async_graphql::async_trait::async_trait]
+impl Extension for RequestLoader {
+    async fn prepare_request(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        request: Request,
+        next: NextPrepareRequest<'_>,
+    ) -> ServerResult<Request> {
+        let loader = loaders::Loaders::new(self.domain.clone(), self.delay);
+        next.run(ctx, request.data(loader)).await
     }
 }
 

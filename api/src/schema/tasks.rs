@@ -487,6 +487,7 @@ impl Task {
             )
             .await
             .gql()?;
+        prefetch(ctx, &page.items).await?;
         Ok(connection(page, |t| t.id.uuid(), Task))
     }
     /// Every attempt of every step, in the order they ran.
@@ -508,17 +509,7 @@ impl Task {
         #[graphql(default = 100)] first: i32,
         last: Option<i32>,
     ) -> async_graphql::Result<Vec<TaskEvent>> {
-        let after = after.unwrap_or(0);
-        let window = match last {
-            Some(n) if (1..=1000).contains(&n) => EventWindow::last(&self.0, after, n as u64),
-            Some(_) => {
-                return Err(Error::validation("`last` must be between 1 and 1000")).gql();
-            }
-            None if (1..=1000).contains(&first) => EventWindow::first(after, first as u64),
-            None => {
-                return Err(Error::validation("`first` must be between 1 and 1000")).gql();
-            }
-        };
+        let window = event_window(&self.0, after, first, last).gql()?;
         Ok(loader(ctx)
             .load_one(TaskEventsKey(self.0.scope(), self.0.id, window))
             .await?
@@ -556,6 +547,97 @@ impl Task {
             .map(Artifact::from)
             .collect())
     }
+}
+
+/// The events `Task.events(after, first, last)` reads.
+fn event_window(
+    task: &tasks::Task,
+    after: Option<i64>,
+    first: i32,
+    last: Option<i32>,
+) -> Result<EventWindow, Error> {
+    let after = after.unwrap_or(0);
+    match last {
+        Some(n) if (1..=1000).contains(&n) => Ok(EventWindow::last(task, after, n as u64)),
+        Some(_) => Err(Error::validation("`last` must be between 1 and 1000")),
+        None if (1..=1000).contains(&first) => Ok(EventWindow::first(after, first as u64)),
+        None => Err(Error::validation("`first` must be between 1 and 1000")),
+    }
+}
+
+/// Load what the operation selects of every task of a page (steps, event
+/// windows, reviews, artifacts, parents), one batch per relation, before
+/// the items resolve; each item then finds its rows in the operation's
+/// loader cache. The loader batches by time as well, but a busy server may
+/// take longer than the batch delay to resolve a whole page.
+async fn prefetch(ctx: &Context<'_>, page: &[tasks::Task]) -> async_graphql::Result<()> {
+    let node = ctx.look_ahead().field("edges").field("node");
+    if page.is_empty() || !node.exists() {
+        return Ok(());
+    }
+    let loader = loader(ctx);
+    let steps = async {
+        if node.field("steps").exists() {
+            loader
+                .load_many(page.iter().map(|t| TaskStepsKey(t.scope(), t.id)))
+                .await?;
+        }
+        Ok::<_, async_graphql::Error>(())
+    };
+    let reviews = async {
+        if node.field("reviews").exists() || node.field("pendingReview").exists() {
+            loader
+                .load_many(page.iter().map(|t| TaskReviewsKey(t.scope(), t.id)))
+                .await?;
+        }
+        Ok(())
+    };
+    let artifacts = async {
+        if node.field("artifacts").exists() {
+            loader
+                .load_many(page.iter().map(|t| TaskArtifactsKey(t.scope(), t.id)))
+                .await?;
+        }
+        Ok(())
+    };
+    let parents = async {
+        if node.field("parent").exists() {
+            loader
+                .load_many(
+                    page.iter()
+                        .filter_map(|t| t.parent.map(|p| TaskKey(t.scope(), p))),
+                )
+                .await?;
+        }
+        Ok(())
+    };
+    let events = async {
+        let mut keys = Vec::new();
+        // Each selection of `events` (aliases may differ in arguments).
+        for field in node.field("events").selection_fields() {
+            let args = field.arguments()?;
+            let int = |name: &str| {
+                args.iter().find_map(|(n, v)| match v {
+                    async_graphql::Value::Number(x) if n.as_str() == name => x.as_i64(),
+                    _ => None,
+                })
+            };
+            let first = int("first").unwrap_or(100) as i32;
+            let last = int("last").map(|n| n as i32);
+            for task in page {
+                // Bad arguments are reported by the field itself.
+                if let Ok(window) = event_window(task, int("after"), first, last) {
+                    keys.push(TaskEventsKey(task.scope(), task.id, window));
+                }
+            }
+        }
+        if !keys.is_empty() {
+            loader.load_many(keys).await?;
+        }
+        Ok(())
+    };
+    futures_util::try_join!(steps, reviews, artifacts, parents, events)?;
+    Ok(())
 }
 
 #[derive(InputObject)]
@@ -604,6 +686,7 @@ impl TaskQuery {
             .list(scope, filter, page_request(first, after)?)
             .await
             .gql()?;
+        prefetch(ctx, &page.items).await?;
         Ok(connection(page, |t| t.id.uuid(), Task))
     }
 
