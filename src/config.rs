@@ -57,6 +57,8 @@ pub struct Config {
     /// Task events each process buffers for live subscribers; one that
     /// falls further behind catches up from the store.
     pub event_bus_capacity: usize,
+    /// Milliseconds the DataLoader gathers keys before one batched query.
+    pub graphql_batch_delay_ms: u64,
     /// Executor workers in this process (`serve` and `worker`).
     pub workers: usize,
     /// Seconds a worker's claim on a task lasts without a heartbeat.
@@ -193,6 +195,7 @@ impl Default for Config {
             graphql_max_complexity: limits.max_complexity,
             max_subscriptions_per_connection: limits.max_subscriptions,
             event_bus_capacity: brainstem_domain::events::CAPACITY,
+            graphql_batch_delay_ms: limits.batch_delay.as_millis() as u64,
             workers: 4,
             executor_lease_secs: 30,
             executor_poll_ms: 500,
@@ -287,6 +290,9 @@ impl Config {
         }
         if self.graphql_max_depth == 0 || self.graphql_max_complexity == 0 {
             bail!("graphql limits must be at least 1");
+        }
+        if self.graphql_batch_delay_ms > 1000 {
+            bail!("graphql_batch_delay_ms must be at most 1000");
         }
         if self.executor_lease_secs < 1 {
             bail!("executor_lease_secs must be at least 1");
@@ -400,6 +406,7 @@ impl Config {
             max_depth: self.graphql_max_depth,
             max_complexity: self.graphql_max_complexity,
             max_subscriptions: self.max_subscriptions_per_connection,
+            batch_delay: std::time::Duration::from_millis(self.graphql_batch_delay_ms),
         }
     }
 }

@@ -52,11 +52,13 @@ pub fn router(domain: Domain, config: ApiConfig) -> Result<Router, auth::AuthSet
         config.rate_limits,
     ));
     let schema = schema::build(domain.clone(), config.limits, &surface);
+    let metrics = metrics::Metrics::new();
+    metrics.count_statements(domain.statements.clone());
     let state = ApiState {
         domain,
         schema,
         auth,
-        metrics: Arc::new(metrics::Metrics::new()),
+        metrics: Arc::new(metrics),
         surface,
         limits: config.limits,
     };

@@ -9,10 +9,12 @@ use axum::{
     middleware::Next,
     response::Response,
 };
+use brainstem_domain::db::StatementCounter;
 use prometheus_client::{
-    encoding::{EncodeLabelSet, text::encode},
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, text::encode},
     metrics::{
-        counter::Counter,
+        counter::{ConstCounter, Counter},
         family::Family,
         gauge::Gauge,
         histogram::{Histogram, exponential_buckets},
@@ -76,6 +78,13 @@ impl Metrics {
         }
     }
 
+    /// Export the domain's count of SQL statements, read at each scrape.
+    pub fn count_statements(&self, statements: StatementCounter) {
+        if let Ok(mut registry) = self.registry.lock() {
+            registry.register_collector(Box::new(Statements(statements)));
+        }
+    }
+
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -90,6 +99,23 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// `db_statements_total`: SQL statements sent since start.
+#[derive(Debug)]
+struct Statements(StatementCounter);
+
+impl Collector for Statements {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let counter = ConstCounter::new(self.0.get());
+        let metric = encoder.encode_descriptor(
+            "db_statements",
+            "SQL statements sent to the database",
+            None,
+            counter.metric_type(),
+        )?;
+        counter.encode(metric)
     }
 }
 

@@ -3,7 +3,13 @@
 //! SQLite is the embedded default (`sqlite://brainstem.db`, created on first
 //! use, WAL mode); PostgreSQL is chosen by a `postgres://` URL.
 
-use std::time::Duration;
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
 
 use brainstem_migration::{Migrator, MigratorTrait};
 use sea_orm::{
@@ -77,4 +83,26 @@ pub fn migration_names() -> Vec<String> {
         .iter()
         .map(|m| m.name().to_owned())
         .collect()
+}
+
+/// Counts the SQL statements a connection pool sends, in and out of
+/// transactions. Exported as `brainstem_db_statements_total`; it is how a
+/// test sees that batching keeps a list's statements flat.
+#[derive(Clone, Debug, Default)]
+pub struct StatementCounter(Arc<AtomicU64>);
+
+impl StatementCounter {
+    /// Count every statement of `db` and of the clones made of it from now
+    /// on (attach before the pool is shared).
+    pub fn attach(&self, db: &mut DatabaseConnection) {
+        let count = self.0.clone();
+        db.set_metric_callback(move |_| {
+            count.fetch_add(1, Ordering::Relaxed);
+        });
+    }
+
+    /// Statements sent so far.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
 }

@@ -39,7 +39,7 @@ use uuid::Uuid;
 use crate::{
     Domain, Error, Result,
     audit::sha256_hex,
-    intent,
+    capabilities, intent,
     json_schema::{self, Mode},
     plans::{self, FALLBACK_INTENT, StepDef},
     redact::redact,
@@ -283,6 +283,10 @@ impl Executor {
             if let Err(err) = self.reap_expired(Utc::now()).await {
                 tracing::error!(%err, "reaper error");
             }
+            // The same housekeeping beat stores the end of ended trials.
+            if let Err(err) = self.domain.capabilities.expire_trials(Utc::now()).await {
+                tracing::error!(%err, "trial expiry error");
+            }
             tokio::select! {
                 () = tokio::time::sleep(self.config.reap_every) => {}
                 _ = stopping.changed() => {}
@@ -489,7 +493,10 @@ impl Executor {
     /// the plan.
     async fn plan(&self, task: Task) -> Result<Next> {
         let scope = task.scope();
-        let plans = self.domain.plans.all_latest(scope).await?;
+        let now = Utc::now();
+        // The tenant's own plans and those of the capabilities it
+        // subscribes to now; nothing else is a candidate.
+        let plans = self.domain.plans.available(scope, now).await?;
         let (intent, confidence, reasoning, model_usage) = match &task.intent {
             Some(i) => (
                 i.clone(),
@@ -537,13 +544,33 @@ impl Executor {
                 .await;
         }
         let chosen = match task.plan_id {
-            Some(id) => Some(self.domain.plans.get(scope, id).await?),
+            // A capability plan named at start needs the subscription still.
+            Some(id) => match self.domain.plans.for_task(scope, id, now).await {
+                Ok(plan) => Some(plan),
+                Err(e @ (Error::Forbidden(_) | Error::NotFound(_))) => {
+                    return self.fail(&task, e.to_string(), None).await;
+                }
+                Err(other) => return Err(other),
+            },
             None => plans
                 .iter()
                 .filter(|p| p.intent == intent)
                 .max_by_key(|p| (p.priority, p.created_at))
                 .cloned(),
         };
+        // A plan named at start was counted against its capability's quota
+        // then; a detected one is counted now.
+        if task.plan_id.is_none()
+            && let Some(plan) = &chosen
+        {
+            match capabilities::check_quota(&self.domain.db, scope, plan, now).await {
+                Ok(()) => {}
+                Err(e @ Error::RateLimited { .. }) => {
+                    return self.fail(&task, e.to_string(), None).await;
+                }
+                Err(other) => return Err(other),
+            }
+        }
         let (plan_ref, steps) = match chosen {
             Some(p) => ((p.id, p.key.clone(), p.version), p.steps.clone()),
             None if intent == FALLBACK_INTENT => {
@@ -672,14 +699,29 @@ impl Executor {
                 }
             }
         }
-        let Some(tool) = self.registry.get(&step.tool) else {
-            return self
-                .fail(
-                    &task,
-                    format!("Tool '{}' not registered (step `{}`)", step.tool, step.id),
-                    Some(&step),
-                )
-                .await;
+        // Registered tools, or partner tools of subscribed capabilities.
+        let tool = match self
+            .domain
+            .plans
+            .tool(task.scope(), &step.tool, Utc::now())
+            .await
+        {
+            Ok(tool) => tool,
+            Err(Error::NotFound(_)) => {
+                return self
+                    .fail(
+                        &task,
+                        format!("Tool '{}' not registered (step `{}`)", step.tool, step.id),
+                        Some(&step),
+                    )
+                    .await;
+            }
+            Err(Error::Forbidden(message)) => {
+                return self
+                    .fail(&task, format!("step `{}`: {message}", step.id), Some(&step))
+                    .await;
+            }
+            Err(other) => return Err(other),
         };
         let args = match template::render(&step.args, &context) {
             Ok(Value::Object(map)) => Value::Object(
@@ -946,8 +988,17 @@ impl Executor {
         if !out.new_steps.is_empty() {
             let existing: HashSet<String> = task.frozen_plan.iter().map(|s| s.id.clone()).collect();
             let plan_key = task.plan_key.clone().unwrap_or_default();
-            if let Err(errors) =
-                plans::check_steps(&plan_key, &out.new_steps, &self.registry, &existing)
+            let registry = match self
+                .domain
+                .plans
+                .tools_for(Some(task.scope()), &out.new_steps, Utc::now())
+                .await
+            {
+                Ok(registry) => registry,
+                Err(Error::Forbidden(_)) => self.registry.clone(),
+                Err(other) => return Err(other),
+            };
+            if let Err(errors) = plans::check_steps(&plan_key, &out.new_steps, &registry, &existing)
             {
                 let error = ToolError::fatal(format!(
                     "the tool injected invalid steps: {}",

@@ -233,6 +233,7 @@ mod tests {
             steps: vec![],
             created_by: "t".into(),
             created_at: Utc::now(),
+            capability: None,
         }
     }
 

@@ -18,6 +18,9 @@
 //! - [`acting`]: a platform admin acting inside a named tenant (audited).
 //! - [`connections`]: tenants' credentials for external systems, their
 //!   secrets sealed by [`crypto`] (AES-256-GCM, rotatable keys).
+//! - [`capabilities`]: the platform's catalogue (plans, intents, partner
+//!   HTTP tools, limits) and tenants' subscriptions, which switch a
+//!   capability's plans and tools on.
 //! - [`rate_limit`]: in-process token buckets per API key and per tenant.
 //! - [`llm`]: the `LanguageModel` trait, its providers (OpenAI-compatible,
 //!   offline), timeouts, retries, breaker, token budgets; [`http_client`]:
@@ -32,6 +35,7 @@
 pub mod acting;
 pub mod api_keys;
 pub mod audit;
+pub mod capabilities;
 pub mod connections;
 pub mod crypto;
 pub mod db;
@@ -57,8 +61,8 @@ pub mod tools;
 
 pub use audit::PlatformScope;
 pub use brainstem_entity::{
-    ApiKeyId, AuditId, ConnectionId, EntityId, MemoryId, PlanId, RelationId, TaskId, TenantId,
-    TenantScope, UserId,
+    ApiKeyId, AuditId, CapabilityId, ConnectionId, EntityId, MemoryId, PlanId, RelationId,
+    SubscriptionId, TaskId, TenantId, TenantScope, UserId,
 };
 pub use error::{Error, Result};
 pub use principal::{Actor, Principal, Role};
@@ -71,6 +75,8 @@ use sea_orm::DatabaseConnection;
 #[derive(Clone)]
 pub struct Domain {
     pub db: DatabaseConnection,
+    /// SQL statements sent through `db` since start.
+    pub statements: db::StatementCounter,
     pub tenants: tenants::Tenants,
     pub api_keys: api_keys::ApiKeys,
     pub audit: audit::AuditLog,
@@ -81,6 +87,7 @@ pub struct Domain {
     pub events: Arc<events::EventBus>,
     pub graph: graph::Graph,
     pub memory: memory::Memories,
+    pub capabilities: capabilities::Capabilities,
 }
 
 impl Domain {
@@ -124,7 +131,10 @@ impl Domain {
         memory: memory::Memories,
     ) -> Self {
         let sink: Arc<dyn tasks::EventSink> = events.clone();
-        let plans = plans::Plans::new(db.clone(), registry);
+        let mut db = db;
+        let statements = db::StatementCounter::default();
+        statements.attach(&mut db);
+        let plans = plans::Plans::new(db.clone(), registry.clone());
         Self {
             tenants: tenants::Tenants::new(db.clone()),
             api_keys: api_keys::ApiKeys::new(db.clone()),
@@ -135,15 +145,19 @@ impl Domain {
             events,
             graph,
             memory,
+            capabilities: capabilities::Capabilities::new(db.clone(), registry),
+            statements,
             db,
         }
     }
 
-    /// Use `keyring` to seal and open connection secrets. Without one,
-    /// connections without a secret still work and any secret is refused.
+    /// Use `keyring` to seal and open connection secrets (and capabilities'
+    /// signing secrets). Without one, connections without a secret still
+    /// work and any secret is refused.
     pub fn with_connection_keys(mut self, keyring: crypto::Keyring) -> Self {
-        self.connections =
-            connections::Connections::new(self.db.clone(), Some(std::sync::Arc::new(keyring)));
+        let keyring = Arc::new(keyring);
+        self.connections = connections::Connections::new(self.db.clone(), Some(keyring.clone()));
+        self.capabilities = self.capabilities.with_keyring(keyring);
         self
     }
 

@@ -7,8 +7,11 @@
 //! not compile, or has arguments that fail the tool's JSON Schema. It runs on
 //! publish, on every step a tool injects at run time, and over all stored
 //! plans at startup.
+//!
+//! A tenant's tasks run its own plans and the plans of the capabilities it
+//! subscribes to ([`Plans::available`]; see [`crate::capabilities`]).
 
-use std::collections::HashSet;
+use std::{collections::HashSet, sync::Arc};
 
 use brainstem_entity::{PlanId, TenantOwned, TenantScope, plan};
 use chrono::{DateTime, Utc};
@@ -21,11 +24,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{
-    Error, Principal, Result,
+    Error, Principal, Result, capabilities,
     json_schema::{self, Mode},
     page::{self, Page, PageRequest},
     template,
-    tools::ToolRegistry,
+    tools::{Tool, ToolRegistry},
 };
 
 /// The intent every tenant has: work nothing else claims.
@@ -134,6 +137,8 @@ pub struct Plan {
     pub steps: Vec<StepDef>,
     pub created_by: String,
     pub created_at: DateTime<Utc>,
+    /// The capability that brings this plan; `None` for the tenant's own.
+    pub capability: Option<String>,
 }
 
 impl TryFrom<plan::Model> for Plan {
@@ -153,6 +158,7 @@ impl TryFrom<plan::Model> for Plan {
             priority: m.priority,
             created_by: m.created_by,
             created_at: m.created_at,
+            capability: None,
         })
     }
 }
@@ -271,10 +277,12 @@ impl Plans {
         &self.registry
     }
 
-    /// Publish a new version of a plan (tenant admins).
+    /// Publish a new version of a plan (tenant admins). Its steps may use
+    /// the partner tools of capabilities the tenant subscribes to.
     pub async fn publish(&self, principal: &Principal, def: PlanDef) -> Result<Plan> {
         let scope = principal.require_scope("admin")?;
-        check_plan(&def, &self.registry)?;
+        let registry = self.tools_for(Some(scope), &def.steps, Utc::now()).await?;
+        check_plan(&def, &registry)?;
         let latest = plan::Entity::find_in(scope)
             .filter(plan::Column::Key.eq(&def.key))
             .order_by_desc(plan::Column::Version)
@@ -373,12 +381,127 @@ impl Plans {
             .and_then(Plan::try_from)
     }
 
+    /// A plan version by id: one of the tenant's, or one of the catalogue's
+    /// (capability plans are public, like the catalogue).
     pub async fn get(&self, scope: TenantScope, id: PlanId) -> Result<Plan> {
-        plan::Entity::find_by_id_in(scope, id.uuid())
+        if let Some(own) = plan::Entity::find_by_id_in(scope, id.uuid())
             .one(&self.db)
             .await?
+        {
+            return Plan::try_from(own);
+        }
+        capabilities::plan_by_id(&self.db, id)
+            .await?
+            .map(|(plan, _)| plan)
             .ok_or_else(|| Error::not_found("plan"))
-            .and_then(Plan::try_from)
+    }
+
+    /// The plans a tenant's tasks may run at `now`: the latest version of
+    /// each of its own plans, then the current plans of the capabilities it
+    /// subscribes to (ACTIVE, or TRIAL before its end). Intent detection and
+    /// plan choice look only at these.
+    pub async fn available(&self, scope: TenantScope, now: DateTime<Utc>) -> Result<Vec<Plan>> {
+        let mut plans = self.all_latest(scope).await?;
+        plans.extend(capabilities::subscribed_plans(&self.db, scope, now).await?);
+        Ok(plans)
+    }
+
+    /// The plan a task starting at `now` names by key: the tenant's own plan
+    /// of that key (a tenant may override a capability's plan), else the
+    /// current plan of a subscribed capability. A capability's plan without
+    /// a subscription is `Forbidden`, naming the capability; an unknown key
+    /// is `NotFound`.
+    pub async fn for_start(
+        &self,
+        scope: TenantScope,
+        key: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Plan> {
+        match self.latest(scope, key).await {
+            Err(Error::NotFound(_)) => capabilities::plan_for_tenant(&self.db, scope, key, now)
+                .await?
+                .ok_or_else(|| Error::not_found(format!("plan `{key}`"))),
+            other => other,
+        }
+    }
+
+    /// The plan version a task named at start, for planning at `now`: the
+    /// tenant's own, or a capability's while the tenant still subscribes
+    /// (`Forbidden` naming the capability otherwise).
+    pub async fn for_task(
+        &self,
+        scope: TenantScope,
+        id: PlanId,
+        now: DateTime<Utc>,
+    ) -> Result<Plan> {
+        if let Some(own) = plan::Entity::find_by_id_in(scope, id.uuid())
+            .one(&self.db)
+            .await?
+        {
+            return Plan::try_from(own);
+        }
+        capabilities::plan_by_id_for_tenant(&self.db, scope, id, now)
+            .await?
+            .ok_or_else(|| Error::not_found("plan"))
+    }
+
+    /// `Forbidden`, naming the capability, when a task names an intent that
+    /// only capabilities the tenant does not subscribe to bring.
+    pub async fn check_intent(
+        &self,
+        scope: TenantScope,
+        intent: &str,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        if intent == FALLBACK_INTENT
+            || self
+                .all_latest(scope)
+                .await?
+                .iter()
+                .any(|p| p.intent == intent)
+        {
+            return Ok(());
+        }
+        capabilities::check_intent(&self.db, scope, intent, now).await
+    }
+
+    /// The registry plus the partner tools `steps` name, as the scope's
+    /// tenant may use them at `now` (`Forbidden` for a tool of a capability
+    /// it does not subscribe to). Unknown keys stay unknown, for the
+    /// integrity check to report.
+    pub async fn tools_for(
+        &self,
+        scope: Option<TenantScope>,
+        steps: &[StepDef],
+        now: DateTime<Utc>,
+    ) -> Result<ToolRegistry> {
+        let partner: Vec<String> = steps
+            .iter()
+            .filter(|s| !self.registry.contains(&s.tool))
+            .map(|s| s.tool.clone())
+            .collect();
+        let extra = capabilities::partner_tools(&self.db, scope, &partner, now).await?;
+        Ok(self.registry.with_extra(extra))
+    }
+
+    /// The tool a step of the scope's tenant runs at `now`: a registered
+    /// one, or a partner tool of a subscribed capability. `NotFound` when no
+    /// such tool exists; `Forbidden` naming the capability when the tenant
+    /// does not subscribe to it.
+    pub async fn tool(
+        &self,
+        scope: TenantScope,
+        key: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Arc<dyn Tool>> {
+        if let Some(tool) = self.registry.get(key) {
+            return Ok(tool);
+        }
+        capabilities::partner_tools(&self.db, Some(scope), &[key.to_owned()], now)
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::not_found(format!("tool `{key}`")))
     }
 
     /// The latest version of every plan of the tenant (for intent detection
@@ -406,8 +529,12 @@ impl Plans {
     }
 
     /// Run the integrity check over every stored plan version that could
-    /// still run (the latest of each key, in every tenant). Used at startup.
+    /// still run (the latest of each key, in every tenant, and the current
+    /// plans of every capability). Used at startup.
     pub async fn check_all(&self) -> Result<()> {
+        let registry = self
+            .registry
+            .with_extra(capabilities::all_partner_tools(&self.db).await?);
         // unscoped: a startup check over every tenant's plans, read-only.
         let rows = plan::Entity::find()
             .order_by_asc(plan::Column::TenantId)
@@ -424,8 +551,12 @@ impl Plans {
             }
             last = Some(ident);
             let plan = Plan::try_from(row)?;
-            if let Err(mut e) = check_steps(&plan.key, &plan.steps, &self.registry, &HashSet::new())
-            {
+            if let Err(mut e) = check_steps(&plan.key, &plan.steps, &registry, &HashSet::new()) {
+                errors.append(&mut e);
+            }
+        }
+        for plan in capabilities::all_current_plans(&self.db).await? {
+            if let Err(mut e) = check_steps(&plan.key, &plan.steps, &registry, &HashSet::new()) {
                 errors.append(&mut e);
             }
         }

@@ -13,7 +13,12 @@
 //! changes a task only when no lease is held, except `cancelTask`, which
 //! sets a flag the worker honours before its next step.
 
-use std::{collections::BTreeSet, fmt, str::FromStr, sync::Arc};
+use std::{
+    collections::{BTreeSet, HashMap},
+    fmt,
+    str::FromStr,
+    sync::Arc,
+};
 
 use brainstem_entity::{
     PlanId, TaskId, TenantId, TenantOwned, TenantScope, artifact, delegation, review, task,
@@ -23,7 +28,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveModelTrait,
     ActiveValue::Set,
-    ColumnTrait, ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait,
+    ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait,
     QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
     sea_query::{Expr, SimpleExpr},
 };
@@ -307,6 +312,37 @@ impl TryFrom<task_event::Model> for TaskEvent {
             data: m.data,
             created_at: m.created_at,
         })
+    }
+}
+
+/// Which events of a task to read: sequence numbers in `(after, until]`.
+/// Sequence numbers have no gaps, so "the first N after X" is
+/// `(X, X + N]` and "the last N" of a task whose latest is L is
+/// `(L - N, L]`; windows of many tasks are read in one statement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EventWindow {
+    pub after: i64,
+    pub until: i64,
+}
+
+impl EventWindow {
+    /// Up to `n` events after `after`.
+    pub fn first(after: i64, n: u64) -> Self {
+        Self {
+            after,
+            until: after.saturating_add(i64::try_from(n).unwrap_or(i64::MAX)),
+        }
+    }
+
+    /// The last `n` events of `task` (as of its snapshot) after `after`.
+    pub fn last(task: &Task, after: i64, n: u64) -> Self {
+        let from = task
+            .last_seq
+            .saturating_sub(i64::try_from(n).unwrap_or(i64::MAX));
+        Self {
+            after: after.max(from),
+            until: task.last_seq,
+        }
     }
 }
 
@@ -789,12 +825,16 @@ impl Tasks {
                 "confidenceThreshold must be between 0 and 1",
             ));
         }
-        // A named plan must exist now, not fail later in a worker.
+        let now = Utc::now();
+        // A named plan must exist now, not fail later in a worker; one a
+        // capability brings needs a subscription (FORBIDDEN, naming it).
         let plan = match &new.plan_key {
-            Some(key) => Some(self.plans.latest(scope, key).await.map_err(|e| match e {
-                Error::NotFound(_) => Error::validation(format!("unknown plan `{key}`")),
-                other => other,
-            })?),
+            Some(key) => Some(self.plans.for_start(scope, key, now).await.map_err(
+                |e| match e {
+                    Error::NotFound(_) => Error::validation(format!("unknown plan `{key}`")),
+                    other => other,
+                },
+            )?),
             None => None,
         };
         let intent = plan
@@ -806,7 +846,14 @@ impl Tasks {
         {
             return Err(Error::validation("intent must have 1-100 characters"));
         }
-        let now = Utc::now();
+        if plan.is_none()
+            && let Some(i) = &intent
+        {
+            self.plans.check_intent(scope, i, now).await?;
+        }
+        if let Some(plan) = &plan {
+            crate::capabilities::check_quota(&self.db, scope, plan, now).await?;
+        }
         let id = TaskId::new();
         let given_intent = intent.is_some();
         let model = task::ActiveModel {
@@ -989,6 +1036,96 @@ impl Tasks {
             .into_iter()
             .map(Artifact::from)
             .collect())
+    }
+
+    /// The events of several tasks at once, each window oldest first: one
+    /// statement for any number of tasks (for batch loading).
+    pub async fn events_of_many(
+        &self,
+        scope: TenantScope,
+        windows: &[(TaskId, EventWindow)],
+    ) -> Result<HashMap<(TaskId, EventWindow), Vec<TaskEvent>>> {
+        let mut out: HashMap<(TaskId, EventWindow), Vec<TaskEvent>> =
+            windows.iter().map(|w| (*w, Vec::new())).collect();
+        let windows: Vec<&(TaskId, EventWindow)> =
+            windows.iter().filter(|(_, w)| w.until > w.after).collect();
+        if windows.is_empty() {
+            return Ok(out);
+        }
+        let mut any = Condition::any();
+        for (task, window) in &windows {
+            any = any.add(
+                Condition::all()
+                    .add(task_event::Column::TaskId.eq(task.uuid()))
+                    .add(task_event::Column::Seq.gt(window.after))
+                    .add(task_event::Column::Seq.lte(window.until)),
+            );
+        }
+        let rows = task_event::Entity::find_in(scope)
+            .filter(any)
+            .order_by_asc(task_event::Column::TaskId)
+            .order_by_asc(task_event::Column::Seq)
+            .all(&self.db)
+            .await?;
+        for row in rows {
+            let event = TaskEvent::try_from(row)?;
+            // Windows of one task may overlap; an event goes to each.
+            for (task, window) in &windows {
+                if *task == event.task_id
+                    && event.seq > window.after
+                    && event.seq <= window.until
+                    && let Some(list) = out.get_mut(&(*task, *window))
+                {
+                    list.push(event.clone());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every attempt of every step of several tasks at once, by task.
+    pub async fn steps_of_many(
+        &self,
+        scope: TenantScope,
+        ids: &[TaskId],
+    ) -> Result<HashMap<TaskId, Vec<StepAttempt>>> {
+        let rows = task_step::Entity::find_in(scope)
+            .filter(task_step::Column::TaskId.is_in(ids.iter().map(|i| i.uuid())))
+            .order_by_asc(task_step::Column::Id)
+            .all(&self.db)
+            .await?;
+        Ok(group(ids, rows, |r| r.task_id.into(), StepAttempt::from))
+    }
+
+    /// The reviews of several tasks at once, by task.
+    pub async fn reviews_of_many(
+        &self,
+        scope: TenantScope,
+        ids: &[TaskId],
+    ) -> Result<HashMap<TaskId, Vec<Review>>> {
+        let rows = review::Entity::find_in(scope)
+            .filter(review::Column::TaskId.is_in(ids.iter().map(|i| i.uuid())))
+            .order_by_asc(review::Column::Id)
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(Review::try_from)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(group(ids, rows, |r| r.task_id, |r| r))
+    }
+
+    /// The artifacts of several tasks at once, by task.
+    pub async fn artifacts_of_many(
+        &self,
+        scope: TenantScope,
+        ids: &[TaskId],
+    ) -> Result<HashMap<TaskId, Vec<Artifact>>> {
+        let rows = artifact::Entity::find_in(scope)
+            .filter(artifact::Column::TaskId.is_in(ids.iter().map(|i| i.uuid())))
+            .order_by_asc(artifact::Column::Id)
+            .all(&self.db)
+            .await?;
+        Ok(group(ids, rows, |r| r.task_id.into(), Artifact::from))
     }
 
     /// Cancel a task. An idle task (pending, in review, delegated) is
@@ -1415,6 +1552,22 @@ pub async fn events_after<C: ConnectionTrait>(
         .into_iter()
         .map(TaskEvent::try_from)
         .collect()
+}
+
+/// Rows grouped by task, every id present (with an empty list if need be),
+/// each group in the rows' order.
+fn group<R, T>(
+    ids: &[TaskId],
+    rows: Vec<R>,
+    task_of: impl Fn(&R) -> TaskId,
+    convert: impl Fn(R) -> T,
+) -> HashMap<TaskId, Vec<T>> {
+    let mut out: HashMap<TaskId, Vec<T>> = ids.iter().map(|id| (*id, Vec::new())).collect();
+    for row in rows {
+        let task = task_of(&row);
+        out.entry(task).or_default().push(convert(row));
+    }
+    out
 }
 
 pub async fn get_task<C: ConnectionTrait>(db: &C, scope: TenantScope, id: TaskId) -> Result<Task> {

@@ -99,6 +99,14 @@ id_type!(
     /// A knowledge-graph relation between two entities of one tenant.
     RelationId
 );
+id_type!(
+    /// A capability of the platform's catalogue.
+    CapabilityId
+);
+id_type!(
+    /// A tenant's subscription to a capability.
+    SubscriptionId
+);
 
 #[cfg(test)]
 mod tests {

@@ -11,10 +11,16 @@
 //!   [`memory_event`], [`memory_mention`]; knowledge graph: [`kg_entity`],
 //!   [`kg_relation`]. Memory embeddings are not an entity: their column type
 //!   differs by backend (see `brainstem_domain::memory::vector`).
+//!   The capability catalogue: [`capability`], [`capability_plan`],
+//!   [`capability_tool`], [`capability_subscription`].
 
 pub mod api_key;
 pub mod artifact;
 pub mod audit_log;
+pub mod capability;
+pub mod capability_plan;
+pub mod capability_subscription;
+pub mod capability_tool;
 pub mod connection;
 pub mod delegation;
 pub mod ids;
@@ -35,7 +41,7 @@ pub mod tenant;
 pub mod user;
 
 pub use ids::{
-    ApiKeyId, AuditId, ConnectionId, EntityId, MemoryId, PlanId, RelationId, TaskId, TenantId,
-    UserId,
+    ApiKeyId, AuditId, CapabilityId, ConnectionId, EntityId, MemoryId, PlanId, RelationId,
+    SubscriptionId, TaskId, TenantId, UserId,
 };
 pub use scope::{TenantOwned, TenantScope};

@@ -11,6 +11,8 @@ mod m20261121_000003_create_tasks;
 mod m20261121_140000_create_connections;
 mod m20261121_140000_create_memory;
 mod m20261121_140100_api_key_rate_limits;
+mod m20261122_090000_create_capabilities;
+mod m20261122_100000_index_tasks_by_plan;
 
 pub struct Migrator;
 
@@ -24,6 +26,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261121_140000_create_connections::Migration),
             Box::new(m20261121_140100_api_key_rate_limits::Migration),
             Box::new(m20261121_140000_create_memory::Migration),
+            Box::new(m20261122_090000_create_capabilities::Migration),
+            Box::new(m20261122_100000_index_tasks_by_plan::Migration),
         ]
     }
 }

@@ -11,7 +11,14 @@
 use std::path::Path;
 
 /// Tables that belong to the platform, not to one tenant.
-const PLATFORM_TABLES: &[&str] = &["tenant", "platform_setting", "audit_log"];
+const PLATFORM_TABLES: &[&str] = &[
+    "tenant",
+    "platform_setting",
+    "audit_log",
+    "capability",
+    "capability_plan",
+    "capability_tool",
+];
 const RAW_BUILDERS: &[&str] = &[
     "find()",
     "find_by_id(",

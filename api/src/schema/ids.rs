@@ -19,6 +19,8 @@ pub enum NodeType {
     Memory,
     KgEntity,
     KgRelation,
+    Capability,
+    CapabilitySubscription,
 }
 
 impl NodeType {
@@ -34,6 +36,8 @@ impl NodeType {
             NodeType::Memory => "Memory",
             NodeType::KgEntity => "KgEntity",
             NodeType::KgRelation => "KgRelation",
+            NodeType::Capability => "Capability",
+            NodeType::CapabilitySubscription => "CapabilitySubscription",
         }
     }
 
@@ -49,6 +53,8 @@ impl NodeType {
             "Memory" => Some(NodeType::Memory),
             "KgEntity" => Some(NodeType::KgEntity),
             "KgRelation" => Some(NodeType::KgRelation),
+            "Capability" => Some(NodeType::Capability),
+            "CapabilitySubscription" => Some(NodeType::CapabilitySubscription),
             _ => None,
         }
     }

@@ -7,6 +7,8 @@
 //! - [`tasks`]: plans, tools and tasks.
 //! - [`admin`]: the tenant admin's area: audit log, connections, API-key
 //!   rate limits.
+//! - [`capabilities`]: the capability catalogue and tenants' subscriptions.
+//! - [`loaders`]: DataLoader batching of the relations lists fan out to.
 //!
 //! Every operation passes two extensions besides error coding: automatic
 //! persisted queries (an in-memory LRU of parsed documents by SHA-256) and
@@ -14,8 +16,10 @@
 //! - [`memory`]: memory and knowledge graph (`MemoryQuery`, `MemoryMutation`).
 
 pub mod admin;
+pub mod capabilities;
 pub mod events;
 pub mod ids;
+pub mod loaders;
 pub mod memory;
 pub mod mutation;
 pub mod query;
@@ -26,9 +30,10 @@ pub mod types;
 use std::{sync::Arc, time::Instant};
 
 use async_graphql::{
-    Response, Schema, ServerResult, Variables,
+    Request, Response, Schema, ServerResult, Variables,
     extensions::{
-        Extension, ExtensionContext, ExtensionFactory, NextParseQuery, NextRequest,
+        Extension, ExtensionContext, ExtensionFactory, NextParseQuery, NextPrepareRequest,
+        NextRequest,
         apollo_persisted_queries::{ApolloPersistedQueries, LruCacheStorage},
     },
     parser::types::ExecutableDocument,
@@ -48,6 +53,7 @@ pub struct Query(
     tasks::TaskQuery,
     admin::AdminQuery,
     memory::MemoryQuery,
+    capabilities::CapabilityQuery,
 );
 
 // The mutation root, merged like `Query`.
@@ -57,17 +63,21 @@ pub struct Mutation(
     tasks::TaskMutation,
     admin::AdminMutation,
     memory::MemoryMutation,
+    capabilities::CapabilityMutation,
 );
 
 pub type BrainstemSchema = Schema<Query, Mutation, subscription::Subscription>;
 
-/// Limits every operation must stay within.
+/// Limits every operation must stay within, and how execution batches.
 #[derive(Clone, Copy, Debug)]
 pub struct GraphqlLimits {
     pub max_depth: usize,
     pub max_complexity: usize,
     /// Subscriptions one WebSocket connection may hold at once.
     pub max_subscriptions: usize,
+    /// How long the DataLoader gathers the keys of one level of a list
+    /// before it queries: long enough for every item of a page to ask.
+    pub batch_delay: std::time::Duration,
 }
 
 impl Default for GraphqlLimits {
@@ -76,6 +86,7 @@ impl Default for GraphqlLimits {
             max_depth: 12,
             max_complexity: 1000,
             max_subscriptions: 100,
+            batch_delay: std::time::Duration::from_millis(2),
         }
     }
 }
@@ -148,7 +159,7 @@ pub fn build(domain: Domain, limits: GraphqlLimits, surface: &Surface) -> Brains
         Mutation::default(),
         subscription::Subscription,
     )
-    .data(domain)
+    .data(domain.clone())
     .data(entities)
     .data(mentions)
     .limit_depth(limits.max_depth)
@@ -159,6 +170,10 @@ pub fn build(domain: Domain, limits: GraphqlLimits, surface: &Surface) -> Brains
         surface.persisted_queries.clone(),
     ))
     .extension(RateLimit(surface.limiter.clone()))
+    .extension(RequestLoader {
+        domain,
+        delay: limits.batch_delay,
+    })
     .finish()
 }
 
@@ -188,6 +203,36 @@ impl Extension for ErrorCodes {
         let mut response = next.run(ctx).await;
         ensure_codes(&mut response.errors);
         response
+    }
+}
+
+/// Gives each operation a DataLoader of its own. Batches then gather one
+/// operation's keys only: a loader shared by concurrent operations would
+/// merge their keys into ever larger batches that each waits for.
+struct RequestLoader {
+    domain: Domain,
+    delay: std::time::Duration,
+}
+
+impl ExtensionFactory for RequestLoader {
+    fn create(&self) -> Arc<dyn Extension> {
+        Arc::new(RequestLoader {
+            domain: self.domain.clone(),
+            delay: self.delay,
+        })
+    }
+}
+
+#[async_graphql::async_trait::async_trait]
+impl Extension for RequestLoader {
+    async fn prepare_request(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        request: Request,
+        next: NextPrepareRequest<'_>,
+    ) -> ServerResult<Request> {
+        let loader = loaders::Loaders::new(self.domain.clone(), self.delay);
+        next.run(ctx, request.data(loader)).await
     }
 }
 

@@ -102,6 +102,9 @@ impl CoreQuery {
             }
             NodeType::Connection => super::admin::connection_node(ctx, principal, uuid).await,
             NodeType::AuditEntry => super::admin::audit_entry_node(ctx, principal, uuid).await,
+            NodeType::Capability | NodeType::CapabilitySubscription => {
+                super::capabilities::node(ctx, principal, ty, uuid).await
+            }
             other => super::tasks::node(ctx, other, uuid)
                 .await?
                 .ok_or_else(|| Error::not_found("node"))

@@ -6,7 +6,7 @@ use async_graphql::{
 use brainstem_domain::{
     Error, PlanId, TaskId, TenantScope,
     plans::{self, PlanDef, RetryPolicy, StepDef},
-    tasks::{self, DelegationOutcome, NewTask, TaskFilter as DomainFilter},
+    tasks::{self, DelegationOutcome, EventWindow, NewTask, TaskFilter as DomainFilter},
     tools::Usage as DomainUsage,
 };
 use chrono::{DateTime, Utc};
@@ -16,6 +16,7 @@ use uuid::Uuid;
 use super::{
     domain,
     ids::{self, NodeType},
+    loaders::{TaskArtifactsKey, TaskEventsKey, TaskKey, TaskReviewsKey, TaskStepsKey, loader},
     principal,
     query::page_request,
     types::connection,
@@ -167,17 +168,21 @@ impl Plan {
     async fn created_at(&self) -> DateTime<Utc> {
         self.0.created_at
     }
+    /// The key of the capability that brings this plan; `null` for the
+    /// tenant's own plans.
+    async fn capability_key(&self) -> Option<&str> {
+        self.0.capability.as_deref()
+    }
     /// Every version of this plan, newest first.
     async fn versions(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<Plan>> {
-        let scope = task_scope(ctx)?;
-        Ok(domain(ctx)
-            .plans
-            .versions(scope, &self.0.key)
-            .await
-            .gql()?
-            .into_iter()
-            .map(Plan)
-            .collect())
+        let versions = match &self.0.capability {
+            Some(_) => domain(ctx).capabilities.plan_versions(&self.0.key).await,
+            None => {
+                let scope = task_scope(ctx)?;
+                domain(ctx).plans.versions(scope, &self.0.key).await
+            }
+        };
+        Ok(versions.gql()?.into_iter().map(Plan).collect())
     }
 }
 
@@ -317,6 +322,15 @@ pub struct PlanRef {
 #[derive(Clone)]
 pub struct Task(pub tasks::Task);
 
+impl Task {
+    async fn load_reviews(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<tasks::Review>> {
+        Ok(loader(ctx)
+            .load_one(TaskReviewsKey(self.0.scope(), self.0.id))
+            .await?
+            .unwrap_or_default())
+    }
+}
+
 #[Object]
 impl Task {
     pub async fn id(&self) -> ID {
@@ -405,9 +419,10 @@ impl Task {
     /// The task that spawned this one.
     async fn parent(&self, ctx: &Context<'_>) -> async_graphql::Result<Option<Task>> {
         match self.0.parent {
-            Some(id) => Ok(Some(Task(
-                domain(ctx).tasks.get(self.0.scope(), id).await.gql()?,
-            ))),
+            Some(id) => Ok(loader(ctx)
+                .load_one(TaskKey(self.0.scope(), id))
+                .await?
+                .map(Task)),
             None => Ok(None),
         }
     }
@@ -430,44 +445,41 @@ impl Task {
             )
             .await
             .gql()?;
+        prefetch(ctx, &page.items).await?;
         Ok(connection(page, |t| t.id.uuid(), Task))
     }
     /// Every attempt of every step, in the order they ran.
     async fn steps(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<TaskStep>> {
-        Ok(domain(ctx)
-            .tasks
-            .steps(self.0.scope(), self.0.id)
-            .await
-            .gql()?
+        Ok(loader(ctx)
+            .load_one(TaskStepsKey(self.0.scope(), self.0.id))
+            .await?
+            .unwrap_or_default()
             .into_iter()
             .map(TaskStep)
             .collect())
     }
-    /// Stored events with `seq > after` (default 0), oldest first.
+    /// Stored events with `seq > after` (default 0), oldest first: the
+    /// first `first` of them, or with `last`, the latest `last`.
     async fn events(
         &self,
         ctx: &Context<'_>,
         after: Option<i64>,
         #[graphql(default = 100)] first: i32,
+        last: Option<i32>,
     ) -> async_graphql::Result<Vec<super::events::TaskEvent>> {
-        if !(1..=1000).contains(&first) {
-            return Err(Error::validation("`first` must be between 1 and 1000")).gql();
-        }
-        Ok(domain(ctx)
-            .tasks
-            .events(self.0.scope(), self.0.id, after.unwrap_or(0), first as u64)
-            .await
-            .gql()?
+        let window = event_window(&self.0, after, first, last).gql()?;
+        Ok(loader(ctx)
+            .load_one(TaskEventsKey(self.0.scope(), self.0.id, window))
+            .await?
+            .unwrap_or_default()
             .into_iter()
             .map(super::events::TaskEvent::from)
             .collect())
     }
     async fn reviews(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<Review>> {
-        Ok(domain(ctx)
-            .tasks
-            .reviews(self.0.scope(), self.0.id)
-            .await
-            .gql()?
+        Ok(self
+            .load_reviews(ctx)
+            .await?
             .into_iter()
             .map(Review)
             .collect())
@@ -477,25 +489,113 @@ impl Task {
         if self.0.status != tasks::TaskStatus::NeedsReview {
             return Ok(None);
         }
-        Ok(domain(ctx)
-            .tasks
-            .reviews(self.0.scope(), self.0.id)
-            .await
-            .gql()?
+        Ok(self
+            .load_reviews(ctx)
+            .await?
             .into_iter()
             .find(|r| r.status == tasks::ReviewStatus::Pending)
             .map(Review))
     }
     async fn artifacts(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<Artifact>> {
-        Ok(domain(ctx)
-            .tasks
-            .artifacts(self.0.scope(), self.0.id)
-            .await
-            .gql()?
+        Ok(loader(ctx)
+            .load_one(TaskArtifactsKey(self.0.scope(), self.0.id))
+            .await?
+            .unwrap_or_default()
             .into_iter()
             .map(Artifact::from)
             .collect())
     }
+}
+
+/// The events `Task.events(after, first, last)` reads.
+fn event_window(
+    task: &tasks::Task,
+    after: Option<i64>,
+    first: i32,
+    last: Option<i32>,
+) -> Result<EventWindow, Error> {
+    let after = after.unwrap_or(0);
+    match last {
+        Some(n) if (1..=1000).contains(&n) => Ok(EventWindow::last(task, after, n as u64)),
+        Some(_) => Err(Error::validation("`last` must be between 1 and 1000")),
+        None if (1..=1000).contains(&first) => Ok(EventWindow::first(after, first as u64)),
+        None => Err(Error::validation("`first` must be between 1 and 1000")),
+    }
+}
+
+/// Load what the operation selects of every task of a page (steps, event
+/// windows, reviews, artifacts, parents), one batch per relation, before
+/// the items resolve; each item then finds its rows in the operation's
+/// loader cache. The loader batches by time as well, but a busy server may
+/// take longer than the batch delay to resolve a whole page.
+async fn prefetch(ctx: &Context<'_>, page: &[tasks::Task]) -> async_graphql::Result<()> {
+    let node = ctx.look_ahead().field("edges").field("node");
+    if page.is_empty() || !node.exists() {
+        return Ok(());
+    }
+    let loader = loader(ctx);
+    let steps = async {
+        if node.field("steps").exists() {
+            loader
+                .load_many(page.iter().map(|t| TaskStepsKey(t.scope(), t.id)))
+                .await?;
+        }
+        Ok::<_, async_graphql::Error>(())
+    };
+    let reviews = async {
+        if node.field("reviews").exists() || node.field("pendingReview").exists() {
+            loader
+                .load_many(page.iter().map(|t| TaskReviewsKey(t.scope(), t.id)))
+                .await?;
+        }
+        Ok(())
+    };
+    let artifacts = async {
+        if node.field("artifacts").exists() {
+            loader
+                .load_many(page.iter().map(|t| TaskArtifactsKey(t.scope(), t.id)))
+                .await?;
+        }
+        Ok(())
+    };
+    let parents = async {
+        if node.field("parent").exists() {
+            loader
+                .load_many(
+                    page.iter()
+                        .filter_map(|t| t.parent.map(|p| TaskKey(t.scope(), p))),
+                )
+                .await?;
+        }
+        Ok(())
+    };
+    let events = async {
+        let mut keys = Vec::new();
+        // Each selection of `events` (aliases may differ in arguments).
+        for field in node.field("events").selection_fields() {
+            let args = field.arguments()?;
+            let int = |name: &str| {
+                args.iter().find_map(|(n, v)| match v {
+                    async_graphql::Value::Number(x) if n.as_str() == name => x.as_i64(),
+                    _ => None,
+                })
+            };
+            let first = int("first").unwrap_or(100) as i32;
+            let last = int("last").map(|n| n as i32);
+            for task in page {
+                // Bad arguments are reported by the field itself.
+                if let Ok(window) = event_window(task, int("after"), first, last) {
+                    keys.push(TaskEventsKey(task.scope(), task.id, window));
+                }
+            }
+        }
+        if !keys.is_empty() {
+            loader.load_many(keys).await?;
+        }
+        Ok(())
+    };
+    futures_util::try_join!(steps, reviews, artifacts, parents, events)?;
+    Ok(())
 }
 
 #[derive(InputObject)]
@@ -544,6 +644,7 @@ impl TaskQuery {
             .list(scope, filter, page_request(first, after)?)
             .await
             .gql()?;
+        prefetch(ctx, &page.items).await?;
         Ok(connection(page, |t| t.id.uuid(), Task))
     }
 
@@ -626,6 +727,40 @@ pub struct PublishPlanInput {
     pub steps: Vec<PlanStepInput>,
 }
 
+impl From<PublishPlanInput> for PlanDef {
+    fn from(input: PublishPlanInput) -> Self {
+        let steps = input
+            .steps
+            .into_iter()
+            .map(|s| StepDef {
+                id: s.id,
+                tool: s.tool,
+                args: s
+                    .args
+                    .map(|j| j.0)
+                    .unwrap_or_else(|| Value::Object(Default::default())),
+                condition: s.condition,
+                stop_on_failure: s.stop_on_failure,
+                retry: s.retry.map(|r| RetryPolicy {
+                    max_attempts: r.max_attempts,
+                    initial_backoff_ms: r.initial_backoff_ms,
+                    max_backoff_ms: r.max_backoff_ms,
+                }),
+                requires_review: s.requires_review,
+                timeout_secs: s.timeout_secs,
+            })
+            .collect();
+        PlanDef {
+            key: input.key,
+            intent: input.intent,
+            description: input.description,
+            priority: input.priority,
+            patterns: input.patterns,
+            steps,
+        }
+    }
+}
+
 #[derive(SimpleObject)]
 pub struct PublishPlanPayload {
     pub plan: Plan,
@@ -704,40 +839,9 @@ impl TaskMutation {
         input: PublishPlanInput,
     ) -> async_graphql::Result<PublishPlanPayload> {
         let principal = principal(ctx)?;
-        let steps = input
-            .steps
-            .into_iter()
-            .map(|s| StepDef {
-                id: s.id,
-                tool: s.tool,
-                args: s
-                    .args
-                    .map(|j| j.0)
-                    .unwrap_or_else(|| Value::Object(Default::default())),
-                condition: s.condition,
-                stop_on_failure: s.stop_on_failure,
-                retry: s.retry.map(|r| RetryPolicy {
-                    max_attempts: r.max_attempts,
-                    initial_backoff_ms: r.initial_backoff_ms,
-                    max_backoff_ms: r.max_backoff_ms,
-                }),
-                requires_review: s.requires_review,
-                timeout_secs: s.timeout_secs,
-            })
-            .collect();
         let plan = domain(ctx)
             .plans
-            .publish(
-                principal,
-                PlanDef {
-                    key: input.key,
-                    intent: input.intent,
-                    description: input.description,
-                    priority: input.priority,
-                    patterns: input.patterns,
-                    steps,
-                },
-            )
+            .publish(principal, input.into())
             .await
             .gql()?;
         Ok(PublishPlanPayload { plan: Plan(plan) })

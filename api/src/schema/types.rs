@@ -25,6 +25,8 @@ pub enum Node {
     Memory(super::memory::Memory),
     KgEntity(super::memory::KgEntity),
     KgRelation(super::memory::KgRelation),
+    Capability(super::capabilities::Capability),
+    CapabilitySubscription(super::capabilities::CapabilitySubscription),
 }
 
 /// A role a caller holds.

@@ -14,7 +14,9 @@
 //!
 //! The [`ToolRegistry`] is built once at startup: built-in tools
 //! ([`builtin`]) plus any the embedding program (or a test) registers. A
-//! duplicate key is an error, not an overwrite.
+//! duplicate key is an error, not an overwrite. Partner tools (`partner.…`)
+//! live in the capability catalogue instead and are looked up when a plan
+//! is checked or a step runs (see [`crate::capabilities::partner`]).
 
 pub mod builtin;
 pub mod generate;
@@ -265,6 +267,23 @@ impl ToolRegistry {
 
     pub fn list(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
         self.tools.values()
+    }
+
+    /// This registry plus `extra` tools (partner tools resolved from the
+    /// catalogue for one check or call). An extra tool never replaces a
+    /// registered one.
+    pub fn with_extra(&self, extra: impl IntoIterator<Item = Arc<dyn Tool>>) -> ToolRegistry {
+        let mut extra = extra.into_iter().peekable();
+        if extra.peek().is_none() {
+            return self.clone();
+        }
+        let mut tools = (*self.tools).clone();
+        for tool in extra {
+            tools.entry(tool.key().to_owned()).or_insert(tool);
+        }
+        ToolRegistry {
+            tools: Arc::new(tools),
+        }
     }
 }
 

@@ -1,0 +1,141 @@
+//! DataLoader batching: a list's relations cost a fixed number of SQL
+//! statements, however long the list. Statements are counted by the
+//! server itself (`brainstem_db_statements_total` on `/metrics`).
+
+use serde_json::{Value, json};
+
+use crate::{
+    capabilities::{CAPABILITY_FIELDS, publish_capability, quotes_capability},
+    for_both_backends,
+    helpers::{Backend, TestApp},
+};
+
+for_both_backends!(
+    listing_tasks_runs_the_same_statements_for_10_and_50_tasks,
+    listing_capabilities_batches_their_plans_and_tools,
+);
+
+/// The default configuration: list resolvers prefetch what their items
+/// select, so batches do not depend on how fast this debug build resolves
+/// a page.
+async fn app(backend: Backend) -> TestApp {
+    let app = TestApp::spawn(backend).await;
+    app.create_tenant("acme").await;
+    app
+}
+
+/// The server's count of SQL statements so far, from `/metrics`.
+async fn statements(app: &TestApp) -> u64 {
+    let text = app
+        .http
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("brainstem_db_statements_total "))
+        .unwrap_or_else(|| panic!("no statement counter in {text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Run `query` as acme's admin; return the data and the statements it took.
+async fn measured(app: &TestApp, query: &str) -> (Value, u64) {
+    let token = app.admin_token("acme");
+    let before = statements(app).await;
+    let res = app.graphql(Some(&token), query, json!({})).await;
+    let after = statements(app).await;
+    (res.data().clone(), after - before)
+}
+
+const TASKS_QUERY: &str = "{ tasks(first: 100) { edges { node { \
+    id status plan { key version } \
+    steps { stepId status attempt } \
+    events(last: 5) { seq kind stepId } \
+    reviews { id } pendingReview { id } artifacts { kind } parent { id } \
+} } } }";
+
+async fn start_and_run(app: &TestApp, n: usize) {
+    for i in 0..n {
+        app.start_task(
+            "acme",
+            json!({"planKey": "three", "idempotencyKey": format!("t-{i}-{n}")}),
+        )
+        .await;
+    }
+    app.run_tasks().await;
+}
+
+async fn listing_tasks_runs_the_same_statements_for_10_and_50_tasks(backend: Backend) {
+    let app = app(backend).await;
+    app.publish_plan(
+        "acme",
+        json!({"key": "three", "intent": "t.three", "steps": [
+            {"id": "a", "tool": "set_state", "args": {"a": 1}},
+            {"id": "b", "tool": "set_state", "args": {"b": 2}},
+            {"id": "c", "tool": "set_state", "args": {"c": 3}},
+        ]}),
+    )
+    .await
+    .data();
+    start_and_run(&app, 10).await;
+    let (ten, with_10) = measured(&app, TASKS_QUERY).await;
+    start_and_run(&app, 40).await;
+    let (fifty, with_50) = measured(&app, TASKS_QUERY).await;
+
+    let edges = fifty["tasks"]["edges"].as_array().unwrap();
+    assert_eq!(ten["tasks"]["edges"].as_array().unwrap().len(), 10);
+    assert_eq!(edges.len(), 50);
+    for edge in edges {
+        let task = &edge["node"];
+        assert_eq!(task["status"], "COMPLETED", "{task}");
+        assert_eq!(task["steps"].as_array().unwrap().len(), 3);
+        // The last five events, oldest first, ending with the completion.
+        let events = task["events"].as_array().unwrap();
+        assert_eq!(events.len(), 5, "{task}");
+        let seqs: Vec<i64> = events.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+        assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+        assert_eq!(events[4]["kind"], "STATUS_CHANGED");
+        assert_eq!(events[3]["stepId"], "c");
+    }
+    // Batching: one statement per relation, whatever the number of tasks.
+    assert_eq!(
+        with_10, with_50,
+        "statements for 10 tasks vs 50 tasks: {with_10} vs {with_50}"
+    );
+    assert!(with_50 <= 10, "{with_50} statements for one list");
+}
+
+async fn listing_capabilities_batches_their_plans_and_tools(backend: Backend) {
+    let app = app(backend).await;
+    let query =
+        format!("{{ capabilities(first: 50) {{ edges {{ node {{ {CAPABILITY_FIELDS} }} }} }} }}");
+    let publish = |n: usize| {
+        let mut def = quotes_capability();
+        def["key"] = json!(format!("cap.{n}"));
+        def["plans"][0]["key"] = json!(format!("cap.{n}.plan"));
+        def["tools"] = json!([{"key": format!("partner.cap{n}"), "url": "http://127.0.0.1:9/x"}]);
+        def
+    };
+    for n in 0..3 {
+        publish_capability(&app, publish(n)).await.data();
+    }
+    let (three, with_3) = measured(&app, &query).await;
+    for n in 3..12 {
+        publish_capability(&app, publish(n)).await.data();
+    }
+    let (twelve, with_12) = measured(&app, &query).await;
+    assert_eq!(three["capabilities"]["edges"].as_array().unwrap().len(), 3);
+    let edges = twelve["capabilities"]["edges"].as_array().unwrap();
+    assert_eq!(edges.len(), 12);
+    for (n, edge) in edges.iter().enumerate() {
+        let c = &edge["node"];
+        assert_eq!(c["plans"][0]["key"], format!("cap.{n}.plan"));
+        assert_eq!(c["tools"][0]["key"], format!("partner.cap{n}"));
+    }
+    assert_eq!(with_3, with_12, "{with_3} vs {with_12}");
+}
