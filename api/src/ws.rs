@@ -37,6 +37,9 @@ use tokio::sync::oneshot;
 
 use crate::{ApiState, schema};
 
+/// Read and write buffer of each connection, in bytes.
+const WS_BUFFER: usize = 4 * 1024;
+
 /// Close code when `connection_init` carries no valid credential.
 pub const CLOSE_FORBIDDEN: u16 = 4403;
 /// Close code when the connection's bearer token expires.
@@ -61,7 +64,11 @@ pub async fn handler(
         )
             .into_response();
     };
+    // GraphQL messages are small: modest buffers keep an idle subscriber
+    // cheap (the defaults reserve 128 KiB each way per connection).
     upgrade
+        .read_buffer_size(WS_BUFFER)
+        .write_buffer_size(WS_BUFFER)
         .protocols([protocol.sec_websocket_protocol()])
         .on_upgrade(move |socket| serve(state, socket, protocol))
 }
