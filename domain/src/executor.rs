@@ -160,23 +160,21 @@ impl Executor {
     pub async fn claim(&self, now: DateTime<Utc>) -> Result<Option<Task>> {
         let db = &self.domain.db;
         let backend = db.get_database_backend();
-        let (sql, p) = match backend {
-            DbBackend::Postgres => (
+        let sql = match backend {
+            DbBackend::Postgres => {
                 "UPDATE tasks SET lease_owner = $1, lease_expires_at = $2, updated_at = $3 \
                  WHERE id = (SELECT id FROM tasks WHERE status = 'PENDING' AND lease_owner IS NULL \
                  AND run_after <= $3 ORDER BY run_after, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
-                 RETURNING *",
-                true,
-            ),
-            _ => (
+                 RETURNING *"
+            }
+            // SQLite has one writer at a time: the UPDATE itself is the claim.
+            _ => {
                 "UPDATE tasks SET lease_owner = ?1, lease_expires_at = ?2, updated_at = ?3 \
                  WHERE id = (SELECT id FROM tasks WHERE status = 'PENDING' AND lease_owner IS NULL \
                  AND run_after <= ?3 ORDER BY run_after, id LIMIT 1) \
-                 RETURNING *",
-                false,
-            ),
+                 RETURNING *"
+            }
         };
-        let _ = p;
         let statement = Statement::from_sql_and_values(
             backend,
             sql,
@@ -796,11 +794,14 @@ impl Executor {
             .unwrap_or_else(|| tool.timeout());
         let started = Utc::now();
         let span = tracing::info_span!("step", trace_id = %task.trace_id, task = %task.id, step = %step.id, tool = %step.tool);
-        let result = {
-            let _entered = span.enter();
+        // The span (with the task's trace id) covers the tool call, so the
+        // tool's own logs carry it.
+        let call = async {
             tracing::debug!(attempt, "step started");
-            drop(_entered);
-            match tokio::time::timeout(limit, tool.call(ctx, args.clone())).await {
+            tokio::time::timeout(limit, tool.call(ctx, args.clone())).await
+        };
+        let result = {
+            match tracing::Instrument::instrument(call, span).await {
                 Ok(r) => r,
                 Err(_) => Err(ToolError::retryable(format!(
                     "timed out after {}s",

@@ -13,12 +13,7 @@
 //! changes a task only when no lease is held, except `cancelTask`, which
 //! sets a flag the worker honours before its next step.
 
-use std::{
-    collections::{BTreeSet, HashMap},
-    fmt,
-    str::FromStr,
-    sync::Arc,
-};
+use std::{collections::HashMap, fmt, str::FromStr, sync::Arc};
 
 use brainstem_entity::{
     PlanId, TaskId, TenantId, TenantOwned, TenantScope, artifact, delegation, review, task,
@@ -1521,16 +1516,6 @@ impl Tasks {
         self.sink.publish(&events);
         self.runnable();
         Ok(task)
-    }
-
-    /// Which of `steps` the principal's tenant may see of a set of task ids.
-    pub fn scope_of(principal: &Principal) -> Result<TenantScope> {
-        principal.require_scope("tasks:read")
-    }
-
-    /// The set of statuses a filter can name, for validation messages.
-    pub fn statuses() -> BTreeSet<&'static str> {
-        TaskStatus::ALL.iter().map(|s| s.as_str()).collect()
     }
 }
 
