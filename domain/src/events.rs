@@ -155,19 +155,17 @@ impl EventBus {
         if let Ok(mut notifier) = self.notifier.lock() {
             *notifier = Some(tx);
         }
-        // One sender, so a task's events leave in commit order.
+        // One sender, so a task's events leave in commit order. It sends
+        // what queued up meanwhile together: events packed into as few
+        // payloads as fit, all in one transaction (each `pg_notify`
+        // transaction is a commit of its own).
         let sender_db = db.clone();
         tokio::spawn(async move {
-            while let Some(payload) = rx.recv().await {
-                let sent = sender_db
-                    .execute_raw(Statement::from_sql_and_values(
-                        DbBackend::Postgres,
-                        "SELECT pg_notify($1, $2)",
-                        [CHANNEL.into(), payload.into()],
-                    ))
-                    .await;
-                if let Err(err) = sent {
-                    tracing::warn!(%err, "could not publish an event; subscribers will catch up from the store");
+            let mut queued = Vec::new();
+            while rx.recv_many(&mut queued, MAX_BATCH).await > 0 {
+                let payloads = pack(queued.drain(..));
+                if let Err(err) = notify_all(&sender_db, payloads).await {
+                    tracing::warn!(%err, "could not publish events; subscribers will catch up from the store");
                 }
             }
         });
@@ -194,8 +192,9 @@ impl EventBus {
             loop {
                 match listener.recv().await {
                     Ok(note) => {
-                        if let Some(event) = decode(note.payload(), &db).await {
-                            self.deliver(&[event]);
+                        let events = decode_all(note.payload(), &db).await;
+                        if !events.is_empty() {
+                            self.deliver(&events);
                         }
                     }
                     Err(err) => {
@@ -249,8 +248,74 @@ fn encode(event: &TaskEvent) -> String {
     }
 }
 
-async fn decode(payload: &str, db: &DatabaseConnection) -> Option<TaskEvent> {
-    let v: Value = serde_json::from_str(payload).ok()?;
+/// Events sent by one `pg_notify` round at most.
+const MAX_BATCH: usize = 512;
+
+/// Join encoded events into JSON arrays of at most [`MAX_PAYLOAD`] bytes
+/// (an event longer than that travels alone), keeping their order.
+fn pack(encoded: impl Iterator<Item = String>) -> Vec<String> {
+    let mut payloads = Vec::new();
+    let mut current = String::new();
+    for event in encoded {
+        if !current.is_empty() && current.len() + event.len() + 2 > MAX_PAYLOAD {
+            current.push(']');
+            payloads.push(std::mem::take(&mut current));
+        }
+        current.push(if current.is_empty() { '[' } else { ',' });
+        current.push_str(&event);
+    }
+    if !current.is_empty() {
+        current.push(']');
+        payloads.push(current);
+    }
+    payloads
+}
+
+/// Send `payloads` in order, in one transaction: one commit for the lot.
+async fn notify_all(db: &DatabaseConnection, payloads: Vec<String>) -> Result<()> {
+    use sea_orm::TransactionTrait;
+    let notify = |payload: String| {
+        Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT pg_notify($1, $2)",
+            [CHANNEL.into(), payload.into()],
+        )
+    };
+    if payloads.len() == 1 {
+        for payload in payloads {
+            db.execute_raw(notify(payload)).await?;
+        }
+        return Ok(());
+    }
+    let txn = db.begin().await?;
+    for payload in payloads {
+        txn.execute_raw(notify(payload)).await?;
+    }
+    txn.commit().await?;
+    Ok(())
+}
+
+/// The events of one notification: a JSON array of encoded events (or one
+/// encoded event, as older senders wrote it).
+async fn decode_all(payload: &str, db: &DatabaseConnection) -> Vec<TaskEvent> {
+    let values = match serde_json::from_str::<Value>(payload) {
+        Ok(Value::Array(values)) => values,
+        Ok(value) => vec![value],
+        Err(err) => {
+            tracing::warn!(%err, "undecodable event notification");
+            return Vec::new();
+        }
+    };
+    let mut events = Vec::with_capacity(values.len());
+    for v in values {
+        if let Some(event) = decode(v, db).await {
+            events.push(event);
+        }
+    }
+    events
+}
+
+async fn decode(v: Value, db: &DatabaseConnection) -> Option<TaskEvent> {
     let tenant = v["tenant"].as_str()?.parse().ok()?;
     let task_id: TaskId = v["task"].as_str()?.parse().ok()?;
     if v["ref"] == json!(true) {

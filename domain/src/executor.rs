@@ -23,14 +23,18 @@
 //!
 //! [`Executor::run_once`] is the step function: tests call it directly.
 
-use std::{collections::HashSet, sync::Arc, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
 
-use brainstem_entity::{TaskId, TenantScope, delegation, review, task, task_step};
+use brainstem_entity::{TaskId, TenantId, TenantScope, delegation, review, task, task_step};
 use chrono::{DateTime, Utc};
 use rand::{Rng, RngCore};
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ConnectionTrait, DbBackend, EntityTrait, Statement,
-    TransactionTrait, sea_query::Expr,
+    ActiveModelTrait, ActiveValue::Set, ConnectionTrait, DatabaseTransaction, DbBackend,
+    EntityTrait, Statement, TransactionTrait, sea_query::Expr,
 };
 use serde_json::{Map, Value, json};
 use tokio::{sync::watch, task::JoinHandle};
@@ -106,7 +110,13 @@ pub struct Executor {
     settings: Arc<ToolSettings>,
     config: ExecutorConfig,
     stopping: watch::Receiver<bool>,
+    /// Tenant slugs (never change once created), so driving a task does
+    /// not read its tenant again.
+    slugs: Arc<std::sync::Mutex<HashMap<TenantId, String>>>,
 }
+
+/// Slugs cached before the cache starts over.
+const SLUG_CACHE: usize = 10_000;
 
 impl Executor {
     pub fn new(
@@ -121,7 +131,23 @@ impl Executor {
             settings: Arc::new(settings),
             config,
             stopping,
+            slugs: Arc::default(),
         }
+    }
+
+    async fn tenant_slug(&self, scope: TenantScope) -> Result<String> {
+        let tenant = scope.tenant_id();
+        if let Some(slug) = self.slugs.lock().ok().and_then(|m| m.get(&tenant).cloned()) {
+            return Ok(slug);
+        }
+        let slug = self.domain.tenants.get(scope).await?.slug;
+        if let Ok(mut m) = self.slugs.lock() {
+            if m.len() >= SLUG_CACHE {
+                m.clear();
+            }
+            m.insert(tenant, slug.clone());
+        }
+        Ok(slug)
     }
 
     pub fn config(&self) -> &ExecutorConfig {
@@ -139,11 +165,27 @@ impl Executor {
     /// Claim one runnable task and drive it until it finishes, pauses or
     /// backs off. Returns the task, or `None` when nothing was runnable.
     pub async fn run_once(&self) -> Result<Option<TaskId>> {
-        let Some(task) = self.claim(Utc::now()).await? else {
+        let txn = self.domain.db.begin().await?;
+        let Some(task) = self.claim_in(&txn, Utc::now()).await? else {
+            txn.commit().await?;
             return Ok(None);
         };
+        // A task that named its plan is planned in the claim's own
+        // transaction (one commit fewer), reading through it: planning then
+        // reads only that plan, and no second pooled connection is needed
+        // while this one is held. Otherwise the claim commits first.
+        let held = if task.plan_key.is_none()
+            && !task.cancel_requested
+            && task.intent.is_some()
+            && task.plan_id.is_some()
+        {
+            Some(txn)
+        } else {
+            txn.commit().await?;
+            None
+        };
         let id = task.id;
-        self.drive(task).await?;
+        self.drive(task, held).await?;
         Ok(Some(id))
     }
 
@@ -158,7 +200,14 @@ impl Executor {
 
     /// Claim the oldest runnable task of any tenant.
     pub async fn claim(&self, now: DateTime<Utc>) -> Result<Option<Task>> {
-        let db = &self.domain.db;
+        self.claim_in(&self.domain.db, now).await
+    }
+
+    async fn claim_in<C: ConnectionTrait>(
+        &self,
+        db: &C,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Task>> {
         let backend = db.get_database_backend();
         let sql = match backend {
             DbBackend::Postgres => {
@@ -293,10 +342,25 @@ impl Executor {
     }
 
     /// Drive a claimed task until it stops.
-    async fn drive(&self, task: Task) -> Result<()> {
+    /// `held`: the claim's transaction, still open, for planning to commit
+    /// in.
+    async fn drive(&self, task: Task, held: Option<DatabaseTransaction>) -> Result<()> {
         let heartbeat = self.heartbeat(task.scope(), task.id);
-        let slug = self.domain.tenants.get(task.scope()).await?.slug;
+        let slug = self.tenant_slug(task.scope()).await?;
         let mut task = task;
+        if let Some(txn) = held {
+            match self.plan(task, Some(txn)).await {
+                Ok(Next::Continue(next)) => task = *next,
+                Ok(Next::Stop) => {
+                    heartbeat.abort();
+                    return Ok(());
+                }
+                Err(err) => {
+                    heartbeat.abort();
+                    return Err(err);
+                }
+            }
+        }
         let result = loop {
             if task.cancel_requested {
                 break self.cancel(&task).await.map(|_| ());
@@ -347,7 +411,22 @@ impl Executor {
         events: Vec<NewEvent>,
         extra: Extra,
     ) -> Result<Option<Task>> {
-        let txn = self.domain.db.begin().await?;
+        self.commit_in(None, task, changes, events, extra).await
+    }
+
+    /// [`Self::commit`], in `held` when given (a transaction already open).
+    async fn commit_in(
+        &self,
+        held: Option<DatabaseTransaction>,
+        task: &Task,
+        changes: TaskChanges,
+        events: Vec<NewEvent>,
+        extra: Extra,
+    ) -> Result<Option<Task>> {
+        let txn = match held {
+            Some(txn) => txn,
+            None => self.domain.db.begin().await?,
+        };
         let guard = Guard::Lease(self.config.worker_id.clone());
         let Some((updated, stored)) =
             mutate(&txn, task.scope(), task.id, &guard, changes, events).await?
@@ -431,27 +510,32 @@ impl Executor {
     }
 
     async fn fail(&self, task: &Task, message: String, step: Option<&StepDef>) -> Result<Next> {
-        self.commit(
-            task,
-            TaskChanges {
-                status: Some(TaskStatus::Failed),
-                lease: Some(None),
-                error: Some(Some(message.clone())),
-                completed_at: Some(Utc::now()),
-                current_step_id: Some(step.map(|s| s.id.clone())),
-                ..TaskChanges::default()
-            },
-            vec![NewEvent::status(TaskStatus::Failed, message.clone()).error(message)],
-            Extra::default(),
-        )
-        .await?;
-        Ok(Next::Stop)
+        self.settle(None, task, failure(message, step)).await
+    }
+
+    /// Commit a decision (in `held` when given) and say what comes next.
+    async fn settle(
+        &self,
+        held: Option<DatabaseTransaction>,
+        task: &Task,
+        decision: Decision,
+    ) -> Result<Next> {
+        let updated = self
+            .commit_in(
+                held,
+                task,
+                decision.changes,
+                decision.events,
+                decision.extra,
+            )
+            .await?;
+        Ok(next_after(decision.stop, updated))
     }
 
     /// One unit of work: plan, run the next step, or finish.
     async fn advance(&self, task: Task, slug: &str) -> Result<Next> {
         if task.plan_key.is_none() {
-            return self.plan(task).await;
+            return self.plan(task, None).await;
         }
         let next = task
             .frozen_plan
@@ -489,12 +573,27 @@ impl Executor {
 
     /// Detect the intent (unless given), apply the confidence gate, freeze
     /// the plan.
-    async fn plan(&self, task: Task) -> Result<Next> {
+    async fn plan(&self, task: Task, held: Option<DatabaseTransaction>) -> Result<Next> {
+        let decision = match &held {
+            Some(txn) => self.decide_plan(&task, txn).await?,
+            None => self.decide_plan(&task, &self.domain.db).await?,
+        };
+        self.settle(held, &task, decision).await
+    }
+
+    /// Planning's reads (the named plan through `db`) and choices; nothing
+    /// is written.
+    async fn decide_plan<C: ConnectionTrait>(&self, task: &Task, db: &C) -> Result<Decision> {
         let scope = task.scope();
         let now = Utc::now();
         // The tenant's own plans and those of the capabilities it
-        // subscribes to now; nothing else is a candidate.
-        let plans = self.domain.plans.available(scope, now).await?;
+        // subscribes to now; nothing else is a candidate. Not needed when
+        // the task named both its intent and its plan.
+        let plans = if task.intent.is_none() || task.plan_id.is_none() {
+            self.domain.plans.available(scope, now).await?
+        } else {
+            Vec::new()
+        };
         let (intent, confidence, reasoning, model_usage) = match &task.intent {
             Some(i) => (
                 i.clone(),
@@ -524,29 +623,27 @@ impl Executor {
             );
             let proposed =
                 json!({"intent": intent, "confidence": confidence, "reasoning": reasoning});
-            return self
-                .pause_for_review(
-                    &task,
-                    INTENT_REVIEW_STEP,
-                    None,
-                    reason,
-                    Some(confidence),
-                    proposed,
-                    TaskChanges {
-                        intent: Some(Some(intent.clone())),
-                        confidence: Some(confidence),
-                        usage,
-                        ..TaskChanges::default()
-                    },
-                )
-                .await;
+            return Ok(review(
+                task,
+                INTENT_REVIEW_STEP,
+                None,
+                reason,
+                Some(confidence),
+                proposed,
+                TaskChanges {
+                    intent: Some(Some(intent.clone())),
+                    confidence: Some(confidence),
+                    usage,
+                    ..TaskChanges::default()
+                },
+            ));
         }
         let chosen = match task.plan_id {
             // A capability plan named at start needs the subscription still.
-            Some(id) => match self.domain.plans.for_task(scope, id, now).await {
+            Some(id) => match plans::Plans::for_task_in(db, scope, id, now).await {
                 Ok(plan) => Some(plan),
                 Err(e @ (Error::Forbidden(_) | Error::NotFound(_))) => {
-                    return self.fail(&task, e.to_string(), None).await;
+                    return Ok(failure(e.to_string(), None));
                 }
                 Err(other) => return Err(other),
             },
@@ -564,7 +661,7 @@ impl Executor {
             match capabilities::check_quota(&self.domain.db, scope, plan, now).await {
                 Ok(()) => {}
                 Err(e @ Error::RateLimited { .. }) => {
-                    return self.fail(&task, e.to_string(), None).await;
+                    return Ok(failure(e.to_string(), None));
                 }
                 Err(other) => return Err(other),
             }
@@ -575,13 +672,10 @@ impl Executor {
                 ((Default::default(), FALLBACK_INTENT.to_owned(), 0), vec![])
             }
             None => {
-                return self
-                    .fail(
-                        &task,
-                        format!("no plan handles the intent `{intent}`"),
-                        None,
-                    )
-                    .await;
+                return Ok(failure(
+                    format!("no plan handles the intent `{intent}`"),
+                    None,
+                ));
             }
         };
         let data = json!({
@@ -602,11 +696,13 @@ impl Executor {
             ..TaskChanges::default()
         };
         let mut events = vec![NewEvent::status(TaskStatus::Executing, "planned").data(data)];
-        let done = fold_next(&task, &mut changes, &mut events);
-        let updated = self
-            .commit(&task, changes, events, Extra::default())
-            .await?;
-        Ok(next_after(done, updated))
+        let stop = fold_next(task, &mut changes, &mut events);
+        Ok(Decision {
+            changes,
+            events,
+            extra: Extra::default(),
+            stop,
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -618,44 +714,10 @@ impl Executor {
         reason: String,
         confidence: Option<f64>,
         proposed: Value,
-        mut changes: TaskChanges,
+        changes: TaskChanges,
     ) -> Result<Next> {
-        let review_id = Uuid::now_v7();
-        changes.status = Some(TaskStatus::NeedsReview);
-        changes.lease = Some(None);
-        changes.current_step_id = Some(Some(step_id.to_owned()));
-        let mut requested = NewEvent::new(EventKind::ReviewRequested, reason.clone()).data(json!({
-            "review_id": review_id.to_string(),
-            "confidence": confidence,
-            "proposed_keys": proposed.as_object().map(|m| m.keys().cloned().collect::<Vec<_>>()),
-        }));
-        requested.step_id = Some(step_id.to_owned());
-        requested.tool = tool.map(str::to_owned);
-        let review = review::ActiveModel {
-            id: Set(review_id),
-            tenant_id: Set(task.tenant.uuid()),
-            task_id: Set(task.id.uuid()),
-            step_id: Set(step_id.to_owned()),
-            reason: Set(reason.clone()),
-            confidence: Set(confidence),
-            proposed: Set(redact(&proposed)),
-            status: Set("PENDING".into()),
-            corrections: Set(json!({})),
-            resolved_by: Set(None),
-            resolved_at: Set(None),
-            created_at: Set(Utc::now()),
-        };
-        self.commit(
-            task,
-            changes,
-            vec![requested, NewEvent::status(TaskStatus::NeedsReview, reason)],
-            Extra {
-                review: Some(review),
-                ..Extra::default()
-            },
-        )
-        .await?;
-        Ok(Next::Stop)
+        let decision = review(task, step_id, tool, reason, confidence, proposed, changes);
+        self.settle(None, task, decision).await
     }
 
     async fn run_step(&self, task: Task, step: StepDef, slug: &str) -> Result<Next> {
@@ -1181,6 +1243,79 @@ fn started_event(step: &StepDef, attempt: u32) -> NewEvent {
     NewEvent::new(EventKind::StepStarted, format!("running `{}`", step.tool))
         .step(&step.id, &step.tool)
         .data(json!({"attempt": attempt}))
+}
+
+/// A change to commit, with its events and rows, and whether the task's
+/// driving stops after it.
+struct Decision {
+    changes: TaskChanges,
+    events: Vec<NewEvent>,
+    extra: Extra,
+    stop: bool,
+}
+
+/// The task fails with `message` (at `step`, when one was running).
+fn failure(message: String, step: Option<&StepDef>) -> Decision {
+    Decision {
+        changes: TaskChanges {
+            status: Some(TaskStatus::Failed),
+            lease: Some(None),
+            error: Some(Some(message.clone())),
+            completed_at: Some(Utc::now()),
+            current_step_id: Some(step.map(|s| s.id.clone())),
+            ..TaskChanges::default()
+        },
+        events: vec![NewEvent::status(TaskStatus::Failed, message.clone()).error(message)],
+        extra: Extra::default(),
+        stop: true,
+    }
+}
+
+/// Pause for a human: the review row, the change and its events.
+#[allow(clippy::too_many_arguments)]
+fn review(
+    task: &Task,
+    step_id: &str,
+    tool: Option<&str>,
+    reason: String,
+    confidence: Option<f64>,
+    proposed: Value,
+    mut changes: TaskChanges,
+) -> Decision {
+    let review_id = Uuid::now_v7();
+    changes.status = Some(TaskStatus::NeedsReview);
+    changes.lease = Some(None);
+    changes.current_step_id = Some(Some(step_id.to_owned()));
+    let mut requested = NewEvent::new(EventKind::ReviewRequested, reason.clone()).data(json!({
+        "review_id": review_id.to_string(),
+        "confidence": confidence,
+        "proposed_keys": proposed.as_object().map(|m| m.keys().cloned().collect::<Vec<_>>()),
+    }));
+    requested.step_id = Some(step_id.to_owned());
+    requested.tool = tool.map(str::to_owned);
+    let review = review::ActiveModel {
+        id: Set(review_id),
+        tenant_id: Set(task.tenant.uuid()),
+        task_id: Set(task.id.uuid()),
+        step_id: Set(step_id.to_owned()),
+        reason: Set(reason.clone()),
+        confidence: Set(confidence),
+        proposed: Set(redact(&proposed)),
+        status: Set("PENDING".into()),
+        corrections: Set(json!({})),
+        resolved_by: Set(None),
+        resolved_at: Set(None),
+        created_at: Set(Utc::now()),
+    };
+    Decision {
+        changes,
+        events: vec![requested, NewEvent::status(TaskStatus::NeedsReview, reason)],
+        extra: Extra {
+            review: Some(review),
+            ..Extra::default()
+        },
+        stop: true,
+    }
 }
 
 /// Fold what comes next into a commit that settles a step: start the next

@@ -17,8 +17,8 @@ use brainstem_entity::{PlanId, TenantOwned, TenantScope, plan};
 use chrono::{DateTime, Utc};
 use regex::Regex;
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter,
-    QueryOrder, QuerySelect,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection,
+    EntityTrait, QueryFilter, QueryOrder, QuerySelect,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -434,13 +434,23 @@ impl Plans {
         id: PlanId,
         now: DateTime<Utc>,
     ) -> Result<Plan> {
+        Self::for_task_in(&self.db, scope, id, now).await
+    }
+
+    /// [`Self::for_task`], read through `db` (say, an open transaction).
+    pub async fn for_task_in<C: ConnectionTrait>(
+        db: &C,
+        scope: TenantScope,
+        id: PlanId,
+        now: DateTime<Utc>,
+    ) -> Result<Plan> {
         if let Some(own) = plan::Entity::find_by_id_in(scope, id.uuid())
-            .one(&self.db)
+            .one(db)
             .await?
         {
             return Plan::try_from(own);
         }
-        capabilities::plan_by_id_for_tenant(&self.db, scope, id, now)
+        capabilities::plan_by_id_for_tenant(db, scope, id, now)
             .await?
             .ok_or_else(|| Error::not_found("plan"))
     }

@@ -528,42 +528,55 @@ pub async fn mutate<C: ConnectionTrait>(
     };
     let task = Task::try_from(row)?;
     let first = task.last_seq - n + 1;
-    let mut stored = Vec::with_capacity(events.len());
-    for (i, event) in events.into_iter().enumerate() {
-        stored.push(insert_event(db, &task, first + i as i64, event, now).await?);
-    }
+    let stored = insert_events(db, &task, first, events, now).await?;
     Ok(Some((task, stored)))
 }
 
-async fn insert_event<C: ConnectionTrait>(
+/// Store `events` as the task's events `first`, `first + 1`, … in one
+/// statement, and return them as committed.
+async fn insert_events<C: ConnectionTrait>(
     db: &C,
     task: &Task,
-    seq: i64,
-    event: NewEvent,
+    first: i64,
+    events: Vec<NewEvent>,
     now: DateTime<Utc>,
-) -> Result<TaskEvent> {
-    let model = task_event::ActiveModel {
-        id: Set(Uuid::now_v7()),
-        tenant_id: Set(task.tenant.uuid()),
-        task_id: Set(task.id.uuid()),
-        seq: Set(seq),
-        kind: Set(event
-            .kind
-            .unwrap_or(EventKind::StatusChanged)
-            .as_str()
-            .to_owned()),
-        step_id: Set(event.step_id),
-        tool: Set(event.tool),
-        status: Set(event.status),
-        summary: Set(event.summary),
-        error: Set(event.error),
-        data_keys: Set(json!(event.data_keys)),
-        data: Set(redact(&event.data)),
-        created_at: Set(now),
+) -> Result<Vec<TaskEvent>> {
+    if events.is_empty() {
+        return Ok(Vec::new());
     }
-    .insert(db)
+    let models: Vec<task_event::Model> = events
+        .into_iter()
+        .enumerate()
+        .map(|(i, event)| task_event::Model {
+            id: Uuid::now_v7(),
+            tenant_id: task.tenant.uuid(),
+            task_id: task.id.uuid(),
+            seq: first + i as i64,
+            kind: event
+                .kind
+                .unwrap_or(EventKind::StatusChanged)
+                .as_str()
+                .to_owned(),
+            step_id: event.step_id,
+            tool: event.tool,
+            status: event.status,
+            summary: event.summary,
+            error: event.error,
+            data_keys: json!(event.data_keys),
+            data: redact(&event.data),
+            created_at: now,
+        })
+        .collect();
+    task_event::Entity::insert_many(
+        models
+            .iter()
+            .cloned()
+            .map(task_event::ActiveModel::from)
+            .collect::<Vec<_>>(),
+    )
+    .exec_without_returning(db)
     .await?;
-    TaskEvent::try_from(model)
+    models.into_iter().map(TaskEvent::try_from).collect()
 }
 
 /// Publishes committed events to whoever listens (live subscriptions).
@@ -887,7 +900,8 @@ impl Tasks {
             lease_expires_at: Set(None),
             run_after: Set(now),
             cancel_requested: Set(false),
-            last_seq: Set(0),
+            // Its first event, "task created", is stored with it.
+            last_seq: Set(1),
             usage: Set(Usage::default().to_json()),
             created_by: Set(created_by),
             created_at: Set(now),
@@ -896,28 +910,29 @@ impl Tasks {
             completed_at: Set(None),
         };
         let txn = self.db.begin().await?;
-        let inserted = model.insert(&txn).await;
-        if let Err(err) = inserted {
-            drop(txn);
-            return match (Error::from(err), &new.idempotency_key) {
-                // Lost a race on the same idempotency key: return the winner.
-                (Error::Conflict(_), Some(key)) => self
-                    .by_idempotency_key(scope, key)
-                    .await?
-                    .ok_or_else(|| Error::internal("idempotent task vanished")),
-                (other, _) => Err(other),
-            };
-        }
-        let (task, events) = mutate(
+        let inserted = match model.insert(&txn).await {
+            Ok(row) => row,
+            Err(err) => {
+                drop(txn);
+                return match (Error::from(err), &new.idempotency_key) {
+                    // Lost a race on the same idempotency key: return the winner.
+                    (Error::Conflict(_), Some(key)) => self
+                        .by_idempotency_key(scope, key)
+                        .await?
+                        .ok_or_else(|| Error::internal("idempotent task vanished")),
+                    (other, _) => Err(other),
+                };
+            }
+        };
+        let task = Task::try_from(inserted)?;
+        let events = insert_events(
             &txn,
-            scope,
-            id,
-            &Guard::Unleased(vec![TaskStatus::Pending]),
-            TaskChanges::default(),
+            &task,
+            1,
             vec![NewEvent::status(TaskStatus::Pending, "task created")],
+            now,
         )
-        .await?
-        .ok_or_else(|| Error::internal("new task vanished"))?;
+        .await?;
         txn.commit().await?;
         self.sink.publish(&events);
         self.runnable();

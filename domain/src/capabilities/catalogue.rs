@@ -35,8 +35,8 @@ pub(super) async fn catalogue_row<C: ConnectionTrait>(
 
 /// The capabilities the tenant has switched on at `now` (ACTIVE, or TRIAL
 /// before its end).
-pub(crate) async fn subscribed(
-    db: &DatabaseConnection,
+pub(crate) async fn subscribed<C: ConnectionTrait>(
+    db: &C,
     scope: TenantScope,
     now: DateTime<Utc>,
 ) -> Result<Vec<capability::Model>> {
@@ -208,8 +208,8 @@ pub(crate) async fn plan_for_tenant(
 
 /// A capability plan by id (a version a task named), if the tenant still
 /// subscribes to its capability at `now`; `None` when no such row exists.
-pub(crate) async fn plan_by_id_for_tenant(
-    db: &DatabaseConnection,
+pub(crate) async fn plan_by_id_for_tenant<C: ConnectionTrait>(
+    db: &C,
     scope: TenantScope,
     id: PlanId,
     now: DateTime<Utc>,
