@@ -9,10 +9,13 @@
 //! Two transports feed it:
 //! - **in-process** (SQLite, or a single server): events are delivered to
 //!   the local channel right after their transaction commits;
-//! - **PostgreSQL `LISTEN/NOTIFY`**: events are sent with `pg_notify` on the
-//!   `brainstem_events` channel (one ordered sender per process) and every
-//!   process's listener delivers them to its local channel, so a subscriber
-//!   on one replica sees a task run by a worker on another.
+//! - **PostgreSQL `LISTEN/NOTIFY`**: stored events are sent with `pg_notify`
+//!   on the `brainstem_events` channel inside the transaction that stores
+//!   them (so they leave exactly when, and only if, it commits, at no extra
+//!   commit); live-only token deltas go through one ordered sender per
+//!   process, which the executor flushes before committing a step. Every
+//!   process's listener delivers what arrives to its local channel, so a
+//!   subscriber on one replica sees a task run by a worker on another.
 //!
 //! Token deltas are not stored one by one. The bus keeps each running
 //! step's text so far (from the deltas it has seen), so a subscriber joining
@@ -30,9 +33,10 @@ use std::{
 use brainstem_entity::{TaskId, TenantScope};
 use chrono::{DateTime, Utc};
 use futures_util::Stream;
+use futures_util::future::BoxFuture;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 use serde_json::{Value, json};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::{
@@ -60,7 +64,15 @@ pub struct EventBus {
     live_text: Mutex<HashMap<TaskId, (String, String)>>,
     /// When set, events go out through PostgreSQL instead of straight to
     /// the local channel.
-    notifier: Mutex<Option<mpsc::Sender<String>>>,
+    notifier: Mutex<Option<mpsc::Sender<Outgoing>>>,
+}
+
+/// What the ordered sender sends.
+enum Outgoing {
+    /// An encoded live-only event.
+    Event(String),
+    /// Answered once everything queued before it has been sent.
+    Flush(oneshot::Sender<()>),
 }
 
 impl EventBus {
@@ -151,7 +163,7 @@ impl EventBus {
     /// Send events through PostgreSQL from now on, and deliver what the
     /// `LISTEN` side receives. Runs until the process ends.
     pub fn connect_postgres(self: &Arc<Self>, db: DatabaseConnection, url: String) {
-        let (tx, mut rx) = mpsc::channel::<String>(CAPACITY);
+        let (tx, mut rx) = mpsc::channel::<Outgoing>(CAPACITY);
         if let Ok(mut notifier) = self.notifier.lock() {
             *notifier = Some(tx);
         }
@@ -163,9 +175,21 @@ impl EventBus {
         tokio::spawn(async move {
             let mut queued = Vec::new();
             while rx.recv_many(&mut queued, MAX_BATCH).await > 0 {
-                let payloads = pack(queued.drain(..));
-                if let Err(err) = notify_all(&sender_db, payloads).await {
-                    tracing::warn!(%err, "could not publish events; subscribers will catch up from the store");
+                let mut encoded = Vec::new();
+                let mut flushes = Vec::new();
+                for item in queued.drain(..) {
+                    match item {
+                        Outgoing::Event(e) => encoded.push(e),
+                        Outgoing::Flush(ack) => flushes.push(ack),
+                    }
+                }
+                if !encoded.is_empty()
+                    && let Err(err) = notify_all(&sender_db, pack(encoded.into_iter())).await
+                {
+                    tracing::warn!(%err, "could not publish live events");
+                }
+                for ack in flushes {
+                    let _ = ack.send(());
                 }
             }
         });
@@ -212,15 +236,57 @@ impl EventSink for EventBus {
         let notifier = self.notifier.lock().ok().and_then(|n| n.clone());
         match notifier {
             Some(tx) => {
-                for event in events {
-                    // A full queue drops the notification: the executor never
-                    // waits; stored events are caught up from the store.
-                    let _ = tx.try_send(encode(event));
+                // Stored events went out with their transaction.
+                for event in events.iter().filter(|e| e.kind == EventKind::TokenDelta) {
+                    // A full queue drops the delta: the executor never waits
+                    // on subscribers, and the step's output keeps the text.
+                    let _ = tx.try_send(Outgoing::Event(encode(event)));
                 }
             }
             None => self.deliver(events),
         }
     }
+
+    fn flush(&self) -> BoxFuture<'static, ()> {
+        let notifier = self.notifier.lock().ok().and_then(|n| n.clone());
+        Box::pin(async move {
+            let Some(tx) = notifier else { return };
+            let (ack, acked) = oneshot::channel();
+            let flushed = async move {
+                if tx.send(Outgoing::Flush(ack)).await.is_ok() {
+                    let _ = acked.await;
+                }
+            };
+            // A stuck sender must not stall the executor: after this long
+            // the deltas are late, never the step.
+            let _ = tokio::time::timeout(FLUSH_TIMEOUT, flushed).await;
+        })
+    }
+}
+
+/// How long [`EventSink::flush`] waits for the sender at most.
+const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Notify listeners of stored `events` inside the transaction (or
+/// statement) `db` that stores them: on PostgreSQL, `pg_notify` is
+/// delivered at commit, in commit order, and not at all on rollback.
+/// Elsewhere, nothing to do: the bus delivers in-process after commit.
+pub(crate) async fn notify_stored<C: ConnectionTrait>(db: &C, events: &[TaskEvent]) -> Result<()> {
+    if db.get_database_backend() != DbBackend::Postgres || events.is_empty() {
+        return Ok(());
+    }
+    for payload in pack(events.iter().map(encode)) {
+        db.execute_raw(notify_statement(payload)).await?;
+    }
+    Ok(())
+}
+
+fn notify_statement(payload: String) -> Statement {
+    Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "SELECT pg_notify($1, $2)",
+        [CHANNEL.into(), payload.into()],
+    )
 }
 
 fn encode(event: &TaskEvent) -> String {
@@ -274,22 +340,15 @@ fn pack(encoded: impl Iterator<Item = String>) -> Vec<String> {
 /// Send `payloads` in order, in one transaction: one commit for the lot.
 async fn notify_all(db: &DatabaseConnection, payloads: Vec<String>) -> Result<()> {
     use sea_orm::TransactionTrait;
-    let notify = |payload: String| {
-        Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            "SELECT pg_notify($1, $2)",
-            [CHANNEL.into(), payload.into()],
-        )
-    };
     if payloads.len() == 1 {
         for payload in payloads {
-            db.execute_raw(notify(payload)).await?;
+            db.execute_raw(notify_statement(payload)).await?;
         }
         return Ok(());
     }
     let txn = db.begin().await?;
     for payload in payloads {
-        txn.execute_raw(notify(payload)).await?;
+        txn.execute_raw(notify_statement(payload)).await?;
     }
     txn.commit().await?;
     Ok(())

@@ -872,6 +872,8 @@ impl Executor {
             }
         };
         let finished = Utc::now();
+        // The step's token deltas leave before its result is committed.
+        self.domain.tasks.sink().flush().await;
         match result {
             Ok(out) => {
                 self.step_succeeded(task, &step, attempt, args, out, token, started, finished)

@@ -576,12 +576,24 @@ async fn insert_events<C: ConnectionTrait>(
     )
     .exec_without_returning(db)
     .await?;
-    models.into_iter().map(TaskEvent::try_from).collect()
+    let stored = models
+        .into_iter()
+        .map(TaskEvent::try_from)
+        .collect::<Result<Vec<_>>>()?;
+    crate::events::notify_stored(db, &stored).await?;
+    Ok(stored)
 }
 
 /// Publishes committed events to whoever listens (live subscriptions).
 pub trait EventSink: Send + Sync + 'static {
     fn publish(&self, events: &[TaskEvent]);
+
+    /// Resolves once the live-only events published so far are on their
+    /// way to every listener. The executor awaits it before committing a
+    /// step, so the step's token deltas arrive before its completion.
+    fn flush(&self) -> futures_util::future::BoxFuture<'static, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// Drops events; the default until a bus is attached.
