@@ -1180,6 +1180,17 @@ impl Executor {
                 .data(json!({"injected_steps": injected, "reasoning": out.summary})),
             );
         }
+        if !out.recalled.is_empty() {
+            let ids: Vec<String> = out.recalled.iter().map(|m| m.to_string()).collect();
+            events.push(
+                NewEvent::new(
+                    EventKind::MemoryRecalled,
+                    format!("{} memory(ies) used", ids.len()),
+                )
+                .step(&step.id, &step.tool)
+                .data(json!({"memory_ids": ids})),
+            );
+        }
         let mut changes = TaskChanges {
             state: Some(Value::Object(state)),
             step_outputs: Some(outputs),

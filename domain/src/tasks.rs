@@ -24,7 +24,7 @@ use sea_orm::{
     ActiveModelTrait,
     ActiveValue::Set,
     ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait,
-    QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
+    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
     sea_query::{Expr, SimpleExpr},
 };
 use serde_json::{Map, Value, json};
@@ -629,6 +629,15 @@ pub struct NewChildTask {
     pub intent: Option<String>,
 }
 
+/// A subject's tasks, from [`Tasks::of_subject`].
+#[derive(Clone, Debug, Default)]
+pub struct SubjectTasks {
+    /// Newest first.
+    pub recent: Vec<Task>,
+    /// Tasks not finished (any status but COMPLETED, FAILED, CANCELLED).
+    pub open: u64,
+}
+
 /// Filter for listing tasks.
 #[derive(Clone, Debug, Default)]
 pub struct TaskFilter {
@@ -1024,6 +1033,42 @@ impl Tasks {
         limit: u64,
     ) -> Result<Vec<TaskEvent>> {
         events_after(&self.db, scope, task_id, after, limit).await
+    }
+
+    /// A subject's tasks for its dossier: the newest `limit` and how many
+    /// are not finished (its pending work), leaving out `except` (the task
+    /// asking).
+    pub async fn of_subject(
+        &self,
+        scope: TenantScope,
+        subject: Uuid,
+        except: Option<TaskId>,
+        limit: u64,
+    ) -> Result<SubjectTasks> {
+        let mut about = Condition::all().add(task::Column::SubjectId.eq(subject));
+        if let Some(except) = except {
+            about = about.add(task::Column::Id.ne(except.uuid()));
+        }
+        let recent = task::Entity::find_in(scope)
+            .filter(about.clone())
+            .order_by_desc(task::Column::Id)
+            .limit(limit)
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(Task::try_from)
+            .collect::<Result<Vec<_>>>()?;
+        let open: Vec<&str> = TaskStatus::ALL
+            .iter()
+            .filter(|s| !s.is_terminal())
+            .map(|s| s.as_str())
+            .collect();
+        let open = task::Entity::find_in(scope)
+            .filter(about)
+            .filter(task::Column::Status.is_in(open))
+            .count(&self.db)
+            .await?;
+        Ok(SubjectTasks { recent, open })
     }
 
     /// Every attempt of every step, in the order they ran.

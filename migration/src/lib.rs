@@ -13,6 +13,7 @@ mod m20261121_140000_create_memory;
 mod m20261121_140100_api_key_rate_limits;
 mod m20261122_090000_create_capabilities;
 mod m20261122_100000_index_tasks_by_plan;
+mod m20261123_090000_index_tasks_by_subject;
 
 pub struct Migrator;
 
@@ -28,6 +29,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261121_140000_create_memory::Migration),
             Box::new(m20261122_090000_create_capabilities::Migration),
             Box::new(m20261122_100000_index_tasks_by_plan::Migration),
+            Box::new(m20261123_090000_index_tasks_by_subject::Migration),
         ]
     }
 }

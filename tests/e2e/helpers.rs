@@ -551,3 +551,9 @@ pub fn uuid_of(global_id: &str) -> String {
         .1
         .to_owned()
 }
+
+/// The global id of a raw UUID of type `ty` (`Memory`, `KgEntity`, …).
+pub fn encode_id(ty: &str, uuid: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{ty}:{uuid}"))
+}

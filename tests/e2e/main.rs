@@ -20,6 +20,7 @@ mod graph;
 mod http;
 mod llm;
 mod memory;
+mod memory_tools;
 mod partner_tools;
 mod persisted_queries;
 mod ranking;

@@ -119,5 +119,18 @@ event_types! {
         }
     }
     /// A step used memories (`data.memory_ids`).
-    MemoryRecalled {}
+    MemoryRecalled {
+        /// The memories the step used, as global ids.
+        pub async fn memory_ids(&self) -> Vec<ID> {
+            self.0.data["memory_ids"]
+                .as_array()
+                .map(|ids| {
+                    ids.iter()
+                        .filter_map(|v| v.as_str().and_then(|s| s.parse().ok()))
+                        .map(|u| ids::encode(NodeType::Memory, u))
+                        .collect()
+                })
+                .unwrap_or_default()
+        }
+    }
 }

@@ -406,8 +406,8 @@ pub struct Dossier {
     pub recent_events: Vec<Memory>,
     /// Entities one hop away.
     pub neighborhood: Neighborhood,
-    // The task executor adds the subject's recent tasks here (a
-    // `recent_tasks` field filled from the tasks table) when it lands.
+    // The subject's recent tasks and pending work come from the tasks
+    // table (`Tasks::of_subject`); the `memory.dossier` tool adds them.
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

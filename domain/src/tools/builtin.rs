@@ -1,5 +1,6 @@
 //! Built-in tools: `set_state`, `http_request`, `request_review`,
-//! `delegate`, `spawn_task` and `llm.generate` ([`super::generate`]).
+//! `delegate`, `spawn_task`, `llm.generate` ([`super::generate`]) and the
+//! memory tools ([`super::memory`]).
 
 use std::{sync::Arc, time::Duration};
 
@@ -10,14 +11,15 @@ use super::{Control, Tool, ToolContext, ToolError, ToolOutput};
 use crate::tasks::NewChildTask;
 
 pub fn all() -> Vec<Arc<dyn Tool>> {
-    vec![
+    let tools: Vec<Arc<dyn Tool>> = vec![
         Arc::new(SetState),
         Arc::new(HttpRequest),
         Arc::new(RequestReview),
         Arc::new(Delegate),
         Arc::new(SpawnTask),
         Arc::new(super::generate::Generate),
-    ]
+    ];
+    tools.into_iter().chain(super::memory::all()).collect()
 }
 
 fn without_comments(args: &Value) -> Map<String, Value> {

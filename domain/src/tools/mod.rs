@@ -4,8 +4,9 @@
 //! and is called with a [`ToolContext`] (tenant, task, step, idempotency key
 //! `<task id>:<step id>`, trace id, state and earlier outputs) and the step's
 //! rendered arguments. It returns a [`ToolOutput`] (output, state changes,
-//! summary, new steps, artifacts, usage, and optionally a request to pause for
-//! review or to delegate), or a [`ToolError`] saying whether a retry may help.
+//! summary, new steps, artifacts, usage, the memories it used, and
+//! optionally a request to pause for review or to delegate), or a
+//! [`ToolError`] saying whether a retry may help.
 //!
 //! **Idempotency contract.** A step may run more than once (a crash after the
 //! tool's side effect but before the commit, a retry after an error). A tool
@@ -20,11 +21,12 @@
 
 pub mod builtin;
 pub mod generate;
+pub mod memory;
 
 use std::{collections::BTreeMap, fmt, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
-use brainstem_entity::{TaskId, TenantId};
+use brainstem_entity::{MemoryId, TaskId, TenantId};
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
@@ -134,6 +136,9 @@ pub struct ToolOutput {
     pub artifacts: Vec<ArtifactDef>,
     pub usage: Usage,
     pub control: Control,
+    /// Memories the step used; the executor records them as one
+    /// `MemoryRecalled` event (`data.memory_ids`) in the step's commit.
+    pub recalled: Vec<MemoryId>,
 }
 
 impl ToolOutput {
