@@ -16,7 +16,7 @@ use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
 
 use crate::{
-    helpers::{Backend, TestApp},
+    helpers::{Backend, TestApp, uuid_of},
     on_both_backends,
 };
 
@@ -831,6 +831,59 @@ async fn dossier_gathers_a_subjects_facts(app: TestApp) {
         d["neighborhood"]["neighbors"],
         json!([{"entity": {"name": "Jane Broker"}, "distance": 1}])
     );
+
+    // Its tasks: the most recent first, and how many are unfinished.
+    app.publish_plan(
+        "acme",
+        json!({"key": "note", "intent": "test.note", "steps": [
+            {"id": "s", "tool": "set_state", "args": {"seen": true}}
+        ]}),
+    )
+    .await
+    .data();
+    let about = uuid_of(&carrier);
+    let mut started = Vec::new();
+    for _ in 0..3 {
+        let task = app
+            .start_task("acme", json!({"planKey": "note", "subjectId": about}))
+            .await;
+        started.push(task["id"].as_str().unwrap().to_owned());
+    }
+    // A task about another subject is not the carrier's.
+    app.start_task(
+        "acme",
+        json!({"planKey": "note", "subjectId": uuid_of(&other)}),
+    )
+    .await;
+    let tasks_query = "query($id: ID!) { dossier(subjectId: $id) { recentTasks(first: 2) { id status } openTasks } }";
+    let d = app
+        .graphql(Some(&t), tasks_query, json!({"id": carrier}))
+        .await;
+    let d = d.data()["dossier"].clone();
+    assert_eq!(
+        d["recentTasks"],
+        json!([
+            {"id": started[2], "status": "PENDING"},
+            {"id": started[1], "status": "PENDING"}
+        ])
+    );
+    assert_eq!(d["openTasks"], 3);
+    app.run_tasks().await;
+    let d = app
+        .graphql(Some(&t), tasks_query, json!({"id": carrier}))
+        .await;
+    let d = d.data()["dossier"].clone();
+    assert_eq!(d["openTasks"], 0);
+    assert_eq!(d["recentTasks"][0]["status"], "COMPLETED");
+    // `first` out of range is the caller's mistake.
+    let bad = app
+        .graphql(
+            Some(&t),
+            "query($id: ID!) { dossier(subjectId: $id) { recentTasks(first: 0) { id } } }",
+            json!({"id": carrier}),
+        )
+        .await;
+    assert_eq!(bad.error_code(), "BAD_USER_INPUT");
 }
 
 async fn knowledge_graph_mentions_boost_search(app: TestApp) {

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use async_graphql::{
-    Context, Enum, ID, InputObject, Json, MaybeUndefined, Object, SimpleObject,
+    ComplexObject, Context, Enum, ID, InputObject, Json, MaybeUndefined, Object, SimpleObject,
     connection::Connection,
     dataloader::{DataLoader, Loader},
 };
@@ -569,6 +569,7 @@ impl From<graph::Neighborhood> for Neighborhood {
 
 /// What is known about a subject.
 #[derive(SimpleObject)]
+#[graphql(complex)]
 pub struct Dossier {
     pub subject: KgEntity,
     /// Every current fact about the subject or mentioning it, strongest first.
@@ -579,6 +580,45 @@ pub struct Dossier {
     pub recent_events: Vec<Memory>,
     /// Entities one hop away and the relations to them.
     pub neighborhood: Neighborhood,
+    #[graphql(skip)]
+    pub subject_id: Uuid,
+}
+
+/// The dossier's view of the tasks table, which needs `tasks:read` as well.
+#[ComplexObject]
+impl Dossier {
+    /// The subject's most recent tasks, newest first (`first`: 1-50,
+    /// default 10).
+    async fn recent_tasks(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(default = 10)] first: i32,
+    ) -> async_graphql::Result<Vec<super::tasks::Task>> {
+        let scope = principal(ctx)?.require_scope("tasks:read").gql()?;
+        if !(1..=50).contains(&first) {
+            return Err(brainstem_domain::Error::validation(
+                "first must be between 1 and 50",
+            ))
+            .gql();
+        }
+        let tasks = domain(ctx)
+            .tasks
+            .of_subject(scope, self.subject_id, None, first as u64)
+            .await
+            .gql()?;
+        Ok(tasks.recent.into_iter().map(super::tasks::Task).collect())
+    }
+
+    /// How many of the subject's tasks are not finished (pending work).
+    async fn open_tasks(&self, ctx: &Context<'_>) -> async_graphql::Result<i64> {
+        let scope = principal(ctx)?.require_scope("tasks:read").gql()?;
+        let tasks = domain(ctx)
+            .tasks
+            .of_subject(scope, self.subject_id, None, 1)
+            .await
+            .gql()?;
+        Ok(i64::try_from(tasks.open).unwrap_or(i64::MAX))
+    }
 }
 
 #[derive(InputObject, Default)]
@@ -705,6 +745,7 @@ impl MemoryQuery {
             .await
             .gql()?;
         Ok(Dossier {
+            subject_id: subject.uuid(),
             subject: KgEntity(d.subject),
             facts: d.facts.into_iter().map(Memory).collect(),
             insights: d.insights.into_iter().map(Memory).collect(),

@@ -172,13 +172,9 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     }
 }
 
-/// An OpenAI-compatible `/embeddings` endpoint.
-///
-/// Transport is plain HTTP: reqwest's TLS would pull a native crypto library
-/// (aws-lc-sys) into every build. Embedding servers usually run beside the
-/// platform (Ollama, vLLM, llama.cpp, TEI) or behind a TLS-terminating proxy
-/// on the same host, so an `https://` URL is refused with a clear message
-/// instead of failing at the first request.
+/// An OpenAI-compatible `/embeddings` endpoint, over `http://` (a server
+/// beside the platform: Ollama, vLLM, llama.cpp, TEI) or `https://` (TLS by
+/// rustls, as for every outgoing call: see [`crate::http_client`]).
 pub struct OpenAiEmbedder {
     client: reqwest::Client,
     url: String,
@@ -196,15 +192,15 @@ impl OpenAiEmbedder {
         timeout: Duration,
     ) -> Result<Self> {
         let base = base_url.trim_end_matches('/');
-        if !base.starts_with("http://") {
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(Error::validation(format!(
-                "embedding_base_url must be an http:// URL (got `{base}`); put a TLS-terminating \
-                 proxy in front of https endpoints"
+                "embedding_base_url must be an http:// or https:// URL (got `{base}`)"
             )));
         }
         if model.trim().is_empty() {
             return Err(Error::validation("embedding_model must not be empty"));
         }
+        crate::http_client::install_tls_provider();
         let client = reqwest::Client::builder()
             .timeout(timeout)
             .build()
@@ -306,11 +302,17 @@ mod tests {
     }
 
     #[test]
-    fn https_urls_are_refused_with_a_reason() {
-        let err = OpenAiEmbedder::new("https://api.example", None, "m", 8, Duration::from_secs(1))
+    fn http_and_https_urls_are_accepted_and_others_refused_with_a_reason() {
+        for ok in ["http://127.0.0.1:11434/v1", "https://api.example/v1"] {
+            assert!(
+                OpenAiEmbedder::new(ok, None, "m", 8, Duration::from_secs(1)).is_ok(),
+                "{ok}"
+            );
+        }
+        let err = OpenAiEmbedder::new("ftp://api.example", None, "m", 8, Duration::from_secs(1))
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
-        assert!(err.contains("http://"), "{err}");
+        assert!(err.contains("http:// or https://"), "{err}");
     }
 }
