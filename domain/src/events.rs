@@ -267,15 +267,20 @@ impl EventSink for EventBus {
 /// How long [`EventSink::flush`] waits for the sender at most.
 const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Notify listeners of stored `events` inside the transaction (or
-/// statement) `db` that stores them: on PostgreSQL, `pg_notify` is
-/// delivered at commit, in commit order, and not at all on rollback.
-/// Elsewhere, nothing to do: the bus delivers in-process after commit.
-pub(crate) async fn notify_stored<C: ConnectionTrait>(db: &C, events: &[TaskEvent]) -> Result<()> {
-    if db.get_database_backend() != DbBackend::Postgres || events.is_empty() {
-        return Ok(());
+/// The `pg_notify` payloads announcing stored `events` to listeners: none
+/// except on PostgreSQL. Sent inside the transaction that stores the
+/// events, they are delivered at its commit, in commit order, and not at
+/// all on rollback; elsewhere the bus delivers in-process after commit.
+pub(crate) fn notification_payloads(backend: DbBackend, events: &[TaskEvent]) -> Vec<String> {
+    if backend != DbBackend::Postgres || events.is_empty() {
+        return Vec::new();
     }
-    for payload in pack(events.iter().map(encode)) {
+    pack(events.iter().map(encode))
+}
+
+/// Send `payloads` through `db` (a transaction, usually).
+pub(crate) async fn notify<C: ConnectionTrait>(db: &C, payloads: Vec<String>) -> Result<()> {
+    for payload in payloads {
         db.execute_raw(notify_statement(payload)).await?;
     }
     Ok(())

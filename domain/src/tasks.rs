@@ -24,7 +24,7 @@ use sea_orm::{
     ActiveModelTrait,
     ActiveValue::Set,
     ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait,
-    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
+    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait, Statement, TransactionTrait,
     sea_query::{Expr, SimpleExpr},
 };
 use serde_json::{Map, Value, json};
@@ -567,20 +567,41 @@ async fn insert_events<C: ConnectionTrait>(
             created_at: now,
         })
         .collect();
-    task_event::Entity::insert_many(
+    let insert = task_event::Entity::insert_many(
         models
             .iter()
             .cloned()
             .map(task_event::ActiveModel::from)
             .collect::<Vec<_>>(),
-    )
-    .exec_without_returning(db)
-    .await?;
+    );
     let stored = models
         .into_iter()
         .map(TaskEvent::try_from)
         .collect::<Result<Vec<_>>>()?;
-    crate::events::notify_stored(db, &stored).await?;
+    let backend = db.get_database_backend();
+    let mut payloads = crate::events::notification_payloads(backend, &stored);
+    if payloads.len() == 1 {
+        // One round trip for both: the insert as a data-modifying CTE (run
+        // to completion whatever the outer query reads) and the notification.
+        let Statement { sql, values, .. } = insert.build(backend);
+        let mut values = values.map(|v| v.0).unwrap_or_default();
+        let n = values.len();
+        values.push(crate::events::CHANNEL.into());
+        values.extend(payloads.pop().map(Into::into));
+        db.execute_raw(Statement::from_sql_and_values(
+            backend,
+            format!(
+                "WITH stored AS ({sql}) SELECT pg_notify(${}, ${})",
+                n + 1,
+                n + 2
+            ),
+            values,
+        ))
+        .await?;
+    } else {
+        insert.exec_without_returning(db).await?;
+        crate::events::notify(db, payloads).await?;
+    }
     Ok(stored)
 }
 
