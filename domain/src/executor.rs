@@ -29,7 +29,9 @@ use std::{
     time::Duration,
 };
 
-use brainstem_entity::{TaskId, TenantId, TenantScope, delegation, review, task, task_step};
+use brainstem_entity::{
+    PlanId, TaskId, TenantId, TenantScope, delegation, review, task, task_step,
+};
 use chrono::{DateTime, Utc};
 use rand::{Rng, RngCore};
 use sea_orm::{
@@ -113,10 +115,14 @@ pub struct Executor {
     /// Tenant slugs (never change once created), so driving a task does
     /// not read its tenant again.
     slugs: Arc<std::sync::Mutex<HashMap<TenantId, String>>>,
+    /// Tenants' own plan versions by id (a version never changes once
+    /// published), so planning a task that named its plan reads nothing.
+    /// Capability plans are not kept: they need the subscription checked.
+    own_plans: Arc<std::sync::Mutex<HashMap<(TenantId, PlanId), plans::Plan>>>,
 }
 
-/// Slugs cached before the cache starts over.
-const SLUG_CACHE: usize = 10_000;
+/// Entries a cache holds before it starts over.
+const CACHE_LIMIT: usize = 10_000;
 
 impl Executor {
     pub fn new(
@@ -132,7 +138,38 @@ impl Executor {
             config,
             stopping,
             slugs: Arc::default(),
+            own_plans: Arc::default(),
         }
+    }
+
+    /// [`plans::Plans::for_task_in`], from the cache for the tenant's own
+    /// plans.
+    async fn plan_for_task<C: ConnectionTrait>(
+        &self,
+        db: &C,
+        scope: TenantScope,
+        id: PlanId,
+        now: DateTime<Utc>,
+    ) -> Result<plans::Plan> {
+        let key = (scope.tenant_id(), id);
+        if let Some(plan) = self
+            .own_plans
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&key).cloned())
+        {
+            return Ok(plan);
+        }
+        let plan = plans::Plans::for_task_in(db, scope, id, now).await?;
+        if plan.capability.is_none()
+            && let Ok(mut m) = self.own_plans.lock()
+        {
+            if m.len() >= CACHE_LIMIT {
+                m.clear();
+            }
+            m.insert(key, plan.clone());
+        }
+        Ok(plan)
     }
 
     async fn tenant_slug(&self, scope: TenantScope) -> Result<String> {
@@ -142,7 +179,7 @@ impl Executor {
         }
         let slug = self.domain.tenants.get(scope).await?.slug;
         if let Ok(mut m) = self.slugs.lock() {
-            if m.len() >= SLUG_CACHE {
+            if m.len() >= CACHE_LIMIT {
                 m.clear();
             }
             m.insert(tenant, slug.clone());
@@ -640,7 +677,7 @@ impl Executor {
         }
         let chosen = match task.plan_id {
             // A capability plan named at start needs the subscription still.
-            Some(id) => match plans::Plans::for_task_in(db, scope, id, now).await {
+            Some(id) => match self.plan_for_task(db, scope, id, now).await {
                 Ok(plan) => Some(plan),
                 Err(e @ (Error::Forbidden(_) | Error::NotFound(_))) => {
                     return Ok(failure(e.to_string(), None));
