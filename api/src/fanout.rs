@@ -29,6 +29,7 @@ use std::{
         Arc, Mutex,
         atomic::{AtomicU64, Ordering},
     },
+    time::Duration,
 };
 
 use async_graphql::{
@@ -41,7 +42,7 @@ use async_graphql::{
 };
 use brainstem_domain::{TenantId, events::Delivery, tasks::TaskEvent};
 use futures_util::{StreamExt, stream::BoxStream};
-use tokio::sync::{OnceCell, mpsc};
+use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore, mpsc};
 use uuid::Uuid;
 
 use crate::schema::{BrainstemSchema, subscription::SlotGuard};
@@ -50,6 +51,58 @@ use crate::schema::{BrainstemSchema, subscription::SlotGuard};
 /// subscriber of an event asks within moments of each other; this bounds
 /// the memory, not the sharing.
 pub const FRAME_CACHE_SIZE: usize = 4096;
+
+/// `taskEvents` subscriptions of this process being set up at once (the
+/// caller's checks, up to the hand-over to the connection). A burst of
+/// thousands of subscribers then waits as small messages, not as thousands
+/// of half-run operations each holding its parsed document while it waits
+/// for the database.
+pub const MAX_SETUPS: usize = 64;
+
+/// The process's fan-out state, shared by all connections.
+pub struct Fanout {
+    pub frames: FrameCache,
+    setups: Arc<Semaphore>,
+}
+
+impl Default for Fanout {
+    fn default() -> Self {
+        Self {
+            frames: FrameCache::new(FRAME_CACHE_SIZE),
+            setups: Arc::new(Semaphore::new(MAX_SETUPS)),
+        }
+    }
+}
+
+/// The longest a subscription's set-up holds its turn. A set-up only runs
+/// while its connection is polled, and a connection whose client stops
+/// reading stops being polled: its turn must not block everyone else's.
+pub const SETUP_TURN_MAX: Duration = Duration::from_secs(5);
+
+/// A turn to set up a subscription: ends when dropped, or after
+/// [`SETUP_TURN_MAX`], whichever comes first.
+#[derive(Clone)]
+pub struct Turn {
+    _held: Arc<Mutex<Option<OwnedSemaphorePermit>>>,
+}
+
+impl Fanout {
+    /// Wait for a turn to set up a subscription.
+    pub async fn setup_turn(&self) -> Option<Turn> {
+        let permit = self.setups.clone().acquire_owned().await.ok()?;
+        let held = Arc::new(Mutex::new(Some(permit)));
+        let weak = Arc::downgrade(&held);
+        tokio::spawn(async move {
+            tokio::time::sleep(SETUP_TURN_MAX).await;
+            if let Some(held) = weak.upgrade()
+                && let Ok(mut permit) = held.lock()
+            {
+                permit.take();
+            }
+        });
+        Some(Turn { _held: held })
+    }
+}
 
 /// What an event's rendering depends on besides the event: the
 /// subscription's document, operation and variables.
@@ -123,6 +176,9 @@ pub struct Route {
     pub(crate) id: String,
     pub(crate) shape: Arc<Shape>,
     pub(crate) control: mpsc::UnboundedSender<Control>,
+    /// The subscription's turn to be set up: it ends when async-graphql
+    /// drops the request, right after the hand-over (or the error).
+    pub(crate) _turn: Option<Turn>,
 }
 
 impl Route {
@@ -167,9 +223,19 @@ pub(crate) struct Registration {
 /// this one event and nothing else.
 pub struct RenderOne(pub Arc<TaskEvent>);
 
+/// Where a shared event comes from. The bus's copy of an event and the
+/// stored row may differ in representation (the time's precision), so they
+/// are rendered apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    Live,
+    Stored,
+}
+
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct Key {
     tenant: TenantId,
+    source: Source,
     event: Uuid,
     seq: i64,
     shape: Arc<Shape>,
@@ -205,6 +271,7 @@ impl FrameCache {
     pub async fn payload<F, Fut>(
         &self,
         tenant: TenantId,
+        source: Source,
         shape: &Arc<Shape>,
         event: &TaskEvent,
         render: F,
@@ -215,6 +282,7 @@ impl FrameCache {
     {
         let key = Key {
             tenant,
+            source,
             event: event.id,
             seq: event.seq,
             shape: shape.clone(),
@@ -285,7 +353,7 @@ pub(crate) async fn render(
 /// message per event, rendered once per shape for shared events.
 pub(crate) fn frames(
     schema: BrainstemSchema,
-    cache: Arc<FrameCache>,
+    fanout: Arc<Fanout>,
     protocol: WebSocketProtocols,
     registration: Registration,
 ) -> (Option<SlotGuard>, BoxStream<'static, String>) {
@@ -299,17 +367,27 @@ pub(crate) fn frames(
     let id_json: Arc<str> = serde_json::to_string(&id).unwrap_or_default().into();
     let stream = deliveries
         .then(move |delivery| {
-            let (schema, cache, shape, id_json) = (
+            let (schema, fanout, shape, id_json) = (
                 schema.clone(),
-                cache.clone(),
+                fanout.clone(),
                 shape.clone(),
                 id_json.clone(),
             );
             async move {
                 let payload = match delivery {
                     Delivery::Shared(event) => {
-                        cache
-                            .payload(tenant, &shape, &event, || {
+                        fanout
+                            .frames
+                            .payload(tenant, Source::Live, &shape, &event, || {
+                                render(&schema, &shape, event.clone())
+                            })
+                            .await
+                    }
+                    Delivery::Stored(event) => {
+                        let event = Arc::new(*event);
+                        fanout
+                            .frames
+                            .payload(tenant, Source::Stored, &shape, &event, || {
                                 render(&schema, &shape, event.clone())
                             })
                             .await
@@ -429,7 +507,9 @@ mod tests {
             let e = &e;
             async move {
                 cache
-                    .payload(tenant, &shape, e, || async move { Arc::from(label) })
+                    .payload(tenant, Source::Live, &shape, e, || async move {
+                        Arc::from(label)
+                    })
                     .await
             }
         };
@@ -445,10 +525,18 @@ mod tests {
         let mut later = e.clone();
         later.seq = 4;
         let got = cache
-            .payload(acme, &a, &later, || async { Arc::from("seq-4") })
+            .payload(acme, Source::Live, &a, &later, || async {
+                Arc::from("seq-4")
+            })
             .await;
         assert_eq!(&*got, "seq-4");
         assert_eq!(cache.renders(), 4);
+        // The stored row of the same event: rendered on its own.
+        let got = cache
+            .payload(acme, Source::Stored, &a, &e, || async { Arc::from("row") })
+            .await;
+        assert_eq!(&*got, "row");
+        assert_eq!(cache.renders(), 5);
     }
 
     #[tokio::test]
@@ -459,12 +547,14 @@ mod tests {
         let events: Vec<TaskEvent> = (1..=3).map(event).collect();
         for e in &events {
             cache
-                .payload(tenant, &a, e, || async { Arc::from("x") })
+                .payload(tenant, Source::Live, &a, e, || async { Arc::from("x") })
                 .await;
         }
         // The oldest was evicted: asking again renders it again.
         cache
-            .payload(tenant, &a, &events[0], || async { Arc::from("x") })
+            .payload(tenant, Source::Live, &a, &events[0], || async {
+                Arc::from("x")
+            })
             .await;
         assert_eq!(cache.renders(), 4);
         assert!(cache.entries.lock().unwrap().0.len() <= 2);

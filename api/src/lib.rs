@@ -47,7 +47,7 @@ pub struct ApiState {
     pub surface: schema::Surface,
     pub limits: GraphqlLimits,
     /// Rendered task events shared by WebSocket subscribers.
-    pub frames: Arc<fanout::FrameCache>,
+    pub fanout: Arc<fanout::Fanout>,
 }
 
 /// Build the whole HTTP application.
@@ -66,7 +66,7 @@ pub fn router(domain: Domain, config: ApiConfig) -> Result<Router, auth::AuthSet
         metrics: Arc::new(metrics),
         surface,
         limits: config.limits,
-        frames: Arc::new(fanout::FrameCache::new(fanout::FRAME_CACHE_SIZE)),
+        fanout: Arc::new(fanout::Fanout::default()),
     };
     Ok(http::routes(state))
 }

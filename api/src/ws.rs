@@ -48,7 +48,7 @@ use crate::{
 };
 
 /// Read and write buffer of each connection, in bytes.
-const WS_BUFFER: usize = 4 * 1024;
+const WS_BUFFER: usize = 1024;
 
 /// Close code when `connection_init` carries no valid credential.
 pub const CLOSE_FORBIDDEN: u16 = 4403;
@@ -153,6 +153,7 @@ async fn serve(state: ApiState, socket: WebSocket, protocol: WebSocketProtocols)
     let (control_tx, mut control_rx) = mpsc::unbounded_channel::<Control>();
     let input = {
         let control = control_tx.clone();
+        let fanout = state.fanout.clone();
         stream
             .take_while(|msg| future::ready(msg.is_ok()))
             .filter_map(move |msg| {
@@ -161,7 +162,15 @@ async fn serve(state: ApiState, socket: WebSocket, protocol: WebSocketProtocols)
                     Ok(Message::Binary(bytes)) => Some(bytes.to_vec()),
                     _ => None,
                 };
-                future::ready(bytes.map(|b| route(&control, ClientMessage::from_bytes(b))))
+                let (control, fanout) = (control.clone(), fanout.clone());
+                async move {
+                    match bytes {
+                        Some(b) => {
+                            Some(route(&control, &fanout, ClientMessage::from_bytes(b)).await)
+                        }
+                        None => None,
+                    }
+                }
             })
     };
     drop(control_tx);
@@ -205,9 +214,10 @@ async fn serve(state: ApiState, socket: WebSocket, protocol: WebSocketProtocols)
         }
     };
 
-    let mut outgoing = GraphqlWebSocket::from_message_stream(state.schema.clone(), input, protocol)
+    let outgoing = GraphqlWebSocket::from_message_stream(state.schema.clone(), input, protocol)
         .on_connection_init(on_init)
         .keepalive_timeout(Duration::from_secs(60));
+    tokio::pin!(outgoing);
 
     let expired = async move {
         match expiry_rx.await {
@@ -235,7 +245,7 @@ async fn serve(state: ApiState, socket: WebSocket, protocol: WebSocketProtocols)
                 *handed_over.entry(id.clone()).or_default() += 1;
                 let (slot, frames) = fanout::frames(
                     state.schema.clone(),
-                    state.frames.clone(),
+                    state.fanout.clone(),
                     protocol,
                     registration,
                 );
@@ -329,18 +339,21 @@ async fn serve(state: ApiState, socket: WebSocket, protocol: WebSocketProtocols)
 /// `taskEvents` gets a [`Route`] in its data, so the resolver can hand its
 /// stream to this connection; subscription ids the connection may be
 /// delivering are told of a new `subscribe` or a stop.
-fn route(
+async fn route(
     control: &mpsc::UnboundedSender<Control>,
+    fanout: &fanout::Fanout,
     message: serde_json::Result<ClientMessage>,
 ) -> serde_json::Result<ClientMessage> {
     match message {
         Ok(ClientMessage::Start { id, mut payload }) => {
             let _ = control.send(Control::Replace(id.clone()));
             if let Some(shape) = Shape::of(&payload) {
+                let turn = fanout.setup_turn().await;
                 payload.data.insert(Route {
                     id: id.clone(),
                     shape,
                     control: control.clone(),
+                    _turn: turn,
                 });
             }
             Ok(ClientMessage::Start { id, payload })

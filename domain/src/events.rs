@@ -330,8 +330,11 @@ pub enum Delivery {
     /// The bus's own event, unchanged: every subscriber of the task that is
     /// live receives this same value, so a transport may render it once.
     Shared(Arc<TaskEvent>),
-    /// An event for this subscriber only: a stored event read during replay
-    /// or catch-up, or a token delta adjusted to what it has already seen.
+    /// A stored event read from the store during replay or catch-up: the
+    /// same row for every subscriber that reads it.
+    Stored(Box<TaskEvent>),
+    /// An event for this subscriber only: a token delta adjusted to what it
+    /// has already seen, or the text so far of a step.
     Own(Box<TaskEvent>),
 }
 
@@ -339,14 +342,14 @@ impl Delivery {
     pub fn event(&self) -> &TaskEvent {
         match self {
             Delivery::Shared(e) => e,
-            Delivery::Own(e) => e,
+            Delivery::Stored(e) | Delivery::Own(e) => e,
         }
     }
 
     pub fn into_event(self) -> TaskEvent {
         match self {
             Delivery::Shared(e) => Arc::unwrap_or_clone(e),
-            Delivery::Own(e) => *e,
+            Delivery::Stored(e) | Delivery::Own(e) => *e,
         }
     }
 }
@@ -437,7 +440,7 @@ impl Follow {
             if let Some(event) = self.pending.pop_front() {
                 self.last = event.seq;
                 self.done = is_terminal(&event);
-                return Some(Delivery::Own(Box::new(event)));
+                return Some(Delivery::Stored(Box::new(event)));
             }
             match self.phase {
                 Phase::Replay | Phase::CatchUp => {

@@ -346,7 +346,13 @@ async fn client(args: Args) -> anyhow::Result<()> {
     let n = args.subscribers.first().copied().unwrap_or(1);
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(n);
     let mut clients = Vec::with_capacity(n);
+    let limit: usize = std::env::var("BENCH_CONC")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100000);
+    let gate = Arc::new(tokio::sync::Semaphore::new(limit));
     for i in 0..n {
+        let gate = gate.clone();
         let url = args.url.clone();
         let token = args.token.clone();
         let uuid = ids[i % ids.len()].clone();
@@ -355,6 +361,8 @@ async fn client(args: Args) -> anyhow::Result<()> {
             // Latencies in microseconds, kept by each connection and
             // gathered at the end.
             let mut latencies: Vec<u64> = Vec::new();
+            let permit = gate.acquire_owned().await.ok()?;
+            let mut permit = Some(permit);
             let mut request = url.into_client_request().ok()?;
             request.headers_mut().insert(
                 "sec-websocket-protocol",
@@ -363,6 +371,13 @@ async fn client(args: Args) -> anyhow::Result<()> {
             let (mut ws, _) = tokio_tungstenite::connect_async(request).await.ok()?;
             ws.send(Message::Text(json!({"type": "connection_init", "payload": {"Authorization": format!("Bearer {token}")}}).to_string().into())).await.ok()?;
             let global = base64_task_id(&uuid);
+            if std::env::var_os("BENCH_NO_SUB").is_some() {
+                let _ = ws.next().await;
+                permit.take();
+                let _ = ready.send(()).await;
+                let _ = ws.next().await;
+                return Some(latencies);
+            }
             ws.send(Message::Text(json!({"id": "1", "type": "subscribe", "payload": {
                 "query": "subscription($id: ID!) { taskEvents(taskId: $id) { __typename seq ... on TokenDelta { text } } }",
                 "variables": {"id": global}}}).to_string().into())).await.ok()?;
@@ -383,6 +398,7 @@ async fn client(args: Args) -> anyhow::Result<()> {
                 if v["type"] == "next" {
                     if !announced {
                         announced = true;
+                        permit.take();
                         let _ = ready.send(()).await;
                     }
                 } else if v["type"] == "complete" {
