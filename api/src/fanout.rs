@@ -112,13 +112,16 @@ pub struct Shape {
     operation_name: Option<String>,
     variables: Variables,
     variables_json: String,
+    hash: u64,
 }
 
 impl PartialEq for Shape {
     fn eq(&self, other: &Self) -> bool {
-        self.query == other.query
-            && self.operation_name == other.operation_name
-            && self.variables_json == other.variables_json
+        std::ptr::eq(self, other)
+            || self.hash == other.hash
+                && self.query == other.query
+                && self.operation_name == other.operation_name
+                && self.variables_json == other.variables_json
     }
 }
 
@@ -126,9 +129,8 @@ impl Eq for Shape {}
 
 impl Hash for Shape {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.query.hash(state);
-        self.operation_name.hash(state);
-        self.variables_json.hash(state);
+        // Computed once: every delivery of a shared event looks its shape up.
+        state.write_u64(self.hash);
     }
 }
 
@@ -160,11 +162,15 @@ impl Shape {
             },
             _ => return None,
         }
+        let variables_json = serde_json::to_string(&request.variables).ok()?;
+        let mut hasher = std::hash::DefaultHasher::new();
+        (&request.query, &request.operation_name, &variables_json).hash(&mut hasher);
         Some(Arc::new(Shape {
             query: request.query.clone(),
             operation_name: request.operation_name.clone(),
-            variables_json: serde_json::to_string(&request.variables).ok()?,
             variables: request.variables.clone(),
+            variables_json,
+            hash: hasher.finish(),
         }))
     }
 }

@@ -27,7 +27,9 @@ use brainstem_domain::{
 use clap::Parser;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest, http::HeaderValue};
+use tokio_tungstenite::tungstenite::{
+    Message, client::IntoClientRequest, http::HeaderValue, protocol::WebSocketConfig,
+};
 
 #[derive(Parser, Debug, Clone)]
 struct Args {
@@ -94,6 +96,22 @@ impl Tool for Stream {
         }
         Ok(ToolOutput::default())
     }
+}
+
+/// CPU seconds (user + system) this process has used, from
+/// `/proc/self/stat` (clock ticks of 1/100 s).
+fn cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            // Fields after the command name, which is in parentheses.
+            let rest = s.rsplit_once(')')?.1;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let utime: f64 = fields.get(11)?.parse().ok()?;
+            let stime: f64 = fields.get(12)?.parse().ok()?;
+            Some((utime + stime) / 100.0)
+        })
+        .unwrap_or(0.0)
 }
 
 fn rss_kib() -> u64 {
@@ -285,6 +303,7 @@ async fn run(args: &Args, subscribers: usize) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = rss_kib();
     let per_sub = (after.saturating_sub(before)) as f64 / subscribers as f64;
+    let cpu_before = cpu_seconds();
     // Start streaming: approve every task's review.
     let scope = admin.tenant_scope()?;
     for id in &ids {
@@ -308,9 +327,10 @@ async fn run(args: &Args, subscribers: usize) -> anyhow::Result<()> {
     line.clear();
     stdout.read_line(&mut line)?;
     let _ = child.wait();
+    let server_cpu = cpu_seconds() - cpu_before;
     let result: Value = serde_json::from_str(line.trim()).context("client result")?;
     println!(
-        "{subscribers:>6} subscribers on {} tasks ({} deltas/s each): delivered {} of {} deltas ({} connections failed), latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; server memory {:.1} KiB per idle subscription ({} -> {} KiB RSS)",
+        "{subscribers:>6} subscribers on {} tasks ({} deltas/s each): delivered {} of {} deltas ({} connections failed), latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; server memory {:.1} KiB per idle subscription ({} -> {} KiB RSS); CPU while streaming: server {:.1} s, client {:.1} s",
         args.tasks,
         args.rate,
         result["count"],
@@ -322,6 +342,8 @@ async fn run(args: &Args, subscribers: usize) -> anyhow::Result<()> {
         per_sub,
         before,
         after,
+        server_cpu,
+        result["client_cpu_s"].as_f64().unwrap_or(0.0),
     );
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
@@ -346,13 +368,7 @@ async fn client(args: Args) -> anyhow::Result<()> {
     let n = args.subscribers.first().copied().unwrap_or(1);
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(n);
     let mut clients = Vec::with_capacity(n);
-    let limit: usize = std::env::var("BENCH_CONC")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100000);
-    let gate = Arc::new(tokio::sync::Semaphore::new(limit));
     for i in 0..n {
-        let gate = gate.clone();
         let url = args.url.clone();
         let token = args.token.clone();
         let uuid = ids[i % ids.len()].clone();
@@ -361,23 +377,20 @@ async fn client(args: Args) -> anyhow::Result<()> {
             // Latencies in microseconds, kept by each connection and
             // gathered at the end.
             let mut latencies: Vec<u64> = Vec::new();
-            let permit = gate.acquire_owned().await.ok()?;
-            let mut permit = Some(permit);
             let mut request = url.into_client_request().ok()?;
             request.headers_mut().insert(
                 "sec-websocket-protocol",
                 HeaderValue::from_static("graphql-transport-ws"),
             );
-            let (mut ws, _) = tokio_tungstenite::connect_async(request).await.ok()?;
+            // Small reads: tungstenite zero-fills its read buffer on every
+            // read, and the default is 128 KiB.
+            let config = WebSocketConfig::default().read_buffer_size(4096);
+            let (mut ws, _) =
+                tokio_tungstenite::connect_async_with_config(request, Some(config), true)
+                    .await
+                    .ok()?;
             ws.send(Message::Text(json!({"type": "connection_init", "payload": {"Authorization": format!("Bearer {token}")}}).to_string().into())).await.ok()?;
             let global = base64_task_id(&uuid);
-            if std::env::var_os("BENCH_NO_SUB").is_some() {
-                let _ = ws.next().await;
-                permit.take();
-                let _ = ready.send(()).await;
-                let _ = ws.next().await;
-                return Some(latencies);
-            }
             ws.send(Message::Text(json!({"id": "1", "type": "subscribe", "payload": {
                 "query": "subscription($id: ID!) { taskEvents(taskId: $id) { __typename seq ... on TokenDelta { text } } }",
                 "variables": {"id": global}}}).to_string().into())).await.ok()?;
@@ -398,7 +411,6 @@ async fn client(args: Args) -> anyhow::Result<()> {
                 if v["type"] == "next" {
                     if !announced {
                         announced = true;
-                        permit.take();
                         let _ = ready.send(()).await;
                     }
                 } else if v["type"] == "complete" {
@@ -418,6 +430,7 @@ async fn client(args: Args) -> anyhow::Result<()> {
     std::io::stdout().flush()?;
     let mut go = String::new();
     std::io::stdin().read_line(&mut go)?;
+    let cpu_before = cpu_seconds();
     let mut latencies = Vec::new();
     let mut failed = 0;
     for client in clients {
@@ -436,7 +449,7 @@ async fn client(args: Args) -> anyhow::Result<()> {
     };
     println!(
         "{}",
-        json!({"count": latencies.len(), "failed": failed, "p50_ms": pct(50.0), "p99_ms": pct(99.0), "max_ms": pct(100.0)})
+        json!({"count": latencies.len(), "failed": failed, "client_cpu_s": cpu_seconds() - cpu_before, "p50_ms": pct(50.0), "p99_ms": pct(99.0), "max_ms": pct(100.0)})
     );
     Ok(())
 }
