@@ -42,6 +42,7 @@ use async_graphql::{
 };
 use brainstem_domain::{TenantId, events::Delivery, tasks::TaskEvent};
 use futures_util::{StreamExt, stream::BoxStream};
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore, mpsc};
 use uuid::Uuid;
 
@@ -63,6 +64,10 @@ pub const MAX_SETUPS: usize = 64;
 pub struct Fanout {
     pub frames: FrameCache,
     setups: Arc<Semaphore>,
+    /// Payloads rendered (`websocket_event_renders_total`).
+    pub renders: Counter,
+    /// `next` messages sent (`websocket_event_frames_total`).
+    pub sent: Counter,
 }
 
 impl Default for Fanout {
@@ -70,6 +75,8 @@ impl Default for Fanout {
         Self {
             frames: FrameCache::new(FRAME_CACHE_SIZE),
             setups: Arc::new(Semaphore::new(MAX_SETUPS)),
+            renders: Counter::default(),
+            sent: Counter::default(),
         }
     }
 }
@@ -279,7 +286,8 @@ impl FrameCache {
         tenant: TenantId,
         source: Source,
         shape: &Arc<Shape>,
-        event: &TaskEvent,
+        event: Uuid,
+        seq: i64,
         render: F,
     ) -> Arc<str>
     where
@@ -289,8 +297,8 @@ impl FrameCache {
         let key = Key {
             tenant,
             source,
-            event: event.id,
-            seq: event.seq,
+            event,
+            seq,
             shape: shape.clone(),
         };
         let cell = match self.entries.lock() {
@@ -380,26 +388,40 @@ pub(crate) fn frames(
                 id_json.clone(),
             );
             async move {
+                let render = |event: Arc<TaskEvent>| {
+                    fanout.renders.inc();
+                    render(&schema, &shape, event)
+                };
                 let payload = match delivery {
-                    Delivery::Shared(event) => {
+                    Delivery::Shared { event, seq } => {
+                        let (id, live_seq) = (event.id, seq);
                         fanout
                             .frames
-                            .payload(tenant, Source::Live, &shape, &event, || {
-                                render(&schema, &shape, event.clone())
+                            .payload(tenant, Source::Live, &shape, id, live_seq, || {
+                                // A token delta is sent at the subscriber's seq.
+                                let event = if event.seq == seq {
+                                    event
+                                } else {
+                                    let mut at = (*event).clone();
+                                    at.seq = seq;
+                                    Arc::new(at)
+                                };
+                                render(event)
                             })
                             .await
                     }
                     Delivery::Stored(event) => {
-                        let event = Arc::new(*event);
+                        let (id, seq) = (event.id, event.seq);
                         fanout
                             .frames
-                            .payload(tenant, Source::Stored, &shape, &event, || {
-                                render(&schema, &shape, event.clone())
+                            .payload(tenant, Source::Stored, &shape, id, seq, || {
+                                render(Arc::new(*event))
                             })
                             .await
                     }
-                    Delivery::Own(event) => render(&schema, &shape, Arc::new(*event)).await,
+                    Delivery::Own(event) => render(Arc::new(*event)).await,
                 };
+                fanout.sent.inc();
                 next_frame(protocol, &id_json, &payload)
             }
         })
@@ -513,7 +535,7 @@ mod tests {
             let e = &e;
             async move {
                 cache
-                    .payload(tenant, Source::Live, &shape, e, || async move {
+                    .payload(tenant, Source::Live, &shape, e.id, e.seq, || async move {
                         Arc::from(label)
                     })
                     .await
@@ -531,7 +553,7 @@ mod tests {
         let mut later = e.clone();
         later.seq = 4;
         let got = cache
-            .payload(acme, Source::Live, &a, &later, || async {
+            .payload(acme, Source::Live, &a, later.id, later.seq, || async {
                 Arc::from("seq-4")
             })
             .await;
@@ -539,7 +561,9 @@ mod tests {
         assert_eq!(cache.renders(), 4);
         // The stored row of the same event: rendered on its own.
         let got = cache
-            .payload(acme, Source::Stored, &a, &e, || async { Arc::from("row") })
+            .payload(acme, Source::Stored, &a, e.id, e.seq, || async {
+                Arc::from("row")
+            })
             .await;
         assert_eq!(&*got, "row");
         assert_eq!(cache.renders(), 5);
@@ -553,14 +577,21 @@ mod tests {
         let events: Vec<TaskEvent> = (1..=3).map(event).collect();
         for e in &events {
             cache
-                .payload(tenant, Source::Live, &a, e, || async { Arc::from("x") })
+                .payload(tenant, Source::Live, &a, e.id, e.seq, || async {
+                    Arc::from("x")
+                })
                 .await;
         }
         // The oldest was evicted: asking again renders it again.
         cache
-            .payload(tenant, Source::Live, &a, &events[0], || async {
-                Arc::from("x")
-            })
+            .payload(
+                tenant,
+                Source::Live,
+                &a,
+                events[0].id,
+                events[0].seq,
+                || async { Arc::from("x") },
+            )
             .await;
         assert_eq!(cache.renders(), 4);
         assert!(cache.entries.lock().unwrap().0.len() <= 2);

@@ -59,6 +59,8 @@ pub fn router(domain: Domain, config: ApiConfig) -> Result<Router, auth::AuthSet
     let schema = schema::build(domain.clone(), config.limits, &surface);
     let metrics = metrics::Metrics::new();
     metrics.count_statements(domain.statements.clone());
+    let fanout = Arc::new(fanout::Fanout::default());
+    metrics.count_fanout(&fanout);
     let state = ApiState {
         domain,
         schema,
@@ -66,7 +68,7 @@ pub fn router(domain: Domain, config: ApiConfig) -> Result<Router, auth::AuthSet
         metrics: Arc::new(metrics),
         surface,
         limits: config.limits,
-        fanout: Arc::new(fanout::Fanout::default()),
+        fanout,
     };
     Ok(http::routes(state))
 }

@@ -21,6 +21,9 @@
 //! [`task_events`] is the resumable stream: it subscribes first, replays
 //! stored events after `after`, then goes live, dropping what it already
 //! sent, so there is no gap and no duplicate at the seam.
+//! [`task_event_deliveries`] is the same stream telling apart what every
+//! live subscriber receives alike ([`Delivery::Shared`]), so a transport can
+//! render each event once.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -49,20 +52,12 @@ pub const CHANNEL: &str = "brainstem_events";
 /// read the event from the store (PostgreSQL's limit is 8000 bytes).
 const MAX_PAYLOAD: usize = 7000;
 
-struct TaskChannel {
-    tx: broadcast::Sender<Arc<TaskEvent>>,
-    /// The last stored event this channel carried: live token deltas are
-    /// stamped with it, so subscribers that have reached it can all pass on
-    /// the same event unchanged.
-    last_seq: i64,
-}
-
 pub struct EventBus {
     /// Every event (for `taskUpdates`).
     tx: broadcast::Sender<Arc<TaskEvent>>,
     /// Per-task channels, so an event reaches only its task's subscribers;
     /// created on first subscription, dropped when nobody listens.
-    per_task: Mutex<HashMap<TaskId, TaskChannel>>,
+    per_task: Mutex<HashMap<TaskId, broadcast::Sender<Arc<TaskEvent>>>>,
     capacity: usize,
     /// The text so far of each step that is streaming tokens.
     live_text: Mutex<HashMap<TaskId, (String, String)>>,
@@ -97,11 +92,7 @@ impl EventBus {
         match self.per_task.lock() {
             Ok(mut map) => map
                 .entry(task)
-                .or_insert_with(|| TaskChannel {
-                    tx: broadcast::channel(self.capacity).0,
-                    last_seq: 0,
-                })
-                .tx
+                .or_insert_with(|| broadcast::channel(self.capacity).0)
                 .subscribe(),
             // A poisoned map: fall back to a channel that never delivers;
             // the subscriber still gets the stored events.
@@ -113,25 +104,16 @@ impl EventBus {
     pub fn deliver(&self, events: &[TaskEvent]) {
         for event in events {
             self.track_text(event);
-            let mut event = event.clone();
+            let event = Arc::new(event.clone());
             if let Ok(mut map) = self.per_task.lock()
-                && let Some(channel) = map.get_mut(&event.task_id)
+                && let Some(tx) = map.get(&event.task_id)
+                && tx.send(event.clone()).is_err()
             {
-                if event.kind == EventKind::TokenDelta {
-                    event.seq = channel.last_seq;
-                } else {
-                    channel.last_seq = channel.last_seq.max(event.seq);
-                }
-                let event = Arc::new(event);
-                if channel.tx.send(event.clone()).is_err() {
-                    // Nobody listens to this task any more.
-                    map.remove(&event.task_id);
-                }
-                // No receivers is fine: nobody is watching.
-                let _ = self.tx.send(event);
-                continue;
+                // Nobody listens to this task any more.
+                map.remove(&event.task_id);
             }
-            let _ = self.tx.send(Arc::new(event));
+            // No receivers is fine: nobody is watching.
+            let _ = self.tx.send(event);
         }
     }
 
@@ -327,9 +309,11 @@ const PAGE: u64 = 500;
 /// One item of [`task_event_deliveries`].
 #[derive(Clone, Debug)]
 pub enum Delivery {
-    /// The bus's own event, unchanged: every subscriber of the task that is
-    /// live receives this same value, so a transport may render it once.
-    Shared(Arc<TaskEvent>),
+    /// The bus's own event, the same value for every live subscriber of the
+    /// task, to be sent with `seq`: its own, or for a token delta the seq
+    /// of the last stored event the subscriber has. Subscribers at the same
+    /// `seq` receive the same event, so a transport may render it once.
+    Shared { event: Arc<TaskEvent>, seq: i64 },
     /// A stored event read from the store during replay or catch-up: the
     /// same row for every subscriber that reads it.
     Stored(Box<TaskEvent>),
@@ -339,16 +323,13 @@ pub enum Delivery {
 }
 
 impl Delivery {
-    pub fn event(&self) -> &TaskEvent {
-        match self {
-            Delivery::Shared(e) => e,
-            Delivery::Stored(e) | Delivery::Own(e) => e,
-        }
-    }
-
     pub fn into_event(self) -> TaskEvent {
         match self {
-            Delivery::Shared(e) => Arc::unwrap_or_clone(e),
+            Delivery::Shared { event, seq } => {
+                let mut event = Arc::unwrap_or_clone(event);
+                event.seq = seq;
+                event
+            }
             Delivery::Stored(e) | Delivery::Own(e) => *e,
         }
     }
@@ -494,7 +475,8 @@ impl Follow {
                             self.streaming_step = None;
                         }
                         self.done = is_terminal(&event);
-                        return Some(Delivery::Shared(event));
+                        let seq = event.seq;
+                        return Some(Delivery::Shared { event, seq });
                     }
                     // A gap (a lost notification) or a lag: read the store.
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
@@ -521,11 +503,14 @@ impl Follow {
         }
         let skip = self.streamed.saturating_sub(offset);
         self.streamed = offset + len;
-        // Unchanged (the bus stamped the seq this subscriber has reached,
-        // and none of the text was sent before): share the bus's event.
+        // None of the text was sent before: the bus's event as it is, at
+        // this subscriber's seq.
         let plain = event.data.as_object().is_some_and(|o| o.len() == 2);
-        if skip == 0 && event.seq == self.last && plain {
-            return Some(Delivery::Shared(event));
+        if skip == 0 && plain {
+            return Some(Delivery::Shared {
+                event,
+                seq: self.last,
+            });
         }
         let rest: String = text.chars().skip(skip).collect();
         let mut out = (*event).clone();

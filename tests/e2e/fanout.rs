@@ -149,6 +149,25 @@ fn text_of(events: &[Value], field: &str) -> String {
         .concat()
 }
 
+/// A counter from `/metrics`.
+async fn counter(app: &TestApp, name: &str) -> u64 {
+    let text = app
+        .http
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 for_both_backends!(
     subscribers_of_one_task_get_their_own_shapes,
     a_stopped_subscription_frees_its_slot,
@@ -199,6 +218,16 @@ async fn subscribers_of_one_task_get_their_own_shapes(backend: Backend) {
     got_other.extend(read_to_end(&mut other, "ev").await);
 
     let story = TOKENS.concat();
+    // Each event was rendered once per shape: three subscribers share one
+    // shape, one has its own, so four frames cost two renderings.
+    let renders = counter(&app, "brainstem_websocket_event_renders_total").await;
+    let frames = counter(&app, "brainstem_websocket_event_frames_total").await;
+    assert_eq!(frames, 4 * got_1.len() as u64);
+    assert_eq!(
+        renders,
+        2 * got_1.len() as u64,
+        "{renders} renders for {frames} frames"
+    );
     // The same document: the same events, whatever the protocol.
     assert_eq!(got_1, got_2);
     assert_eq!(got_1, got_legacy);

@@ -1,10 +1,13 @@
 //! Live-stream fan-out: N concurrent WebSocket subscribers on running tasks
-//! that stream tokens. Prints token-delta delivery latency p50/p99 and the
-//! server's memory per idle subscription.
+//! that stream tokens. Prints token-delta delivery latency p50/p99 (from the
+//! tool publishing a delta to the client receiving it), the server's memory
+//! per idle subscription (RSS growth over N) and the CPU each process used
+//! while streaming.
 //!
 //! The server runs in this process; the subscribers run in a child process
 //! (the same binary with `--client`), since one process may hold at most
-//! 20,000 open files here.
+//! 20,000 open files here. Each N runs in a process of its own, so its
+//! memory starts from a fresh heap.
 //!
 //! `cargo run --release -p brainstem-bench --bin subscribers -- --subscribers 1000,5000,10000`
 
