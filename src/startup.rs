@@ -276,7 +276,13 @@ impl Application {
         );
         let workers = self.executor.clone().spawn();
         let stop = self.stop;
-        let served = axum::serve(self.listener, self.router)
+        // Live events are small writes that must leave at once: no Nagle.
+        let listener = axum::serve::ListenerExt::tap_io(self.listener, |tcp| {
+            if let Err(err) = tcp.set_nodelay(true) {
+                tracing::debug!(%err, "could not set TCP_NODELAY");
+            }
+        });
+        let served = axum::serve(listener, self.router)
             .with_graceful_shutdown(async move {
                 shutdown.await;
                 let _ = stop.send(true);

@@ -6,10 +6,13 @@
 //! - [`http`]: `/graphql` over HTTP (GraphQL-over-HTTP), GraphiQL, health and
 //!   metrics routes.
 //! - [`ws`]: `/graphql/ws` for `graphql-transport-ws` and legacy `graphql-ws`.
+//! - [`fanout`]: `taskEvents` over WebSocket, each event rendered once per
+//!   subscription shape and shared.
 //! - [`metrics`]: Prometheus counters and histograms.
 
 pub mod auth;
 pub mod error;
+pub mod fanout;
 pub mod http;
 pub mod metrics;
 pub mod schema;
@@ -43,6 +46,8 @@ pub struct ApiState {
     pub metrics: Arc<metrics::Metrics>,
     pub surface: schema::Surface,
     pub limits: GraphqlLimits,
+    /// Rendered task events shared by WebSocket subscribers.
+    pub fanout: Arc<fanout::Fanout>,
 }
 
 /// Build the whole HTTP application.
@@ -54,6 +59,8 @@ pub fn router(domain: Domain, config: ApiConfig) -> Result<Router, auth::AuthSet
     let schema = schema::build(domain.clone(), config.limits, &surface);
     let metrics = metrics::Metrics::new();
     metrics.count_statements(domain.statements.clone());
+    let fanout = Arc::new(fanout::Fanout::default());
+    metrics.count_fanout(&fanout);
     let state = ApiState {
         domain,
         schema,
@@ -61,6 +68,7 @@ pub fn router(domain: Domain, config: ApiConfig) -> Result<Router, auth::AuthSet
         metrics: Arc::new(metrics),
         surface,
         limits: config.limits,
+        fanout,
     };
     Ok(http::routes(state))
 }

@@ -85,6 +85,23 @@ impl Metrics {
         }
     }
 
+    /// Export the WebSocket fan-out's counters: payloads rendered and
+    /// `next` messages sent (their ratio is how much rendering is shared).
+    pub fn count_fanout(&self, fanout: &crate::fanout::Fanout) {
+        if let Ok(mut registry) = self.registry.lock() {
+            registry.register(
+                "websocket_event_renders",
+                "Task-event payloads rendered for WebSocket subscribers (one serves every subscriber of its shape)",
+                fanout.renders.clone(),
+            );
+            registry.register(
+                "websocket_event_frames",
+                "Task events sent to WebSocket subscribers",
+                fanout.sent.clone(),
+            );
+        }
+    }
+
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
         let mut out = String::new();

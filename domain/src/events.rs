@@ -24,9 +24,12 @@
 //! [`task_events`] is the resumable stream: it subscribes first, replays
 //! stored events after `after`, then goes live, dropping what it already
 //! sent, so there is no gap and no duplicate at the seam.
+//! [`task_event_deliveries`] is the same stream telling apart what every
+//! live subscriber receives alike ([`Delivery::Shared`]), so a transport can
+//! render each event once.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     sync::{Arc, Mutex},
 };
 
@@ -432,6 +435,35 @@ fn is_terminal(event: &TaskEvent) -> bool {
 /// How many stored events a catch-up reads at once.
 const PAGE: u64 = 500;
 
+/// One item of [`task_event_deliveries`].
+#[derive(Clone, Debug)]
+pub enum Delivery {
+    /// The bus's own event, the same value for every live subscriber of the
+    /// task, to be sent with `seq`: its own, or for a token delta the seq
+    /// of the last stored event the subscriber has. Subscribers at the same
+    /// `seq` receive the same event, so a transport may render it once.
+    Shared { event: Arc<TaskEvent>, seq: i64 },
+    /// A stored event read from the store during replay or catch-up: the
+    /// same row for every subscriber that reads it.
+    Stored(Box<TaskEvent>),
+    /// An event for this subscriber only: a token delta adjusted to what it
+    /// has already seen, or the text so far of a step.
+    Own(Box<TaskEvent>),
+}
+
+impl Delivery {
+    pub fn into_event(self) -> TaskEvent {
+        match self {
+            Delivery::Shared { event, seq } => {
+                let mut event = Arc::unwrap_or_clone(event);
+                event.seq = seq;
+                event
+            }
+            Delivery::Stored(e) | Delivery::Own(e) => *e,
+        }
+    }
+}
+
 /// The events of one task with `seq > after`, then live ones, each exactly
 /// once and in order; token deltas as they come. Ends after the event that
 /// makes the task COMPLETED, FAILED or CANCELLED. The caller checks that
@@ -443,101 +475,178 @@ pub fn task_events(
     task: TaskId,
     after: i64,
 ) -> impl Stream<Item = TaskEvent> + Send + 'static {
+    use futures_util::StreamExt;
+    task_event_deliveries(tasks, bus, scope, task, after).map(Delivery::into_event)
+}
+
+/// [`task_events`], telling apart the bus's shared events from this
+/// subscriber's own. The stream does its work when polled (no task of its
+/// own): a subscriber that is not polled keeps its place in the bus until
+/// it lags, then catches up from the store.
+pub fn task_event_deliveries(
+    tasks: Tasks,
+    bus: Arc<EventBus>,
+    scope: TenantScope,
+    task: TaskId,
+    after: i64,
+) -> impl Stream<Item = Delivery> + Send + 'static {
     // Subscribe before reading the store, so nothing falls between them.
-    let mut live = bus.subscribe_task(task);
-    let (tx, rx) = mpsc::channel::<TaskEvent>(64);
-    tokio::spawn(async move {
-        let mut last = after;
-        // Replay (and catch up): send stored events after `last`.
-        let catch_up = |last: i64| {
-            let tasks = tasks.clone();
-            async move { tasks.events(scope, task, last, PAGE).await }
-        };
-        macro_rules! send_stored_from {
-            () => {
-                loop {
-                    let batch: Vec<TaskEvent> = match catch_up(last).await {
+    let live = bus.subscribe_task(task);
+    let follow = Follow {
+        tasks,
+        bus,
+        scope,
+        task,
+        last: after,
+        live,
+        pending: VecDeque::new(),
+        phase: Phase::Replay,
+        streamed: 0,
+        streaming_step: None,
+        done: false,
+    };
+    futures_util::stream::unfold(follow, |mut follow| async move {
+        let next = follow.next().await;
+        next.map(|d| (d, follow))
+    })
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Reading stored events after `last` for the first time.
+    Replay,
+    /// Replay done: the text so far of a step streaming tokens, if any.
+    TextSoFar,
+    /// Following the bus.
+    Live,
+    /// Reading stored events after a lag or a gap.
+    CatchUp,
+}
+
+/// The state of one `task_events` subscriber.
+struct Follow {
+    tasks: Tasks,
+    bus: Arc<EventBus>,
+    scope: TenantScope,
+    task: TaskId,
+    /// The last stored event sent.
+    last: i64,
+    live: broadcast::Receiver<Arc<TaskEvent>>,
+    /// Stored events read and not yet sent.
+    pending: VecDeque<TaskEvent>,
+    phase: Phase,
+    /// Characters of `streaming_step`'s text already sent.
+    streamed: usize,
+    streaming_step: Option<String>,
+    done: bool,
+}
+
+impl Follow {
+    async fn next(&mut self) -> Option<Delivery> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if let Some(event) = self.pending.pop_front() {
+                self.last = event.seq;
+                self.done = is_terminal(&event);
+                return Some(Delivery::Stored(Box::new(event)));
+            }
+            match self.phase {
+                Phase::Replay | Phase::CatchUp => {
+                    let batch = match self
+                        .tasks
+                        .events(self.scope, self.task, self.last, PAGE)
+                        .await
+                    {
                         Ok(b) => b,
                         Err(err) => {
                             tracing::warn!(%err, "event replay failed");
-                            return;
+                            return None;
                         }
                     };
                     if batch.is_empty() {
-                        break;
+                        self.phase = match self.phase {
+                            Phase::Replay => Phase::TextSoFar,
+                            _ => Phase::Live,
+                        };
                     }
-                    for event in batch {
-                        last = event.seq;
-                        let done = is_terminal(&event);
-                        if tx.send(event).await.is_err() || done {
-                            return;
+                    self.pending.extend(batch);
+                }
+                Phase::TextSoFar => {
+                    self.phase = Phase::Live;
+                    // Joining mid-step: the text so far, as one delta.
+                    if let Some((step, text)) = self.bus.text_so_far(self.task) {
+                        self.streamed = text.chars().count();
+                        let event = token_delta(self.scope, self.task, self.last, &step, 0, &text);
+                        self.streaming_step = Some(step);
+                        return Some(Delivery::Own(Box::new(event)));
+                    }
+                }
+                Phase::Live => match self.live.recv().await {
+                    Ok(event) if event.task_id != self.task => {}
+                    Ok(event) if event.kind == EventKind::TokenDelta => {
+                        if let Some(out) = self.delta(event) {
+                            return Some(out);
                         }
                     }
-                }
-            };
-        }
-        send_stored_from!();
-        // Joining mid-step: the text so far, as one delta.
-        let mut streamed = 0usize;
-        let mut streaming_step = None;
-        if let Some((step, text)) = bus.text_so_far(task) {
-            streamed = text.chars().count();
-            streaming_step = Some(step.clone());
-            let event = token_delta(scope, task, last, &step, 0, &text);
-            if tx.send(event).await.is_err() {
-                return;
+                    Ok(event) if event.seq <= self.last => {}
+                    Ok(event) if event.seq == self.last + 1 => {
+                        self.last = event.seq;
+                        // A new attempt streams its text from offset 0 again.
+                        if matches!(
+                            event.kind,
+                            EventKind::StepStarted
+                                | EventKind::StepCompleted
+                                | EventKind::StepFailed
+                        ) {
+                            self.streamed = 0;
+                            self.streaming_step = None;
+                        }
+                        self.done = is_terminal(&event);
+                        let seq = event.seq;
+                        return Some(Delivery::Shared { event, seq });
+                    }
+                    // A gap (a lost notification) or a lag: read the store.
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                        self.phase = Phase::CatchUp;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                },
             }
         }
-        loop {
-            match live.recv().await {
-                Ok(event) if event.task_id != task => {}
-                Ok(event) if event.kind == EventKind::TokenDelta => {
-                    let step = event.step_id.clone();
-                    if step != streaming_step {
-                        streaming_step = step;
-                        streamed = 0;
-                    }
-                    let offset = event.data["offset"].as_u64().unwrap_or(0) as usize;
-                    let text = event.data["text"].as_str().unwrap_or_default();
-                    let len = text.chars().count();
-                    if offset + len <= streamed {
-                        continue; // already part of the text sent
-                    }
-                    let skip = streamed.saturating_sub(offset);
-                    let rest: String = text.chars().skip(skip).collect();
-                    let mut out = (*event).clone();
-                    out.seq = last;
-                    out.data = json!({"offset": offset + skip, "text": rest});
-                    streamed = offset + len;
-                    if tx.send(out).await.is_err() {
-                        return;
-                    }
-                }
-                Ok(event) if event.seq <= last => {}
-                Ok(event) if event.seq == last + 1 => {
-                    last = event.seq;
-                    // A new attempt streams its text from offset 0 again.
-                    if matches!(
-                        event.kind,
-                        EventKind::StepStarted | EventKind::StepCompleted | EventKind::StepFailed
-                    ) {
-                        streamed = 0;
-                        streaming_step = None;
-                    }
-                    let done = is_terminal(&event);
-                    if tx.send((*event).clone()).await.is_err() || done {
-                        return;
-                    }
-                }
-                // A gap (a lost notification) or a lag: read the store.
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                    send_stored_from!();
-                }
-                Err(broadcast::error::RecvError::Closed) => return,
-            }
+    }
+
+    /// A live token delta, less what this subscriber has already received;
+    /// `None` when nothing of it is new.
+    fn delta(&mut self, event: Arc<TaskEvent>) -> Option<Delivery> {
+        if event.step_id != self.streaming_step {
+            self.streaming_step = event.step_id.clone();
+            self.streamed = 0;
         }
-    });
-    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) })
+        let offset = event.data["offset"].as_u64().unwrap_or(0) as usize;
+        let text = event.data["text"].as_str().unwrap_or_default();
+        let len = text.chars().count();
+        if offset + len <= self.streamed {
+            return None; // already part of the text sent
+        }
+        let skip = self.streamed.saturating_sub(offset);
+        self.streamed = offset + len;
+        // None of the text was sent before: the bus's event as it is, at
+        // this subscriber's seq.
+        let plain = event.data.as_object().is_some_and(|o| o.len() == 2);
+        if skip == 0 && plain {
+            return Some(Delivery::Shared {
+                event,
+                seq: self.last,
+            });
+        }
+        let rest: String = text.chars().skip(skip).collect();
+        let mut out = (*event).clone();
+        out.seq = self.last;
+        out.data = json!({"offset": offset + skip, "text": rest});
+        Some(Delivery::Own(Box::new(out)))
+    }
 }
 
 fn token_delta(

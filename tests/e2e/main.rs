@@ -16,6 +16,7 @@ mod connections;
 mod dataloader;
 mod durability;
 mod executor;
+mod fanout;
 mod graph;
 mod http;
 mod llm;

@@ -10,7 +10,7 @@ use std::sync::{
 
 use async_graphql::{Context, ID, InputObject, Subscription as SubscriptionObject};
 use brainstem_domain::{Error, TaskId, events};
-use futures_util::{Stream, StreamExt};
+use futures_util::{Stream, StreamExt, stream::BoxStream};
 
 use super::{
     domain,
@@ -19,7 +19,10 @@ use super::{
     principal,
     tasks::{Task, TaskStatus},
 };
-use crate::error::ResultExt;
+use crate::{
+    error::ResultExt,
+    fanout::{RenderOne, Route},
+};
 
 /// How many subscriptions one connection may hold.
 pub struct SubscriptionSlots {
@@ -98,7 +101,13 @@ impl Subscription {
         ctx: &Context<'_>,
         task_id: ID,
         after: Option<i64>,
-    ) -> async_graphql::Result<impl Stream<Item = TaskEvent> + use<>> {
+    ) -> async_graphql::Result<BoxStream<'static, TaskEvent>> {
+        // Rendering one event for the WebSocket fan-out (see `crate::fanout`):
+        // the subscription's checks were done when it started.
+        if let Some(one) = ctx.data_opt::<RenderOne>() {
+            let event = TaskEvent::from((*one.0).clone());
+            return Ok(futures_util::stream::once(async move { event }).boxed());
+        }
         let principal = principal(ctx)?;
         let scope = principal.require_scope("tasks:read").gql()?;
         let id = ids::decode_as(&task_id, NodeType::Task)
@@ -108,17 +117,33 @@ impl Subscription {
         // Another tenant's task is NOT_FOUND, before anything streams.
         domain.tasks.get(scope, id).await.gql()?;
         let guard = slot(ctx)?;
+        let after = after.unwrap_or(0).max(0);
+        if let Some(route) = ctx.data_opt::<Route>() {
+            // Over WebSocket: the connection delivers the events itself and
+            // shares each event's rendering among subscribers of one shape.
+            let deliveries = events::task_event_deliveries(
+                domain.tasks.clone(),
+                domain.events.clone(),
+                scope,
+                id,
+                after,
+            );
+            route.register(scope.tenant_id(), deliveries.boxed(), guard);
+            return Ok(futures_util::stream::empty().boxed());
+        }
         let stream = events::task_events(
             domain.tasks.clone(),
             domain.events.clone(),
             scope,
             id,
-            after.unwrap_or(0).max(0),
+            after,
         );
-        Ok(stream.map(move |e| {
-            let _held = &guard;
-            TaskEvent::from(e)
-        }))
+        Ok(stream
+            .map(move |e| {
+                let _held = &guard;
+                TaskEvent::from(e)
+            })
+            .boxed())
     }
 
     /// The caller's tenant's tasks as they change (status changes and

@@ -1,10 +1,13 @@
 //! Live-stream fan-out: N concurrent WebSocket subscribers on running tasks
-//! that stream tokens. Prints token-delta delivery latency p50/p99 and the
-//! server's memory per idle subscription.
+//! that stream tokens. Prints token-delta delivery latency p50/p99 (from the
+//! tool publishing a delta to the client receiving it), the server's memory
+//! per idle subscription (RSS growth over N) and the CPU each process used
+//! while streaming.
 //!
 //! The server runs in this process; the subscribers run in a child process
 //! (the same binary with `--client`), since one process may hold at most
-//! 20,000 open files here.
+//! 20,000 open files here. Each N runs in a process of its own, so its
+//! memory starts from a fresh heap.
 //!
 //! `cargo run --release -p brainstem-bench --bin subscribers -- --subscribers 1000,5000,10000`
 
@@ -27,7 +30,9 @@ use brainstem_domain::{
 use clap::Parser;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest, http::HeaderValue};
+use tokio_tungstenite::tungstenite::{
+    Message, client::IntoClientRequest, http::HeaderValue, protocol::WebSocketConfig,
+};
 
 #[derive(Parser, Debug, Clone)]
 struct Args {
@@ -96,6 +101,22 @@ impl Tool for Stream {
     }
 }
 
+/// CPU seconds (user + system) this process has used, from
+/// `/proc/self/stat` (clock ticks of 1/100 s).
+fn cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            // Fields after the command name, which is in parentheses.
+            let rest = s.rsplit_once(')')?.1;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let utime: f64 = fields.get(11)?.parse().ok()?;
+            let stime: f64 = fields.get(12)?.parse().ok()?;
+            Some((utime + stime) / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -113,8 +134,27 @@ async fn main() -> anyhow::Result<()> {
     if args.client {
         return client(args).await;
     }
+    if let [n] = args.subscribers[..] {
+        return run(&args, n).await;
+    }
+    // One process per count, so each run's memory starts from a fresh heap.
+    let exe = std::env::current_exe()?;
     for &n in &args.subscribers {
-        run(&args, n).await?;
+        let mut run = Command::new(&exe);
+        run.arg("--subscribers")
+            .arg(n.to_string())
+            .arg("--tasks")
+            .arg(args.tasks.to_string())
+            .arg("--rate")
+            .arg(args.rate.to_string())
+            .arg("--seconds")
+            .arg(args.seconds.to_string());
+        if let Some(url) = &args.database_url {
+            run.arg("--database-url").arg(url);
+        }
+        if !run.status()?.success() {
+            bail!("the run with {n} subscribers failed");
+        }
     }
     Ok(())
 }
@@ -266,6 +306,7 @@ async fn run(args: &Args, subscribers: usize) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = rss_kib();
     let per_sub = (after.saturating_sub(before)) as f64 / subscribers as f64;
+    let cpu_before = cpu_seconds();
     // Start streaming: approve every task's review.
     let scope = admin.tenant_scope()?;
     for id in &ids {
@@ -289,42 +330,68 @@ async fn run(args: &Args, subscribers: usize) -> anyhow::Result<()> {
     line.clear();
     stdout.read_line(&mut line)?;
     let _ = child.wait();
+    let server_cpu = cpu_seconds() - cpu_before;
     let result: Value = serde_json::from_str(line.trim()).context("client result")?;
     println!(
-        "{subscribers:>6} subscribers on {} tasks ({} deltas/s each): delivered {} deltas, latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; server memory {:.1} KiB per idle subscription ({} -> {} KiB RSS)",
+        "{subscribers:>6} subscribers on {} tasks ({} deltas/s each): delivered {} of {} deltas ({} connections failed), latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; server memory {:.1} KiB per idle subscription ({} -> {} KiB RSS); CPU while streaming: server {:.1} s, client {:.1} s",
         args.tasks,
         args.rate,
         result["count"],
+        subscribers as u64 * args.rate * args.seconds,
+        result["failed"],
         result["p50_ms"].as_f64().unwrap_or(0.0),
         result["p99_ms"].as_f64().unwrap_or(0.0),
         result["max_ms"].as_f64().unwrap_or(0.0),
         per_sub,
         before,
         after,
+        server_cpu,
+        result["client_cpu_s"].as_f64().unwrap_or(0.0),
     );
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// The `text` of a token delta in a `next` message, found without parsing
+/// the whole message (the client shares the server's cores, so it must stay
+/// cheap); `None` for any other message.
+fn delta_text(message: &str) -> Option<&str> {
+    if !message.starts_with(r#"{"type":"next""#)
+        || !message.contains(r#""__typename":"TokenDelta""#)
+    {
+        return None;
+    }
+    let start = message.find(r#""text":""#)? + r#""text":""#.len();
+    let len = message[start..].find('"')?;
+    Some(&message[start..start + len])
 }
 
 async fn client(args: Args) -> anyhow::Result<()> {
     let ids: Vec<String> = args.task_ids.split(',').map(str::to_owned).collect();
     let n = args.subscribers.first().copied().unwrap_or(1);
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(n);
-    let (go_tx, _) = tokio::sync::broadcast::channel::<()>(1);
-    let (lat_tx, mut lat_rx) = tokio::sync::mpsc::unbounded_channel::<u64>();
+    let mut clients = Vec::with_capacity(n);
     for i in 0..n {
         let url = args.url.clone();
         let token = args.token.clone();
         let uuid = ids[i % ids.len()].clone();
         let ready = ready_tx.clone();
-        let lat = lat_tx.clone();
-        tokio::spawn(async move {
+        clients.push(tokio::spawn(async move {
+            // Latencies in microseconds, kept by each connection and
+            // gathered at the end.
+            let mut latencies: Vec<u64> = Vec::new();
             let mut request = url.into_client_request().ok()?;
             request.headers_mut().insert(
                 "sec-websocket-protocol",
                 HeaderValue::from_static("graphql-transport-ws"),
             );
-            let (mut ws, _) = tokio_tungstenite::connect_async(request).await.ok()?;
+            // Small reads: tungstenite zero-fills its read buffer on every
+            // read, and the default is 128 KiB.
+            let config = WebSocketConfig::default().read_buffer_size(4096);
+            let (mut ws, _) =
+                tokio_tungstenite::connect_async_with_config(request, Some(config), true)
+                    .await
+                    .ok()?;
             ws.send(Message::Text(json!({"type": "connection_init", "payload": {"Authorization": format!("Bearer {token}")}}).to_string().into())).await.ok()?;
             let global = base64_task_id(&uuid);
             ws.send(Message::Text(json!({"id": "1", "type": "subscribe", "payload": {
@@ -333,30 +400,30 @@ async fn client(args: Args) -> anyhow::Result<()> {
             let mut announced = false;
             while let Some(Ok(msg)) = ws.next().await {
                 let Message::Text(text) = msg else { continue };
-                let v: Value = serde_json::from_str(text.as_str()).ok()?;
+                let text = text.as_str();
+                if let Some(stamps) = delta_text(text) {
+                    let now = now_micros();
+                    for stamp in stamps.split_whitespace() {
+                        if let Ok(sent) = stamp.parse::<u64>() {
+                            latencies.push(now.saturating_sub(sent));
+                        }
+                    }
+                    continue;
+                }
+                let v: Value = serde_json::from_str(text).ok()?;
                 if v["type"] == "next" {
                     if !announced {
                         announced = true;
                         let _ = ready.send(()).await;
                     }
-                    let e = &v["payload"]["data"]["taskEvents"];
-                    if e["__typename"] == "TokenDelta" {
-                        let now = now_micros();
-                        for stamp in e["text"].as_str().unwrap_or_default().split_whitespace() {
-                            if let Ok(sent) = stamp.parse::<u64>() {
-                                let _ = lat.send(now.saturating_sub(sent));
-                            }
-                        }
-                    }
                 } else if v["type"] == "complete" {
                     break;
                 }
             }
-            Some(())
-        });
+            Some(latencies)
+        }));
     }
     drop(ready_tx);
-    drop(lat_tx);
     for _ in 0..n {
         if ready_rx.recv().await.is_none() {
             break;
@@ -366,10 +433,14 @@ async fn client(args: Args) -> anyhow::Result<()> {
     std::io::stdout().flush()?;
     let mut go = String::new();
     std::io::stdin().read_line(&mut go)?;
-    let _ = go_tx.send(());
+    let cpu_before = cpu_seconds();
     let mut latencies = Vec::new();
-    while let Some(l) = lat_rx.recv().await {
-        latencies.push(l);
+    let mut failed = 0;
+    for client in clients {
+        match client.await {
+            Ok(Some(l)) => latencies.extend(l),
+            _ => failed += 1,
+        }
     }
     latencies.sort_unstable();
     let pct = |p: f64| {
@@ -381,7 +452,7 @@ async fn client(args: Args) -> anyhow::Result<()> {
     };
     println!(
         "{}",
-        json!({"count": latencies.len(), "p50_ms": pct(50.0), "p99_ms": pct(99.0), "max_ms": pct(100.0)})
+        json!({"count": latencies.len(), "failed": failed, "client_cpu_s": cpu_seconds() - cpu_before, "p50_ms": pct(50.0), "p99_ms": pct(99.0), "max_ms": pct(100.0)})
     );
     Ok(())
 }
