@@ -36,7 +36,7 @@ use chrono::{DateTime, Utc};
 use rand::{Rng, RngCore};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ConnectionTrait, DatabaseTransaction, DbBackend,
-    EntityTrait, Statement, TransactionTrait, sea_query::Expr,
+    EntityTrait, QueryTrait, Statement, TransactionTrait, sea_query::Expr,
 };
 use serde_json::{Map, Value, json};
 use tokio::{sync::watch, task::JoinHandle};
@@ -51,7 +51,7 @@ use crate::{
     redact::redact,
     tasks::{
         EventKind, Guard, INTENT_REVIEW_STEP, NewEvent, Task, TaskChanges, TaskEvent, TaskStatus,
-        mutate,
+        mutate, mutate_with,
     },
     template,
     tools::{
@@ -465,15 +465,19 @@ impl Executor {
             None => self.domain.db.begin().await?,
         };
         let guard = Guard::Lease(self.config.worker_id.clone());
+        // The step's attempt row rides with the events (one round trip on
+        // PostgreSQL).
+        let rows = extra
+            .step
+            .map(|step| task_step::Entity::insert(step).build(txn.get_database_backend()))
+            .into_iter()
+            .collect();
         let Some((updated, stored)) =
-            mutate(&txn, task.scope(), task.id, &guard, changes, events).await?
+            mutate_with(&txn, task.scope(), task.id, &guard, changes, events, rows).await?
         else {
             tracing::warn!(task = %task.id, "lost the lease; leaving the task to its new owner");
             return Ok(None);
         };
-        if let Some(step) = extra.step {
-            step.insert(&txn).await?;
-        }
         if let Some(review) = extra.review {
             review.insert(&txn).await?;
         }

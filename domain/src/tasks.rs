@@ -436,6 +436,21 @@ pub async fn mutate<C: ConnectionTrait>(
     changes: TaskChanges,
     events: Vec<NewEvent>,
 ) -> Result<Option<(Task, Vec<TaskEvent>)>> {
+    mutate_with(db, scope, id, guard, changes, events, Vec::new()).await
+}
+
+/// [`mutate`], also running `also` (inserts of rows that go with the
+/// change, built for `db`'s backend) when the guard holds: on PostgreSQL
+/// in the same statement as the events, elsewhere right after them.
+pub async fn mutate_with<C: ConnectionTrait>(
+    db: &C,
+    scope: TenantScope,
+    id: TaskId,
+    guard: &Guard,
+    changes: TaskChanges,
+    events: Vec<NewEvent>,
+    also: Vec<Statement>,
+) -> Result<Option<(Task, Vec<TaskEvent>)>> {
     use sea_orm::sea_query::ExprTrait;
     use task::Column as C;
     let now = Utc::now();
@@ -528,7 +543,7 @@ pub async fn mutate<C: ConnectionTrait>(
     };
     let task = Task::try_from(row)?;
     let first = task.last_seq - n + 1;
-    let stored = insert_events(db, &task, first, events, now).await?;
+    let stored = insert_events(db, &task, first, events, now, also).await?;
     Ok(Some((task, stored)))
 }
 
@@ -540,8 +555,12 @@ async fn insert_events<C: ConnectionTrait>(
     first: i64,
     events: Vec<NewEvent>,
     now: DateTime<Utc>,
+    rows: Vec<Statement>,
 ) -> Result<Vec<TaskEvent>> {
     if events.is_empty() {
+        for row in rows {
+            db.execute_raw(row).await?;
+        }
         return Ok(Vec::new());
     }
     let models: Vec<task_event::Model> = events
@@ -581,28 +600,73 @@ async fn insert_events<C: ConnectionTrait>(
     let backend = db.get_database_backend();
     let mut payloads = crate::events::notification_payloads(backend, &stored);
     if payloads.len() == 1 {
-        // One round trip for both: the insert as a data-modifying CTE (run
-        // to completion whatever the outer query reads) and the notification.
-        let Statement { sql, values, .. } = insert.build(backend);
-        let mut values = values.map(|v| v.0).unwrap_or_default();
+        // One round trip for all: the inserts as data-modifying CTEs (each
+        // runs to completion whatever the outer query reads) and the
+        // notification.
+        let mut sql = String::from("WITH ");
+        let mut values: Vec<sea_orm::Value> = Vec::new();
+        for (i, statement) in std::iter::once(insert.build(backend))
+            .chain(rows)
+            .enumerate()
+        {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            let shifted = shift_placeholders(&statement.sql, values.len());
+            sql.push_str(&format!("w{i} AS ({shifted})"));
+            values.extend(statement.values.map(|v| v.0).unwrap_or_default());
+        }
         let n = values.len();
+        sql.push_str(&format!(" SELECT pg_notify(${}, ${})", n + 1, n + 2));
         values.push(crate::events::CHANNEL.into());
         values.extend(payloads.pop().map(Into::into));
-        db.execute_raw(Statement::from_sql_and_values(
-            backend,
-            format!(
-                "WITH stored AS ({sql}) SELECT pg_notify(${}, ${})",
-                n + 1,
-                n + 2
-            ),
-            values,
-        ))
-        .await?;
+        db.execute_raw(Statement::from_sql_and_values(backend, sql, values))
+            .await?;
     } else {
         insert.exec_without_returning(db).await?;
+        for row in rows {
+            db.execute_raw(row).await?;
+        }
         crate::events::notify(db, payloads).await?;
     }
     Ok(stored)
+}
+
+/// `sql` (PostgreSQL syntax) with every `$N` placeholder renumbered
+/// `$(N + by)`, so statements can be joined into one; quoted identifiers
+/// and string literals are left alone.
+fn shift_placeholders(sql: &str, by: usize) -> String {
+    if by == 0 {
+        return sql.to_owned();
+    }
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut quote: Option<char> = None;
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        match quote {
+            Some(q) => {
+                out.push(c);
+                if c == q {
+                    quote = None;
+                }
+            }
+            None if c == '\'' || c == '"' => {
+                quote = Some(c);
+                out.push(c);
+            }
+            None if c == '$' && chars.peek().is_some_and(char::is_ascii_digit) => {
+                let mut digits = String::new();
+                while let Some(d) = chars.peek().copied().filter(char::is_ascii_digit) {
+                    digits.push(d);
+                    chars.next();
+                }
+                let n: usize = digits.parse().unwrap_or(0);
+                out.push_str(&format!("${}", n + by));
+            }
+            None => out.push(c),
+        }
+    }
+    out
 }
 
 /// Publishes committed events to whoever listens (live subscriptions).
@@ -973,6 +1037,7 @@ impl Tasks {
             1,
             vec![NewEvent::status(TaskStatus::Pending, "task created")],
             now,
+            Vec::new(),
         )
         .await?;
         txn.commit().await?;
@@ -1654,4 +1719,22 @@ pub async fn get_task<C: ConnectionTrait>(db: &C, scope: TenantScope, id: TaskId
         .await?
         .ok_or_else(|| Error::not_found("task"))
         .and_then(Task::try_from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shift_placeholders;
+
+    #[test]
+    fn placeholders_are_renumbered_outside_quotes_only() {
+        assert_eq!(
+            shift_placeholders(
+                r#"INSERT INTO "t$1" ("a", "b") VALUES ($1, $12) -- '$2'"#,
+                3
+            ),
+            r#"INSERT INTO "t$1" ("a", "b") VALUES ($4, $15) -- '$2'"#
+        );
+        assert_eq!(shift_placeholders("SELECT $1", 0), "SELECT $1");
+        assert_eq!(shift_placeholders("SELECT $x, $", 2), "SELECT $x, $");
+    }
 }
