@@ -1,8 +1,9 @@
 //! Executor throughput and latency: tasks/s, steps/s and start-to-completion
 //! p50/p95 for a 3-step no-op plan, with N tasks in flight (closed loop) and
 //! as many workers, against SQLite or PostgreSQL. Prints the database's own
-//! single-row commit rate beside it as the ceiling: every step costs two
-//! commits (start, finish).
+//! single-row commit rate beside it as the ceiling: every step costs at
+//! least one commit (a 3-step task costs 5: start, claim and plan, one per
+//! step).
 //!
 //! `cargo run --release -p brainstem-bench --bin executor -- --database-url URL`
 
@@ -199,7 +200,7 @@ async fn main() -> anyhow::Result<()> {
     for &c in &args.concurrency {
         let rate = commit_rate(&conn, c).await.context("commit-rate probe")?;
         println!(
-            "single-row commit rate at concurrency {c}: {rate:.0} commits/s (ceiling: each step commits twice)"
+            "single-row commit rate at concurrency {c}: {rate:.0} commits/s (ceiling: a 3-step task commits 5 times)"
         );
     }
     for &c in &args.concurrency {
