@@ -114,15 +114,39 @@ pub struct Executor {
     stopping: watch::Receiver<bool>,
     /// Tenant slugs (never change once created), so driving a task does
     /// not read its tenant again.
-    slugs: Arc<std::sync::Mutex<HashMap<TenantId, String>>>,
+    slugs: Arc<Memo<TenantId, String>>,
     /// Tenants' own plan versions by id (a version never changes once
     /// published), so planning a task that named its plan reads nothing.
     /// Capability plans are not kept: they need the subscription checked.
-    own_plans: Arc<std::sync::Mutex<HashMap<(TenantId, PlanId), plans::Plan>>>,
+    own_plans: Arc<Memo<(TenantId, PlanId), plans::Plan>>,
 }
 
-/// Entries a cache holds before it starts over.
-const CACHE_LIMIT: usize = 10_000;
+/// Values that never change once written, by key, kept in memory; the map
+/// starts over when it holds [`Memo::LIMIT`] entries.
+struct Memo<K, V>(std::sync::Mutex<HashMap<K, V>>);
+
+impl<K, V> Default for Memo<K, V> {
+    fn default() -> Self {
+        Self(std::sync::Mutex::new(HashMap::new()))
+    }
+}
+
+impl<K: std::hash::Hash + Eq, V: Clone> Memo<K, V> {
+    const LIMIT: usize = 10_000;
+
+    fn get(&self, key: &K) -> Option<V> {
+        self.0.lock().ok().and_then(|m| m.get(key).cloned())
+    }
+
+    fn put(&self, key: K, value: V) {
+        if let Ok(mut m) = self.0.lock() {
+            if m.len() >= Self::LIMIT {
+                m.clear();
+            }
+            m.insert(key, value);
+        }
+    }
+}
 
 impl Executor {
     pub fn new(
@@ -152,38 +176,23 @@ impl Executor {
         now: DateTime<Utc>,
     ) -> Result<plans::Plan> {
         let key = (scope.tenant_id(), id);
-        if let Some(plan) = self
-            .own_plans
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&key).cloned())
-        {
+        if let Some(plan) = self.own_plans.get(&key) {
             return Ok(plan);
         }
         let plan = plans::Plans::for_task_in(db, scope, id, now).await?;
-        if plan.capability.is_none()
-            && let Ok(mut m) = self.own_plans.lock()
-        {
-            if m.len() >= CACHE_LIMIT {
-                m.clear();
-            }
-            m.insert(key, plan.clone());
+        if plan.capability.is_none() {
+            self.own_plans.put(key, plan.clone());
         }
         Ok(plan)
     }
 
     async fn tenant_slug(&self, scope: TenantScope) -> Result<String> {
         let tenant = scope.tenant_id();
-        if let Some(slug) = self.slugs.lock().ok().and_then(|m| m.get(&tenant).cloned()) {
+        if let Some(slug) = self.slugs.get(&tenant) {
             return Ok(slug);
         }
         let slug = self.domain.tenants.get(scope).await?.slug;
-        if let Ok(mut m) = self.slugs.lock() {
-            if m.len() >= CACHE_LIMIT {
-                m.clear();
-            }
-            m.insert(tenant, slug.clone());
-        }
+        self.slugs.put(tenant, slug.clone());
         Ok(slug)
     }
 
@@ -383,36 +392,33 @@ impl Executor {
     /// in.
     async fn drive(&self, task: Task, held: Option<DatabaseTransaction>) -> Result<()> {
         let heartbeat = self.heartbeat(task.scope(), task.id);
-        let slug = self.tenant_slug(task.scope()).await?;
-        let mut task = task;
-        if let Some(txn) = held {
-            match self.plan(task, Some(txn)).await {
-                Ok(Next::Continue(next)) => task = *next,
-                Ok(Next::Stop) => {
-                    heartbeat.abort();
-                    return Ok(());
-                }
-                Err(err) => {
-                    heartbeat.abort();
-                    return Err(err);
-                }
-            }
-        }
-        let result = loop {
-            if task.cancel_requested {
-                break self.cancel(&task).await.map(|_| ());
-            }
-            if self.is_stopping() {
-                break self.release(&task).await;
-            }
-            match self.advance(task, &slug).await {
-                Ok(Next::Continue(next)) => task = *next,
-                Ok(Next::Stop) => break Ok(()),
-                Err(err) => break Err(err),
-            }
-        };
+        let result = self.drive_leased(task, held).await;
         heartbeat.abort();
         result
+    }
+
+    async fn drive_leased(&self, mut task: Task, held: Option<DatabaseTransaction>) -> Result<()> {
+        if let Some(txn) = held {
+            match self.plan(task, Some(txn)).await? {
+                Next::Continue(next) => task = *next,
+                Next::Stop => return Ok(()),
+            }
+        }
+        // Read only now: while the claim's transaction was held, another
+        // pooled connection was not to be asked for.
+        let slug = self.tenant_slug(task.scope()).await?;
+        loop {
+            if task.cancel_requested {
+                return self.cancel(&task).await.map(|_| ());
+            }
+            if self.is_stopping() {
+                return self.release(&task).await;
+            }
+            match self.advance(task, &slug).await? {
+                Next::Continue(next) => task = *next,
+                Next::Stop => return Ok(()),
+            }
+        }
     }
 
     fn heartbeat(&self, scope: TenantScope, id: TaskId) -> JoinHandle<()> {
