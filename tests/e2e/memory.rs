@@ -130,6 +130,7 @@ on_both_backends!(
     knowledge_graph_mentions_boost_search,
     lists_resolve_subjects_and_mentions,
     bad_memory_input_is_refused,
+    words_in_most_memories_are_left_out_of_the_keyword_leg,
 );
 
 async fn remember_then_list_get_and_search(app: TestApp) {
@@ -1319,4 +1320,56 @@ mod maintenance_runs_in_one_process_at_a_time {
             .unwrap();
         assert!(!report.skipped);
     }
+}
+
+/// PostgreSQL leaves words that most memories contain (per its own
+/// statistics) out of the keyword leg, unless the query has nothing else;
+/// SQLite keeps every word.
+async fn words_in_most_memories_are_left_out_of_the_keyword_leg(app: TestApp) {
+    app.create_tenant("acme").await;
+    let t = member(&app, "acme");
+    for i in 0..40 {
+        remember_id(
+            &app,
+            &t,
+            json!({"content": format!("freight lane{i} carrier{i} dock{i}")}),
+        )
+        .await;
+    }
+    let vin = remember_id(
+        &app,
+        &t,
+        json!({"content": "freight VIN mismatch on the bill"}),
+    )
+    .await;
+    sea_orm::ConnectionTrait::execute_unprepared(
+        &app.domain.db,
+        if app.backend == Backend::Postgres {
+            "ANALYZE memories"
+        } else {
+            "ANALYZE"
+        },
+    )
+    .await
+    .unwrap();
+    let keyword_hits = |result: &Value| -> Vec<String> {
+        result["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|h| !h["keywordRank"].is_null())
+            .map(|h| h["memory"]["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let both = search(&app, &t, json!({"q": "freight vin", "limit": 10})).await;
+    let found = keyword_hits(&both);
+    assert_eq!(found.first(), Some(&vin), "{both}");
+    match app.backend {
+        // "freight" is in every memory: only "vin" is searched for.
+        Backend::Postgres => assert_eq!(found, vec![vin.clone()], "{both}"),
+        Backend::Sqlite => assert!(found.len() > 1, "{both}"),
+    }
+    // A query of common words only still finds memories by keyword.
+    let common = search(&app, &t, json!({"q": "freight", "limit": 10})).await;
+    assert!(keyword_hits(&common).len() >= 10, "{common}");
 }

@@ -4,9 +4,22 @@
 //! ranked candidate list, and a fact rarely repeats every word of a question.
 //! Only ranks are used downstream, so the two engines' different raw scores
 //! never meet.
+//!
+//! On PostgreSQL, query words whose lexeme is in more than
+//! [`COMMON_FREQUENCY`] of all memories (read from the planner's own
+//! statistics of `search_tsv`, `pg_stats.most_common_elems`) are left out
+//! of the keyword leg, like stop words: OR-ing them would match, fetch and
+//! rank a large share of a tenant's memories while barely changing the
+//! order. A query made only of such words looks for memories with all of
+//! them.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use brainstem_entity::{MemoryId, TenantScope};
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 use uuid::Uuid;
 
 use super::{
@@ -33,6 +46,85 @@ pub fn terms(query: &str) -> Vec<String> {
     out
 }
 
+/// A lexeme in more than this share of all memories is left out of a query
+/// that has rarer words.
+pub const COMMON_FREQUENCY: f64 = 0.01;
+
+/// How long the list of common lexemes is kept before it is read again.
+const COMMON_REFRESH: Duration = Duration::from_secs(300);
+
+/// The lexemes common enough to leave out of keyword queries, read from
+/// PostgreSQL's statistics and kept for [`COMMON_REFRESH`].
+#[derive(Default)]
+pub struct CommonLexemes {
+    cached: Mutex<Option<(Instant, Arc<String>)>>,
+}
+
+impl CommonLexemes {
+    /// Space-separated lexemes (empty without statistics, as on a small or
+    /// never-analyzed table, and on SQLite).
+    async fn get(&self, db: &DatabaseConnection) -> Arc<String> {
+        if let Ok(cached) = self.cached.lock()
+            && let Some((at, lexemes)) = cached.as_ref()
+            && at.elapsed() < COMMON_REFRESH
+        {
+            return lexemes.clone();
+        }
+        let lexemes = Arc::new(read_common(db).await.unwrap_or_else(|err| {
+            tracing::warn!(%err, "cannot read search statistics; keyword search keeps every word");
+            String::new()
+        }));
+        if let Ok(mut cached) = self.cached.lock() {
+            *cached = Some((Instant::now(), lexemes.clone()));
+        }
+        lexemes
+    }
+}
+
+async fn read_common(db: &DatabaseConnection) -> Result<String> {
+    let row = db
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT most_common_elems::text AS elems, most_common_elem_freqs::text AS freqs \
+             FROM pg_stats WHERE schemaname = current_schema() AND tablename = 'memories' \
+             AND attname = 'search_tsv'",
+        ))
+        .await?;
+    let Some(row) = row else {
+        return Ok(String::new());
+    };
+    let elems: Option<String> = row.try_get("", "elems")?;
+    let freqs: Option<String> = row.try_get("", "freqs")?;
+    Ok(common_from_stats(
+        elems.as_deref().unwrap_or_default(),
+        freqs.as_deref().unwrap_or_default(),
+    ))
+}
+
+/// The lexemes of `pg_stats.most_common_elems` (array text) whose
+/// frequency in `most_common_elem_freqs` is above [`COMMON_FREQUENCY`],
+/// space-separated. Lexemes that need quoting in array text are skipped.
+fn common_from_stats(elems: &str, freqs: &str) -> String {
+    let list = |s: &str| -> Vec<String> {
+        s.trim_matches(|c| c == '{' || c == '}')
+            .split(',')
+            .map(str::to_owned)
+            .collect()
+    };
+    let freqs: Vec<f64> = list(freqs).iter().filter_map(|f| f.parse().ok()).collect();
+    list(elems)
+        .into_iter()
+        .zip(freqs)
+        .filter(|(e, f)| {
+            *f > COMMON_FREQUENCY
+                && !e.is_empty()
+                && e.chars().all(|c| c.is_alphanumeric() || c == '_')
+        })
+        .map(|(e, _)| e)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Up to `k` memories matching any query word, best first.
 pub async fn search(
     db: &DatabaseConnection,
@@ -40,6 +132,7 @@ pub async fn search(
     query: &str,
     k: usize,
     filter: &CandidateFilter,
+    common: &CommonLexemes,
 ) -> Result<Vec<MemoryId>> {
     let terms = terms(query);
     if terms.is_empty() || k == 0 {
@@ -49,14 +142,25 @@ pub async fn search(
     let mut sql = Sql::new(backend);
     match backend {
         DbBackend::Postgres => {
-            sql.push("SELECT m.id AS id FROM memories m, to_tsquery('english', ")
-                .bind(terms.join(" | "))
-                .push(") q WHERE ");
+            let common = common.get(db).await;
+            // The query's lexemes that are not common, OR-ed; when every
+            // one is common, all of them AND-ed (few rows match them all).
+            sql.push(
+                "SELECT m.id AS id FROM memories m, (SELECT coalesce((SELECT \
+                 to_tsquery('simple', string_agg(quote_literal(l), ' | ')) FROM \
+                 unnest(tsvector_to_array(to_tsvector('english', ",
+            )
+            .bind(terms.join(" "))
+            .push("))) AS l WHERE l <> ALL (string_to_array(")
+            .bind(common.as_str().to_owned())
+            .push(", ' '))), to_tsquery('english', ")
+            .bind(terms.join(" & "))
+            .push(")) AS q) AS qq WHERE ");
             tenant_condition(&mut sql, scope);
-            sql.push(" AND m.search_tsv @@ q");
+            sql.push(" AND m.search_tsv @@ qq.q");
             push_filter(&mut sql, scope, filter);
             sql.push(&format!(
-                " ORDER BY ts_rank_cd(m.search_tsv, q) DESC, m.id LIMIT {k}"
+                " ORDER BY ts_rank_cd(m.search_tsv, qq.q) DESC, m.id LIMIT {k}"
             ));
         }
         _ => {
@@ -95,5 +199,15 @@ mod tests {
             vec!["vin", "s", "bad", "ocr"]
         );
         assert!(terms("  !!  ").is_empty());
+    }
+
+    #[test]
+    fn common_lexemes_are_those_above_the_frequency_with_plain_text() {
+        let common = common_from_stats(
+            r#"{ocr,vin,"a b",carrier,x}"#,
+            "{0.2,0.005,0.3,0.011,0.5,0.005,0.5,0}",
+        );
+        assert_eq!(common, "ocr carrier x");
+        assert_eq!(common_from_stats("", ""), "");
     }
 }

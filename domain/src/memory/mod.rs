@@ -490,6 +490,8 @@ pub struct Memories {
     embedder: Arc<dyn Embedder>,
     index: Arc<dyn VectorIndex>,
     config: Arc<MemoryConfig>,
+    /// Lexemes too common to search for (PostgreSQL statistics).
+    common: Arc<keyword::CommonLexemes>,
 }
 
 pub use vector::VectorIndex;
@@ -514,6 +516,7 @@ impl Memories {
             embedder,
             index,
             config: Arc::new(config),
+            common: Arc::default(),
         }
     }
 
@@ -884,7 +887,7 @@ impl Memories {
         // reorder (the "fairness multiplier").
         let k = (limit * 3).max(20);
         let query_vector = self.embed(text).await;
-        let keyword_leg = keyword::search(&self.db, scope, text, k, &filter);
+        let keyword_leg = keyword::search(&self.db, scope, text, k, &filter, &self.common);
         let vector_leg = async {
             match &query_vector {
                 Some(v) => self
