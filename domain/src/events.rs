@@ -349,21 +349,16 @@ fn pack(encoded: impl Iterator<Item = String>) -> Vec<String> {
 async fn notify_all(db: &DatabaseConnection, payloads: Vec<String>) -> Result<()> {
     use sea_orm::TransactionTrait;
     if payloads.len() == 1 {
-        for payload in payloads {
-            db.execute_raw(notify_statement(payload)).await?;
-        }
-        return Ok(());
+        return notify(db, payloads).await;
     }
     let txn = db.begin().await?;
-    for payload in payloads {
-        txn.execute_raw(notify_statement(payload)).await?;
-    }
+    notify(&txn, payloads).await?;
     txn.commit().await?;
     Ok(())
 }
 
-/// The events of one notification: a JSON array of encoded events (or one
-/// encoded event, as older senders wrote it).
+/// The events of one notification: a JSON array of encoded events (a
+/// single encoded event is accepted too).
 async fn decode_all(payload: &str, db: &DatabaseConnection) -> Vec<TaskEvent> {
     let values = match serde_json::from_str::<Value>(payload) {
         Ok(Value::Array(values)) => values,
@@ -707,4 +702,30 @@ pub fn task_updates(
         }
     });
     futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MAX_PAYLOAD, pack};
+
+    #[test]
+    fn packing_keeps_order_and_stays_under_the_payload_limit() {
+        let events: Vec<String> = (0..2000).map(|i| format!("{{\"seq\":{i}}}")).collect();
+        let payloads = pack(events.clone().into_iter());
+        assert!(payloads.len() > 1);
+        assert!(payloads.iter().all(|p| p.len() <= MAX_PAYLOAD));
+        let back: Vec<String> = payloads
+            .iter()
+            .flat_map(|p| serde_json::from_str::<Vec<serde_json::Value>>(p).unwrap())
+            .map(|v| v.to_string())
+            .collect();
+        assert_eq!(back, events);
+        // An event longer than the limit travels alone.
+        let big = format!("\"{}\"", "x".repeat(MAX_PAYLOAD + 10));
+        let payloads = pack(vec!["1".to_owned(), big.clone(), "2".to_owned()].into_iter());
+        assert_eq!(
+            payloads,
+            vec!["[1]".to_owned(), format!("[{big}]"), "[2]".to_owned()]
+        );
+    }
 }
