@@ -6,8 +6,9 @@
 //! never meet.
 //!
 //! On PostgreSQL, query words whose lexeme is in more than
-//! [`COMMON_FREQUENCY`] of all memories (read from the planner's own
-//! statistics of `search_tsv`, `pg_stats.most_common_elems`) are left out
+//! [`COMMON_FREQUENCY`] of all memories and in more than [`COMMON_ROWS`]
+//! of them (read from the planner's own statistics of `search_tsv`,
+//! `pg_stats.most_common_elems`, and the table's row estimate) are left out
 //! of the keyword leg, like stop words: OR-ing them would match, fetch and
 //! rank a large share of a tenant's memories while barely changing the
 //! order. A query made only of such words looks for memories with all of
@@ -50,6 +51,10 @@ pub fn terms(query: &str) -> Vec<String> {
 /// that has rarer words.
 pub const COMMON_FREQUENCY: f64 = 0.01;
 
+/// ... and in more than this many memories: on a small table every word is
+/// in more than 1 % of rows, and ranking all matches is cheap anyway.
+pub const COMMON_ROWS: f64 = 1_000.0;
+
 /// How long the list of common lexemes is kept before it is read again.
 const COMMON_REFRESH: Duration = Duration::from_secs(300);
 
@@ -85,9 +90,11 @@ async fn read_common(db: &DatabaseConnection) -> Result<String> {
     let row = db
         .query_one_raw(Statement::from_string(
             DbBackend::Postgres,
-            "SELECT most_common_elems::text AS elems, most_common_elem_freqs::text AS freqs \
-             FROM pg_stats WHERE schemaname = current_schema() AND tablename = 'memories' \
-             AND attname = 'search_tsv'",
+            "SELECT s.most_common_elems::text AS elems, \
+             s.most_common_elem_freqs::text AS freqs, c.reltuples::float8 AS rows \
+             FROM pg_stats s JOIN pg_class c ON c.oid = 'memories'::regclass \
+             WHERE s.schemaname = current_schema() AND s.tablename = 'memories' \
+             AND s.attname = 'search_tsv'",
         ))
         .await?;
     let Some(row) = row else {
@@ -95,16 +102,19 @@ async fn read_common(db: &DatabaseConnection) -> Result<String> {
     };
     let elems: Option<String> = row.try_get("", "elems")?;
     let freqs: Option<String> = row.try_get("", "freqs")?;
+    let rows: Option<f64> = row.try_get("", "rows")?;
     Ok(common_from_stats(
         elems.as_deref().unwrap_or_default(),
         freqs.as_deref().unwrap_or_default(),
+        rows.unwrap_or(0.0),
     ))
 }
 
 /// The lexemes of `pg_stats.most_common_elems` (array text) whose
-/// frequency in `most_common_elem_freqs` is above [`COMMON_FREQUENCY`],
+/// frequency in `most_common_elem_freqs` is above [`COMMON_FREQUENCY`] and
+/// whose estimated count among `rows` is above [`COMMON_ROWS`],
 /// space-separated. Lexemes that need quoting in array text are skipped.
-fn common_from_stats(elems: &str, freqs: &str) -> String {
+fn common_from_stats(elems: &str, freqs: &str, rows: f64) -> String {
     let list = |s: &str| -> Vec<String> {
         s.trim_matches(|c| c == '{' || c == '}')
             .split(',')
@@ -117,6 +127,7 @@ fn common_from_stats(elems: &str, freqs: &str) -> String {
         .zip(freqs)
         .filter(|(e, f)| {
             *f > COMMON_FREQUENCY
+                && f * rows > COMMON_ROWS
                 && !e.is_empty()
                 && e.chars().all(|c| c.is_alphanumeric() || c == '_')
         })
@@ -203,11 +214,16 @@ mod tests {
 
     #[test]
     fn common_lexemes_are_those_above_the_frequency_with_plain_text() {
-        let common = common_from_stats(
-            r#"{ocr,vin,"a b",carrier,x}"#,
-            "{0.2,0.005,0.3,0.011,0.5,0.005,0.5,0}",
+        let elems = r#"{ocr,vin,"a b",carrier,x}"#;
+        let freqs = "{0.2,0.005,0.3,0.011,0.5,0.005,0.5,0}";
+        assert_eq!(
+            common_from_stats(elems, freqs, 1_000_000.0),
+            "ocr carrier x"
         );
-        assert_eq!(common, "ocr carrier x");
-        assert_eq!(common_from_stats("", ""), "");
+        // 1.1 % of 50,000 rows is too few to leave out.
+        assert_eq!(common_from_stats(elems, freqs, 50_000.0), "ocr x");
+        // On a small table nothing is common.
+        assert_eq!(common_from_stats(elems, freqs, 1_500.0), "");
+        assert_eq!(common_from_stats("", "", 1e6), "");
     }
 }
