@@ -151,6 +151,10 @@ pub struct Config {
     /// pgvector `hnsw.ef_search` for memory vector searches (PostgreSQL):
     /// higher is better recall and slower.
     pub memory_hnsw_ef_search: usize,
+    /// PostgreSQL: a tenant with at least this many memory vectors gets its
+    /// own HNSW index (built by the maintenance job); smaller tenants are
+    /// searched exactly.
+    pub memory_tenant_index_rows: usize,
     /// Seconds between memory maintenance runs (promotion, expiry); 0 turns
     /// the background job off.
     pub memory_maintenance_interval_secs: u64,
@@ -237,6 +241,7 @@ impl Default for Config {
             memory_bank_capacity: memory.memory_bank_capacity,
             memory_maintenance_interval_secs: 1800,
             memory_hnsw_ef_search: memory.hnsw_ef_search,
+            memory_tenant_index_rows: memory.tenant_index_rows,
         }
     }
 }
@@ -312,6 +317,9 @@ impl Config {
         if !(1..=1000).contains(&self.memory_hnsw_ef_search) {
             bail!("memory_hnsw_ef_search must be 1..=1000");
         }
+        if self.memory_tenant_index_rows == 0 {
+            bail!("memory_tenant_index_rows must be at least 1");
+        }
         if !(0.0..=1.0).contains(&self.memory_dedup_threshold) {
             bail!("memory_dedup_threshold must be between 0 and 1");
         }
@@ -379,6 +387,7 @@ impl Config {
             dedup_threshold: self.memory_dedup_threshold,
             memory_bank_capacity: self.memory_bank_capacity,
             hnsw_ef_search: self.memory_hnsw_ef_search,
+            tenant_index_rows: self.memory_tenant_index_rows,
         })
     }
 

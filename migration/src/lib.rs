@@ -14,6 +14,7 @@ mod m20261121_140100_api_key_rate_limits;
 mod m20261122_090000_create_capabilities;
 mod m20261122_100000_index_tasks_by_plan;
 mod m20261123_090000_index_tasks_by_subject;
+mod m20261124_090000_tenant_in_search_tsv;
 
 pub struct Migrator;
 
@@ -30,6 +31,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_090000_create_capabilities::Migration),
             Box::new(m20261122_100000_index_tasks_by_plan::Migration),
             Box::new(m20261123_090000_index_tasks_by_subject::Migration),
+            Box::new(m20261124_090000_tenant_in_search_tsv::Migration),
         ]
     }
 }

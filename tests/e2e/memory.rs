@@ -131,7 +131,10 @@ on_both_backends!(
     lists_resolve_subjects_and_mentions,
     bad_memory_input_is_refused,
     words_in_most_memories_are_left_out_of_the_keyword_leg,
+    stop_word_queries_match_nothing_by_keyword,
 );
+
+crate::for_both_backends!(big_tenants_get_their_own_vector_index);
 
 async fn remember_then_list_get_and_search(app: TestApp) {
     app.create_tenant("acme").await;
@@ -1385,4 +1388,238 @@ async fn words_in_most_memories_are_left_out_of_the_keyword_leg(app: TestApp) {
     // Rare words are never left out, whatever the table's size.
     let rare = search(&app, &t, json!({"q": "lane7 dock7", "limit": 10})).await;
     assert_eq!(keyword_hits(&rare).len(), 1, "{rare}");
+}
+
+async fn stop_word_queries_match_nothing_by_keyword(app: TestApp) {
+    app.create_tenant("acme").await;
+    let t = member(&app, "acme");
+    for content in ["The carrier of the load", "An invoice for the broker"] {
+        remember_id(&app, &t, json!({ "content": content })).await;
+    }
+    let result = search(&app, &t, json!({"q": "the of an for"})).await;
+    let by_keyword = result["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| !h["keywordRank"].is_null())
+        .count();
+    match app.backend {
+        // English stop words make an empty text query, which must not turn
+        // into "every memory of the tenant".
+        Backend::Postgres => assert_eq!(by_keyword, 0, "{result}"),
+        // FTS5 has no stop-word list: "the" is a word like any other.
+        Backend::Sqlite => assert_eq!(by_keyword, 2, "{result}"),
+    }
+    // A real word still matches by keyword.
+    let result = search(&app, &t, json!({"q": "the invoice"})).await;
+    assert_eq!(result["hits"][0]["keywordRank"], 1, "{result}");
+    assert_eq!(
+        result["hits"][0]["memory"]["content"],
+        "An invoice for the broker"
+    );
+}
+
+/// A tenant with `memory_tenant_index_rows` vectors or more gets its own
+/// HNSW index from the maintenance job (PostgreSQL); searches give the same
+/// nearest memories as an exact scan, before and after, never another
+/// tenant's, and still `limit` of them when some are archived.
+async fn big_tenants_get_their_own_vector_index(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |c| c.memory_tenant_index_rows = 30).await;
+    app.create_tenant("big").await;
+    app.create_tenant("small").await;
+    let (big, small) = (member(&app, "big"), member(&app, "small"));
+    let scope_of = |slug: &'static str| {
+        let app = &app;
+        async move {
+            brainstem_domain::TenantScope::new(
+                app.domain.tenants.resolve_claim(slug).await.unwrap().id,
+            )
+        }
+    };
+    let (big_scope, small_scope) = (scope_of("big").await, scope_of("small").await);
+    let words = [
+        "invoice",
+        "carrier",
+        "broker",
+        "pallet",
+        "customs",
+        "freight",
+        "detention",
+        "lumper",
+    ];
+    for i in 0..40 {
+        let content = format!(
+            "{} {} {} note {i}",
+            words[i % 8],
+            words[(i / 8) % 8],
+            words[(i * 3 + 1) % 8]
+        );
+        app.domain
+            .memory
+            .remember(
+                big_scope,
+                brainstem_domain::memory::NewMemory {
+                    content,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+    }
+    for i in 0..5 {
+        remember_id(
+            &app,
+            &small,
+            json!({ "content": format!("invoice carrier small {i}") }),
+        )
+        .await;
+    }
+    let embedder = HashingEmbedder::new(256);
+    let v = embedder.embed_one("invoice carrier customs");
+    let filter = brainstem_domain::memory::CandidateFilter {
+        now: Some(Utc::now()),
+        ..Default::default()
+    };
+    let index = app.domain.memory.index().clone();
+    let exact = index
+        .nearest(big_scope, &v, 10, &filter, true)
+        .await
+        .unwrap();
+    assert_eq!(exact.len(), 10);
+    let before = index
+        .nearest(big_scope, &v, 10, &filter, false)
+        .await
+        .unwrap();
+    assert_eq!(before, exact);
+
+    let report = app.domain.memory.run_maintenance(Utc::now()).await.unwrap();
+    let index_name =
+        brainstem_domain::memory::vector::tenant_index_name(big_scope.tenant_id().uuid());
+    match backend {
+        Backend::Postgres => {
+            assert_eq!(report.vector_indexes_built, 1, "{report:?}");
+            let indexes: Vec<String> = sea_orm::ConnectionTrait::query_all_raw(
+                &app.domain.db,
+                sea_orm::Statement::from_string(
+                    sea_orm::DbBackend::Postgres,
+                    "SELECT indexname FROM pg_indexes WHERE tablename = 'memory_embeddings' \
+                     AND indexdef LIKE '%USING hnsw%' ORDER BY indexname",
+                ),
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.try_get::<String>("", "indexname").unwrap())
+            .collect();
+            // Only the big tenant has one; the small one is searched exactly.
+            assert_eq!(indexes, vec![index_name.clone()]);
+            // The planner takes it for that tenant's searches.
+            let plan: Vec<String> = {
+                use sea_orm::{ConnectionTrait, TransactionTrait};
+                let txn = app.domain.db.begin().await.unwrap();
+                txn.execute_unprepared("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                    .await
+                    .unwrap();
+                let rows = txn
+                    .query_all_raw(sea_orm::Statement::from_string(
+                        sea_orm::DbBackend::Postgres,
+                        format!(
+                            "EXPLAIN SELECT memory_id FROM memory_embeddings WHERE tenant_id = '{}' \
+                             ORDER BY embedding::halfvec(256) <=> '{}'::vector::halfvec(256) LIMIT 10",
+                            big_scope.tenant_id().uuid(),
+                            brainstem_domain::memory::vector::pg_vector_literal(&v)
+                        ),
+                    ))
+                    .await
+                    .unwrap();
+                rows.iter()
+                    .map(|r| r.try_get::<String>("", "QUERY PLAN").unwrap())
+                    .collect()
+            };
+            assert!(
+                plan.iter().any(|line| line.contains(&index_name)),
+                "{plan:#?}"
+            );
+        }
+        Backend::Sqlite => assert_eq!(report.vector_indexes_built, 0),
+    }
+    let again = app.domain.memory.run_maintenance(Utc::now()).await.unwrap();
+    assert_eq!(again.vector_indexes_built, 0);
+
+    // The first search after the build may still see the cached "no index"
+    // answer; either way the nearest memories are the exact ones.
+    let ids = |hits: &[(brainstem_domain::MemoryId, f32)]| {
+        hits.iter().map(|(id, _)| *id).collect::<Vec<_>>()
+    };
+    let after = index
+        .nearest(big_scope, &v, 10, &filter, false)
+        .await
+        .unwrap();
+    assert_eq!(ids(&after), ids(&exact));
+    let fresh = brainstem_domain::memory::vector::for_connection(
+        &app.domain.db,
+        brainstem_domain::memory::vector::VectorSettings {
+            dimension: 256,
+            ef_search: 40,
+            tenant_index_rows: 30,
+        },
+    );
+    let indexed = fresh
+        .nearest(big_scope, &v, 10, &filter, false)
+        .await
+        .unwrap();
+    // Through the tenant's index (HNSW over 40 rows finds them all).
+    assert_eq!(ids(&indexed), ids(&exact));
+
+    // Archive the five nearest: a search still returns 10 hits, none archived.
+    let gid = |id: &brainstem_domain::MemoryId| {
+        crate::helpers::encode_id("Memory", &id.uuid().to_string())
+    };
+    for (id, _) in exact.iter().take(5) {
+        let res = app
+            .graphql(
+                Some(&big),
+                "mutation($id: ID!) { archiveMemory(input: {id: $id}) { memory { status } } }",
+                json!({ "id": gid(id) }),
+            )
+            .await;
+        assert_eq!(res.data()["archiveMemory"]["memory"]["status"], "ARCHIVED");
+    }
+    let rest = fresh
+        .nearest(big_scope, &v, 10, &filter, false)
+        .await
+        .unwrap();
+    assert_eq!(rest.len(), 10);
+    assert!(
+        rest.iter()
+            .all(|(id, _)| exact.iter().take(5).all(|(e, _)| e != id))
+    );
+    let hits = search(
+        &app,
+        &big,
+        json!({"q": "invoice carrier customs", "limit": 10}),
+    )
+    .await;
+    assert_eq!(hit_ids(&hits).len(), 10, "{hits}");
+
+    // The small tenant sees only its own five, by index or not.
+    let mine = fresh
+        .nearest(small_scope, &v, 10, &filter, false)
+        .await
+        .unwrap();
+    assert_eq!(mine.len(), 5);
+    let hits = search(
+        &app,
+        &small,
+        json!({"q": "invoice carrier customs", "limit": 10}),
+    )
+    .await;
+    assert_eq!(hit_ids(&hits).len(), 5, "{hits}");
+    assert!(
+        hits["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|h| h["memory"]["content"].as_str().unwrap().contains("small"))
+    );
 }

@@ -5,7 +5,11 @@
 //! Only ranks are used downstream, so the two engines' different raw scores
 //! never meet.
 //!
-//! On PostgreSQL, query words whose lexeme is in more than
+//! On PostgreSQL, `search_tsv` also holds the lexeme `~<tenant id>`, and
+//! every query ANDs it in, so the GIN index looks only at the tenant's
+//! memories.
+//!
+//! Query words whose lexeme is in more than
 //! [`COMMON_FREQUENCY`] of all memories and in more than [`COMMON_ROWS`]
 //! of them (read from the planner's own statistics of `search_tsv`,
 //! `pg_stats.most_common_elems`, and the table's row estimate) are left out
@@ -168,7 +172,13 @@ pub async fn search(
             .bind(terms.join(" & "))
             .push(")) AS q) AS qq WHERE ");
             tenant_condition(&mut sql, scope);
-            sql.push(" AND m.search_tsv @@ qq.q");
+            // The tenant's own lexeme (see the migration that added it):
+            // the GIN index then returns only this tenant's matches.
+            // A query of stop words only is empty, and `empty && tenant`
+            // would match every memory of the tenant.
+            sql.push(" AND numnode(qq.q) > 0 AND m.search_tsv @@ (qq.q && ")
+                .bind(format!("'~{}'", scope.tenant_id().uuid()))
+                .push("::tsquery)");
             push_filter(&mut sql, scope, filter);
             sql.push(&format!(
                 " ORDER BY ts_rank_cd(m.search_tsv, qq.q) DESC, m.id LIMIT {k}"

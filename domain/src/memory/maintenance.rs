@@ -13,6 +13,9 @@
 //!    weakest (importance × confidence, then score, then least recently
 //!    used, then oldest) are `ARCHIVED`.
 //!
+//! After the rules, the vector index builds the per-tenant HNSW indexes
+//! that are due (see [`super::vector`]).
+//!
 //! Every move writes a `memory_events` row. The caller passes "now", so tests
 //! run the job at any time they like. On PostgreSQL the run takes
 //! `pg_try_advisory_xact_lock`: when another replica is running it, this one
@@ -41,6 +44,8 @@ pub struct MaintenanceReport {
     pub expired: u64,
     /// `MEMORY_BANK` memories archived by the cap.
     pub capped: u64,
+    /// Per-tenant vector indexes built (PostgreSQL).
+    pub vector_indexes_built: u64,
     /// Another process held the lock; nothing was done.
     pub skipped: bool,
 }
@@ -70,6 +75,9 @@ impl Memories {
             self.maintain_tenant(&txn, scope, now, &mut report).await?;
         }
         txn.commit().await?;
+        // Outside the transaction: indexes are built concurrently, under a
+        // lock of their own.
+        report.vector_indexes_built = self.index.maintain().await?;
         Ok(report)
     }
 

@@ -208,6 +208,10 @@ pub struct MemoryConfig {
     /// pgvector `hnsw.ef_search` for vector searches (at least the number
     /// of candidates asked for).
     pub hnsw_ef_search: usize,
+    /// PostgreSQL: a tenant with at least this many vectors gets its own
+    /// HNSW index (built by the maintenance job); smaller tenants are
+    /// searched exactly.
+    pub tenant_index_rows: usize,
 }
 
 impl Default for MemoryConfig {
@@ -217,7 +221,8 @@ impl Default for MemoryConfig {
             embedder: EmbedderConfig::Offline,
             dedup_threshold: 0.92,
             memory_bank_capacity: 1000,
-            hnsw_ef_search: 40,
+            hnsw_ef_search: 250,
+            tenant_index_rows: 10_000,
         }
     }
 }
@@ -509,7 +514,14 @@ impl Memories {
         config: MemoryConfig,
         embedder: Arc<dyn Embedder>,
     ) -> Self {
-        let index = vector::for_connection(&db, config.embedding_dimension, config.hnsw_ef_search);
+        let index = vector::for_connection(
+            &db,
+            vector::VectorSettings {
+                dimension: config.embedding_dimension,
+                ef_search: config.hnsw_ef_search,
+                tenant_index_rows: config.tenant_index_rows,
+            },
+        );
         Self {
             db,
             graph,
