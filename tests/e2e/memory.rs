@@ -132,6 +132,7 @@ on_both_backends!(
     bad_memory_input_is_refused,
     words_in_most_memories_are_left_out_of_the_keyword_leg,
     stop_word_queries_match_nothing_by_keyword,
+    a_vector_that_cannot_be_stored_leaves_the_memory_unembedded,
 );
 
 crate::for_both_backends!(big_tenants_get_their_own_vector_index);
@@ -1626,4 +1627,58 @@ async fn big_tenants_get_their_own_vector_index(backend: Backend) {
             .iter()
             .all(|h| h["memory"]["content"].as_str().unwrap().contains("small"))
     );
+}
+
+/// A memory and its vector are written in one transaction; when the vector
+/// cannot be stored, only the vector is rolled back (to a savepoint): the
+/// memory is kept, unembedded, found by keywords, and a reindex embeds it.
+async fn a_vector_that_cannot_be_stored_leaves_the_memory_unembedded(app: TestApp) {
+    use sea_orm::ConnectionTrait;
+    app.create_tenant("acme").await;
+    let t = member(&app, "acme");
+    let (block, unblock) = match app.backend {
+        Backend::Postgres => (
+            "ALTER TABLE memory_embeddings ADD CONSTRAINT ck_test_refuse CHECK (false) NOT VALID",
+            "ALTER TABLE memory_embeddings DROP CONSTRAINT ck_test_refuse",
+        ),
+        Backend::Sqlite => (
+            "CREATE TRIGGER tr_test_refuse BEFORE INSERT ON memory_embeddings \
+             BEGIN SELECT RAISE(ABORT, 'refused'); END",
+            "DROP TRIGGER tr_test_refuse",
+        ),
+    };
+    app.domain.db.execute_unprepared(block).await.unwrap();
+    let written = remember(
+        &app,
+        &t,
+        json!({"content": "Lumper fees are billed weekly"}),
+    )
+    .await;
+    assert_eq!(written["embedded"], false, "{written}");
+    assert_eq!(written["merged"], false);
+    let id = written["memory"]["id"].as_str().unwrap().to_owned();
+    let stored = get(&app, &t, &id).await;
+    assert_eq!(stored["content"], "Lumper fees are billed weekly");
+    assert_eq!(stored["embedded"], false);
+    assert!(stored["embeddingModel"].is_null(), "{stored}");
+    let found = search(&app, &t, json!({"q": "lumper fees"})).await;
+    assert_eq!(hit_ids(&found), vec![id.clone()], "{found}");
+    assert_eq!(found["hits"][0]["keywordRank"], 1);
+    assert!(found["hits"][0]["vectorRank"].is_null(), "{found}");
+
+    app.domain.db.execute_unprepared(unblock).await.unwrap();
+    let r = app
+        .graphql(
+            Some(&t),
+            "mutation { reindexMemories(input: {onlyMissing: true}) { reindexed failed } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        r.data()["reindexMemories"],
+        json!({"reindexed": 1, "failed": 0})
+    );
+    let found = search(&app, &t, json!({"q": "lumper fees"})).await;
+    assert_eq!(found["hits"][0]["vectorRank"], 1, "{found}");
+    assert_eq!(get(&app, &t, &id).await["embedded"], true);
 }

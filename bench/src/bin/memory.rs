@@ -76,9 +76,10 @@ struct Args {
     /// Rows per COPY.
     #[arg(long, default_value_t = 20_000)]
     chunk: usize,
-    /// Memories written one by one through `remember` after the load.
-    #[arg(long, default_value_t = 500)]
-    online_inserts: usize,
+    /// Memories written one by one through `remember` after the load
+    /// (default 500; with `--measure-only`, none unless given).
+    #[arg(long)]
+    online_inserts: Option<usize>,
     #[arg(long, default_value_t = 7)]
     seed: u64,
     /// pgvector `hnsw.ef_search` (the service raises it to the candidate count).
@@ -92,7 +93,8 @@ struct Args {
     #[arg(long, default_value_t = 10_000)]
     tenant_index_rows: usize,
     /// Measure searches on data an earlier run loaded (the biggest tenant is
-    /// the measured one, the smallest the small one); no load, no writes.
+    /// the measured one, the smallest the small one); no load, and no
+    /// writes unless `--online-inserts` is given.
     #[arg(long)]
     measure_only: bool,
 }
@@ -440,11 +442,9 @@ async fn main() -> anyhow::Result<()> {
 
     // Online writes through the service, every index in place.
     let started = Instant::now();
-    let online_inserts = if args.measure_only {
-        0
-    } else {
-        args.online_inserts
-    };
+    let online_inserts = args
+        .online_inserts
+        .unwrap_or(if args.measure_only { 0 } else { 500 });
     for _ in 0..online_inserts {
         domain
             .memory

@@ -13,7 +13,10 @@
 //!   same tier and subject) is merged into the existing memory, whose old
 //!   text becomes a version. `supersedes` closes an older fact (`valid_to`
 //!   set), which then drops out of default search. If the embedder fails the
-//!   memory is stored anyway, without a vector (`embedded: false`).
+//!   memory is stored anyway, without a vector (`embedded: false`). A
+//!   memory and its vector are written in one transaction; a vector that
+//!   cannot be stored is rolled back to a savepoint, and the memory is kept
+//!   without it.
 //! - [`Memories::search`]`(scope, SearchQuery { text, subject, tiers,
 //!   categories, limit, include_historical })` → ranked [`SearchHit`]s with
 //!   their score breakdown (see [`rank`]). Search does not write: a tool that
@@ -38,7 +41,8 @@
 //!
 //! Rows are SeaORM entities (`memories`, `memory_versions`, `memory_events`,
 //! `memory_mentions`). Keyword search is [`keyword`] (tsvector or FTS5) and
-//! vectors live behind [`vector::VectorIndex`] (pgvector HNSW or SQLite blobs).
+//! vectors live behind [`vector::VectorIndex`] (pgvector with per-tenant HNSW
+//! indexes, or SQLite blobs).
 
 pub mod embedder;
 pub mod keyword;
@@ -56,7 +60,8 @@ use brainstem_entity::{
 use chrono::{DateTime, Duration, Utc};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait,
-    DatabaseConnection, IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
+    DatabaseConnection, DatabaseTransaction, IntoActiveModel, QueryFilter, QueryOrder, QuerySelect,
+    TransactionTrait,
 };
 use uuid::Uuid;
 
@@ -569,40 +574,54 @@ impl Memories {
         }
     }
 
-    /// Store `vector` (or drop a stale one) and record the model.
+    /// Store `vector` (or drop a stale one) and record the model, in the
+    /// caller's transaction, so that a memory and its vector are written
+    /// together. A vector that cannot be stored is rolled back to a
+    /// savepoint: the memory is kept without one (keyword search still finds
+    /// it, `reindexMemories` embeds it later). Only a failure of the
+    /// transaction itself is an error.
     async fn set_embedding(
         &self,
+        txn: &DatabaseTransaction,
         scope: TenantScope,
         id: MemoryId,
         vector: Option<&[f32]>,
-    ) -> bool {
+    ) -> Result<bool> {
         let stored = match vector {
-            Some(v) => match self.index.upsert(scope, id, self.embedder.model(), v).await {
-                Ok(()) => true,
-                Err(err) => {
-                    tracing::warn!(error = %err, "storing a memory vector failed");
-                    let _ = self.index.remove(scope, id).await;
-                    false
+            Some(v) => {
+                let savepoint = txn.begin().await?;
+                match self
+                    .index
+                    .upsert(&savepoint, scope, id, self.embedder.model(), v)
+                    .await
+                {
+                    Ok(()) => {
+                        savepoint.commit().await?;
+                        true
+                    }
+                    Err(err) => {
+                        tracing::warn!(error = %err, "storing a memory vector failed");
+                        savepoint.rollback().await?;
+                        self.index.remove(txn, scope, id).await?;
+                        false
+                    }
                 }
-            },
+            }
             None => {
-                let _ = self.index.remove(scope, id).await;
+                self.index.remove(txn, scope, id).await?;
                 false
             }
         };
         let model = stored.then(|| self.embedder.model().to_owned());
-        let updated = memory::Entity::update_many_in(scope)
+        memory::Entity::update_many_in(scope)
             .col_expr(
                 memory::Column::EmbeddingModel,
                 sea_orm::sea_query::Expr::value(model),
             )
             .filter(memory::Column::Id.eq(id.uuid()))
-            .exec(&self.db)
-            .await;
-        if let Err(err) = updated {
-            tracing::warn!(error = %err, "recording the embedding model failed");
-        }
-        stored
+            .exec(txn)
+            .await?;
+        Ok(stored)
     }
 
     async fn model(&self, scope: TenantScope, id: MemoryId) -> Result<memory::Model> {
@@ -671,8 +690,10 @@ impl Memories {
             let mut e = event("MERGED", now);
             e.source_task = input.source_task;
             record_event(&txn, scope, id, e).await?;
+            let embedded = self
+                .set_embedding(&txn, scope, id, vector.as_deref())
+                .await?;
             txn.commit().await?;
-            let embedded = self.set_embedding(scope, id, vector.as_deref()).await;
             return Ok(Remembered {
                 memory: self.get(scope, id).await?,
                 merged: true,
@@ -720,8 +741,10 @@ impl Memories {
             e.source_task = input.source_task;
             record_event(&txn, scope, old_id, e).await?;
         }
+        let embedded = self
+            .set_embedding(&txn, scope, id, vector.as_deref())
+            .await?;
         txn.commit().await?;
-        let embedded = self.set_embedding(scope, id, vector.as_deref()).await;
         Ok(Remembered {
             memory: self.get(scope, id).await?,
             merged: false,
@@ -1131,6 +1154,10 @@ impl Memories {
             }
             model.subject_id = Set(subject.map(|s| s.uuid()));
         }
+        let vector = match &new_text {
+            Some(text) => Some(self.embed(text).await),
+            None => None,
+        };
         let txn = self.db.begin().await?;
         if let Some(text) = &new_text {
             memory_version::ActiveModel {
@@ -1149,11 +1176,11 @@ impl Memories {
         }
         model.updated_at = Set(now);
         model.update(&txn).await?;
-        txn.commit().await?;
-        if let Some(text) = &new_text {
-            let vector = self.embed(text).await;
-            self.set_embedding(scope, id, vector.as_deref()).await;
+        if let Some(vector) = vector {
+            self.set_embedding(&txn, scope, id, vector.as_deref())
+                .await?;
         }
+        txn.commit().await?;
         self.get(scope, id).await
     }
 
@@ -1316,13 +1343,20 @@ impl Memories {
             let texts: Vec<String> = batch.iter().map(|m| m.content.clone()).collect();
             match self.embedder.embed(&texts).await {
                 Ok(vectors) if vectors.len() == batch.len() => {
+                    // One transaction per batch.
+                    let txn = self.db.begin().await?;
+                    let mut reindexed = 0;
                     for (m, v) in batch.iter().zip(vectors) {
-                        if self.set_embedding(scope, m.id.into(), Some(&v)).await {
-                            result.reindexed += 1;
-                        } else {
-                            result.failed += 1;
+                        if self
+                            .set_embedding(&txn, scope, m.id.into(), Some(&v))
+                            .await?
+                        {
+                            reindexed += 1;
                         }
                     }
+                    txn.commit().await?;
+                    result.reindexed += reindexed;
+                    result.failed += batch.len() as u64 - reindexed;
                 }
                 Ok(_) | Err(_) => {
                     tracing::warn!("reindex: the embedder failed for a batch");

@@ -49,7 +49,9 @@ use std::{
 };
 
 use brainstem_entity::{MemoryId, TenantScope};
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, TransactionTrait, sqlx};
+use sea_orm::{
+    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, TransactionTrait, sqlx,
+};
 use sqlx::Row as _;
 use uuid::Uuid;
 
@@ -69,10 +71,22 @@ pub type Scored = (MemoryId, f32);
 pub trait VectorIndex: Send + Sync + 'static {
     /// Make the storage ready for vectors of this index's dimension.
     async fn prepare(&self) -> Result<()>;
-    /// Store (or replace) a memory's vector.
-    async fn upsert(&self, scope: TenantScope, id: MemoryId, model: &str, v: &[f32]) -> Result<()>;
-    /// Forget a memory's vector.
-    async fn remove(&self, scope: TenantScope, id: MemoryId) -> Result<()>;
+    /// Store (or replace) a memory's vector, in the caller's transaction.
+    async fn upsert(
+        &self,
+        txn: &DatabaseTransaction,
+        scope: TenantScope,
+        id: MemoryId,
+        model: &str,
+        v: &[f32],
+    ) -> Result<()>;
+    /// Forget a memory's vector, in the caller's transaction.
+    async fn remove(
+        &self,
+        txn: &DatabaseTransaction,
+        scope: TenantScope,
+        id: MemoryId,
+    ) -> Result<()>;
     /// Up to `k` memories passing `filter`, most similar first. `exact`
     /// bypasses any approximate index (benchmarks compare the two).
     async fn nearest(
@@ -317,7 +331,14 @@ impl VectorIndex for PgVectorIndex {
         Ok(())
     }
 
-    async fn upsert(&self, scope: TenantScope, id: MemoryId, model: &str, v: &[f32]) -> Result<()> {
+    async fn upsert(
+        &self,
+        txn: &DatabaseTransaction,
+        scope: TenantScope,
+        id: MemoryId,
+        model: &str,
+        v: &[f32],
+    ) -> Result<()> {
         check_dimension(v, self.settings.dimension)?;
         let mut sql = Sql::new(DbBackend::Postgres);
         sql.push("INSERT INTO memory_embeddings (memory_id, tenant_id, model, embedding) VALUES (")
@@ -332,12 +353,17 @@ impl VectorIndex for PgVectorIndex {
                 "::vector) ON CONFLICT (memory_id) DO UPDATE SET model = EXCLUDED.model, \
                    embedding = EXCLUDED.embedding",
             );
-        self.db.execute_raw(sql.statement()).await?;
+        txn.execute_raw(sql.statement()).await?;
         Ok(())
     }
 
-    async fn remove(&self, scope: TenantScope, id: MemoryId) -> Result<()> {
-        remove(&self.db, DbBackend::Postgres, scope, id).await
+    async fn remove(
+        &self,
+        txn: &DatabaseTransaction,
+        scope: TenantScope,
+        id: MemoryId,
+    ) -> Result<()> {
+        remove(txn, DbBackend::Postgres, scope, id).await
     }
 
     async fn nearest(
@@ -455,7 +481,14 @@ impl VectorIndex for SqliteVectorIndex {
         Ok(())
     }
 
-    async fn upsert(&self, scope: TenantScope, id: MemoryId, model: &str, v: &[f32]) -> Result<()> {
+    async fn upsert(
+        &self,
+        txn: &DatabaseTransaction,
+        scope: TenantScope,
+        id: MemoryId,
+        model: &str,
+        v: &[f32],
+    ) -> Result<()> {
         check_dimension(v, self.dimension)?;
         let blob: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
         let mut sql = Sql::new(DbBackend::Sqlite);
@@ -471,12 +504,17 @@ impl VectorIndex for SqliteVectorIndex {
             .bind(blob)
             .push(") ON CONFLICT (memory_id) DO UPDATE SET model = excluded.model, \
                    dimension = excluded.dimension, vector = excluded.vector");
-        self.db.execute_raw(sql.statement()).await?;
+        txn.execute_raw(sql.statement()).await?;
         Ok(())
     }
 
-    async fn remove(&self, scope: TenantScope, id: MemoryId) -> Result<()> {
-        remove(&self.db, DbBackend::Sqlite, scope, id).await
+    async fn remove(
+        &self,
+        txn: &DatabaseTransaction,
+        scope: TenantScope,
+        id: MemoryId,
+    ) -> Result<()> {
+        remove(txn, DbBackend::Sqlite, scope, id).await
     }
 
     async fn nearest(
@@ -525,7 +563,7 @@ fn check_dimension(v: &[f32], dimension: usize) -> Result<()> {
 }
 
 async fn remove(
-    db: &DatabaseConnection,
+    txn: &DatabaseTransaction,
     backend: DbBackend,
     scope: TenantScope,
     id: MemoryId,
@@ -535,6 +573,6 @@ async fn remove(
         .bind(scope.tenant_id().uuid())
         .push(" AND memory_id = ")
         .bind(id.uuid());
-    db.execute_raw(sql.statement()).await?;
+    txn.execute_raw(sql.statement()).await?;
     Ok(())
 }
