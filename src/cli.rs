@@ -40,6 +40,11 @@ pub enum Command {
     /// After a connection key rotation: re-seal every connection secret
     /// still sealed with an old key (audited), so the old key can be dropped.
     ReencryptConnections,
+    /// Run memory maintenance once and exit: promotion, archiving, expiry
+    /// and, on PostgreSQL, the per-tenant vector indexes that are due (say,
+    /// right after a bulk import, instead of waiting for the worker's next
+    /// run).
+    MaintainMemory,
 }
 
 #[derive(Debug, clap::Args)]
@@ -85,6 +90,25 @@ impl Cli {
             Command::ReencryptConnections => {
                 let count = reencrypt_connections(&config).await?;
                 eprintln!("re-sealed {count} connection secrets with the current key");
+                Ok(())
+            }
+            Command::MaintainMemory => {
+                let domain = startup::open_domain(&config, startup::registry(Vec::new())?).await?;
+                let report = domain.memory.run_maintenance(chrono::Utc::now()).await?;
+                if report.skipped {
+                    println!("skipped: another process is running memory maintenance");
+                } else {
+                    println!(
+                        "promoted to HISTORY {}, to PATTERNS {}; archived {} (MEMORY_BANK cap {}); \
+                         expired {}; vector indexes built {}",
+                        report.promoted_to_history,
+                        report.promoted_to_patterns,
+                        report.archived,
+                        report.capped,
+                        report.expired,
+                        report.vector_indexes_built
+                    );
+                }
                 Ok(())
             }
             Command::Schema => Ok(()),

@@ -155,8 +155,8 @@ pub struct Config {
     /// own HNSW index (built by the maintenance job); smaller tenants are
     /// searched exactly.
     pub memory_tenant_index_rows: usize,
-    /// Seconds between memory maintenance runs (promotion, expiry); 0 turns
-    /// the background job off.
+    /// Seconds between memory maintenance runs (promotion, expiry, per-tenant
+    /// vector indexes); 0 turns the background job off.
     pub memory_maintenance_interval_secs: u64,
 }
 

@@ -135,7 +135,10 @@ on_both_backends!(
     a_vector_that_cannot_be_stored_leaves_the_memory_unembedded,
 );
 
-crate::for_both_backends!(big_tenants_get_their_own_vector_index);
+crate::for_both_backends!(
+    big_tenants_get_their_own_vector_index,
+    the_cli_runs_memory_maintenance_once
+);
 
 async fn remember_then_list_get_and_search(app: TestApp) {
     app.create_tenant("acme").await;
@@ -1681,4 +1684,64 @@ async fn a_vector_that_cannot_be_stored_leaves_the_memory_unembedded(app: TestAp
     let found = search(&app, &t, json!({"q": "lumper fees"})).await;
     assert_eq!(found["hits"][0]["vectorRank"], 1, "{found}");
     assert_eq!(get(&app, &t, &id).await["embedded"], true);
+}
+
+/// `brainstem maintain-memory`, the real binary against the app's database:
+/// one maintenance run (here an archive and, on PostgreSQL, a tenant's
+/// vector index), its report on stdout, then exit.
+async fn the_cli_runs_memory_maintenance_once(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |c| c.memory_tenant_index_rows = 30).await;
+    app.create_tenant("acme").await;
+    let t = member(&app, "acme");
+    let scope = brainstem_domain::TenantScope::new(
+        app.domain.tenants.resolve_claim("acme").await.unwrap().id,
+    );
+    for i in 0..35 {
+        app.domain
+            .memory
+            .remember(
+                scope,
+                brainstem_domain::memory::NewMemory {
+                    content: format!("dock {i} opens at {} am, gate {}", i % 12, i * 7),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let weak = remember_id(
+        &app,
+        &t,
+        json!({"content": "The broker never pays on time"}),
+    )
+    .await;
+    for _ in 0..2 {
+        outcome(&app, &t, &weak, "FAILED").await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_brainstem"))
+        .arg("maintain-memory")
+        .current_dir(dir.path())
+        .env("BRAINSTEM_DATABASE_URL", &app.config.database_url)
+        .env("BRAINSTEM_MEMORY_TENANT_INDEX_ROWS", "30")
+        .env("BRAINSTEM_LOG", "warn")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("archived 1 "), "{stdout}");
+    let built = match backend {
+        Backend::Postgres => 1,
+        Backend::Sqlite => 0,
+    };
+    assert!(
+        stdout.contains(&format!("vector indexes built {built}")),
+        "{stdout}"
+    );
+    assert_eq!(get(&app, &t, &weak).await["status"], "ARCHIVED");
 }
