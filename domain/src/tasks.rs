@@ -1131,30 +1131,53 @@ impl Tasks {
         except: Option<TaskId>,
         limit: u64,
     ) -> Result<SubjectTasks> {
-        let mut about = Condition::all().add(task::Column::SubjectId.eq(subject));
-        if let Some(except) = except {
-            about = about.add(task::Column::Id.ne(except.uuid()));
+        Ok(SubjectTasks {
+            recent: self
+                .recent_of_subject(scope, subject, except, limit)
+                .await?,
+            open: self.open_of_subject(scope, subject, except).await?,
+        })
+    }
+
+    /// Up to `limit` of a subject's tasks (not `except`), newest first.
+    pub async fn recent_of_subject(
+        &self,
+        scope: TenantScope,
+        subject: Uuid,
+        except: Option<TaskId>,
+        limit: u64,
+    ) -> Result<Vec<Task>> {
+        if limit == 0 {
+            return Ok(Vec::new());
         }
-        let recent = task::Entity::find_in(scope)
-            .filter(about.clone())
+        task::Entity::find_in(scope)
+            .filter(about_subject(subject, except))
             .order_by_desc(task::Column::Id)
             .limit(limit)
             .all(&self.db)
             .await?
             .into_iter()
             .map(Task::try_from)
-            .collect::<Result<Vec<_>>>()?;
+            .collect()
+    }
+
+    /// How many of a subject's tasks (not `except`) are unfinished.
+    pub async fn open_of_subject(
+        &self,
+        scope: TenantScope,
+        subject: Uuid,
+        except: Option<TaskId>,
+    ) -> Result<u64> {
         let open: Vec<&str> = TaskStatus::ALL
             .iter()
             .filter(|s| !s.is_terminal())
             .map(|s| s.as_str())
             .collect();
-        let open = task::Entity::find_in(scope)
-            .filter(about)
+        Ok(task::Entity::find_in(scope)
+            .filter(about_subject(subject, except))
             .filter(task::Column::Status.is_in(open))
             .count(&self.db)
-            .await?;
-        Ok(SubjectTasks { recent, open })
+            .await?)
     }
 
     /// Every attempt of every step, in the order they ran.
@@ -1719,6 +1742,15 @@ pub async fn get_task<C: ConnectionTrait>(db: &C, scope: TenantScope, id: TaskId
         .await?
         .ok_or_else(|| Error::not_found("task"))
         .and_then(Task::try_from)
+}
+
+/// A subject's tasks, but not `except`.
+fn about_subject(subject: Uuid, except: Option<TaskId>) -> Condition {
+    let mut about = Condition::all().add(task::Column::SubjectId.eq(subject));
+    if let Some(except) = except {
+        about = about.add(task::Column::Id.ne(except.uuid()));
+    }
+    about
 }
 
 #[cfg(test)]

@@ -603,21 +603,21 @@ impl Dossier {
         }
         let tasks = domain(ctx)
             .tasks
-            .of_subject(scope, self.subject_id, None, first as u64)
+            .recent_of_subject(scope, self.subject_id, None, first as u64)
             .await
             .gql()?;
-        Ok(tasks.recent.into_iter().map(super::tasks::Task).collect())
+        Ok(tasks.into_iter().map(super::tasks::Task).collect())
     }
 
     /// How many of the subject's tasks are not finished (pending work).
     async fn open_tasks(&self, ctx: &Context<'_>) -> async_graphql::Result<i64> {
         let scope = principal(ctx)?.require_scope("tasks:read").gql()?;
-        let tasks = domain(ctx)
+        let open = domain(ctx)
             .tasks
-            .of_subject(scope, self.subject_id, None, 1)
+            .open_of_subject(scope, self.subject_id, None)
             .await
             .gql()?;
-        Ok(i64::try_from(tasks.open).unwrap_or(i64::MAX))
+        Ok(i64::try_from(open).unwrap_or(i64::MAX))
     }
 }
 

@@ -692,10 +692,9 @@ impl Tool for AssessAndPlan {
         let open = ctx
             .domain
             .tasks
-            .of_subject(scope, subject.uuid(), Some(ctx.task_id), 0)
+            .open_of_subject(scope, subject.uuid(), Some(ctx.task_id))
             .await
-            .map_err(failed)?
-            .open;
+            .map_err(failed)?;
         let max_open = args
             .get("max_open_tasks")
             .and_then(Value::as_u64)
