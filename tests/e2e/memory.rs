@@ -48,6 +48,32 @@ pub async fn remember_id(app: &TestApp, token: &str, input: Value) -> String {
         .to_owned()
 }
 
+/// The tenant's scope, for calls to the domain services.
+async fn scope_of(app: &TestApp, slug: &str) -> brainstem_domain::TenantScope {
+    brainstem_domain::TenantScope::new(app.domain.tenants.resolve_claim(slug).await.unwrap().id)
+}
+
+/// Write many memories straight through the service (faster than GraphQL).
+async fn remember_many(
+    app: &TestApp,
+    scope: brainstem_domain::TenantScope,
+    contents: impl IntoIterator<Item = String>,
+) {
+    for content in contents {
+        app.domain
+            .memory
+            .remember(
+                scope,
+                brainstem_domain::memory::NewMemory {
+                    content,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+    }
+}
+
 pub async fn entity(app: &TestApp, token: &str, ty: &str, name: &str) -> String {
     let res = app
         .graphql(
@@ -1337,22 +1363,13 @@ async fn words_in_most_memories_are_left_out_of_the_keyword_leg(app: TestApp) {
     let t = member(&app, "acme");
     // Enough memories for "freight" to count as common (in more than 1 %
     // and more than 1,000 of them), written through the service.
-    let scope = brainstem_domain::TenantScope::new(
-        app.domain.tenants.resolve_claim("acme").await.unwrap().id,
-    );
-    for i in 0..1_100 {
-        app.domain
-            .memory
-            .remember(
-                scope,
-                brainstem_domain::memory::NewMemory {
-                    content: format!("freight lane{i} carrier{i} dock{i}"),
-                    ..Default::default()
-                },
-            )
-            .await
-            .unwrap();
-    }
+    let scope = scope_of(&app, "acme").await;
+    remember_many(
+        &app,
+        scope,
+        (0..1_100).map(|i| format!("freight lane{i} carrier{i} dock{i}")),
+    )
+    .await;
     let vin = remember_id(
         &app,
         &t,
@@ -1432,15 +1449,7 @@ async fn big_tenants_get_their_own_vector_index(backend: Backend) {
     app.create_tenant("big").await;
     app.create_tenant("small").await;
     let (big, small) = (member(&app, "big"), member(&app, "small"));
-    let scope_of = |slug: &'static str| {
-        let app = &app;
-        async move {
-            brainstem_domain::TenantScope::new(
-                app.domain.tenants.resolve_claim(slug).await.unwrap().id,
-            )
-        }
-    };
-    let (big_scope, small_scope) = (scope_of("big").await, scope_of("small").await);
+    let (big_scope, small_scope) = (scope_of(&app, "big").await, scope_of(&app, "small").await);
     let words = [
         "invoice",
         "carrier",
@@ -1451,25 +1460,15 @@ async fn big_tenants_get_their_own_vector_index(backend: Backend) {
         "detention",
         "lumper",
     ];
-    for i in 0..40 {
-        let content = format!(
+    let contents = (0..40).map(|i| {
+        format!(
             "{} {} {} note {i}",
             words[i % 8],
             words[(i / 8) % 8],
             words[(i * 3 + 1) % 8]
-        );
-        app.domain
-            .memory
-            .remember(
-                big_scope,
-                brainstem_domain::memory::NewMemory {
-                    content,
-                    ..Default::default()
-                },
-            )
-            .await
-            .unwrap();
-    }
+        )
+    });
+    remember_many(&app, big_scope, contents).await;
     for i in 0..5 {
         remember_id(
             &app,
@@ -1693,22 +1692,13 @@ async fn the_cli_runs_memory_maintenance_once(backend: Backend) {
     let app = TestApp::spawn_with(backend, |c| c.memory_tenant_index_rows = 30).await;
     app.create_tenant("acme").await;
     let t = member(&app, "acme");
-    let scope = brainstem_domain::TenantScope::new(
-        app.domain.tenants.resolve_claim("acme").await.unwrap().id,
-    );
-    for i in 0..35 {
-        app.domain
-            .memory
-            .remember(
-                scope,
-                brainstem_domain::memory::NewMemory {
-                    content: format!("dock {i} opens at {} am, gate {}", i % 12, i * 7),
-                    ..Default::default()
-                },
-            )
-            .await
-            .unwrap();
-    }
+    let scope = scope_of(&app, "acme").await;
+    remember_many(
+        &app,
+        scope,
+        (0..35).map(|i| format!("dock {i} opens at {} am, gate {}", i % 12, i * 7)),
+    )
+    .await;
     let weak = remember_id(
         &app,
         &t,
