@@ -74,6 +74,18 @@ async fn remember_many(
     }
 }
 
+/// `reindexMemories(onlyMissing: true)`: `{ reindexed failed }`.
+async fn reindex_missing(app: &TestApp, token: &str) -> Value {
+    app.graphql(
+        Some(token),
+        "mutation { reindexMemories(input: {onlyMissing: true}) { reindexed failed } }",
+        json!({}),
+    )
+    .await
+    .data()["reindexMemories"]
+        .clone()
+}
+
 pub async fn entity(app: &TestApp, token: &str, ty: &str, name: &str) -> String {
     let res = app
         .graphql(
@@ -1263,15 +1275,8 @@ async fn openai_embedder_round_trip_and_failure(backend: Backend) {
 
     // Back up: a reindex of the missing vectors fills them in.
     fake.failing.store(false, Ordering::SeqCst);
-    let r = app
-        .graphql(
-            Some(&t),
-            "mutation { reindexMemories(input: {onlyMissing: true}) { reindexed failed } }",
-            json!({}),
-        )
-        .await;
     assert_eq!(
-        r.data()["reindexMemories"],
+        reindex_missing(&app, &t).await,
         json!({"reindexed": 1, "failed": 0})
     );
     assert_eq!(get(&app, &t, &id).await["embedded"], true);
@@ -1669,15 +1674,8 @@ async fn a_vector_that_cannot_be_stored_leaves_the_memory_unembedded(app: TestAp
     assert!(found["hits"][0]["vectorRank"].is_null(), "{found}");
 
     app.domain.db.execute_unprepared(unblock).await.unwrap();
-    let r = app
-        .graphql(
-            Some(&t),
-            "mutation { reindexMemories(input: {onlyMissing: true}) { reindexed failed } }",
-            json!({}),
-        )
-        .await;
     assert_eq!(
-        r.data()["reindexMemories"],
+        reindex_missing(&app, &t).await,
         json!({"reindexed": 1, "failed": 0})
     );
     let found = search(&app, &t, json!({"q": "lumper fees"})).await;
