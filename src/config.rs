@@ -10,7 +10,7 @@ use std::{
 };
 
 use anyhow::{Context, bail};
-use brainstem_api::GraphqlLimits;
+use brainstem_api::{GraphqlLimits, cost::DocumentLimits};
 use brainstem_domain::memory::{EmbedderConfig, MemoryConfig, vector::MAX_DIMENSION};
 use brainstem_domain::{
     intent::Detector,
@@ -50,8 +50,22 @@ pub struct Config {
     pub jwt_leeway_secs: u64,
     /// Deepest selection nesting a GraphQL operation may have.
     pub graphql_max_depth: usize,
-    /// Highest complexity (roughly, fields selected) an operation may have.
-    pub graphql_max_complexity: usize,
+    /// Highest cost an authenticated caller's document may have: fields
+    /// once fragments are expanded, each list's selection counted once per
+    /// item of its page (see `brainstem_api::cost`).
+    pub graphql_max_cost: u64,
+    /// The same, for anonymous callers.
+    pub graphql_max_cost_anonymous: u64,
+    /// Longest GraphQL document, in bytes.
+    pub graphql_max_document_bytes: usize,
+    /// Most lexical tokens in a GraphQL document.
+    pub graphql_max_tokens: usize,
+    /// Deepest nesting of brackets (`{`, `(`, `[`) in a GraphQL document.
+    pub graphql_max_nesting: usize,
+    /// Most aliased fields in a GraphQL document.
+    pub graphql_max_aliases: usize,
+    /// Most directives on one field.
+    pub graphql_max_directives_per_field: usize,
     /// Subscriptions one WebSocket connection may hold at once.
     pub max_subscriptions_per_connection: usize,
     /// Task events each process buffers for live subscribers; one that
@@ -196,7 +210,13 @@ impl Default for Config {
             jwt_audience: "brainstem".into(),
             jwt_leeway_secs: 30,
             graphql_max_depth: limits.max_depth,
-            graphql_max_complexity: limits.max_complexity,
+            graphql_max_cost: limits.document.max_cost,
+            graphql_max_cost_anonymous: limits.document.max_cost_anonymous,
+            graphql_max_document_bytes: limits.document.max_bytes,
+            graphql_max_tokens: limits.document.max_tokens,
+            graphql_max_nesting: limits.document.max_nesting,
+            graphql_max_aliases: limits.document.max_aliases,
+            graphql_max_directives_per_field: limits.document.max_directives_per_field,
             max_subscriptions_per_connection: limits.max_subscriptions,
             event_bus_capacity: brainstem_domain::events::CAPACITY,
             graphql_batch_delay_ms: limits.batch_delay.as_millis() as u64,
@@ -293,8 +313,17 @@ impl Config {
         if self.database_max_connections == 0 {
             bail!("database_max_connections must be at least 1");
         }
-        if self.graphql_max_depth == 0 || self.graphql_max_complexity == 0 {
-            bail!("graphql limits must be at least 1");
+        let document = self.graphql_limits().document;
+        if self.graphql_max_depth == 0
+            || document.max_cost == 0
+            || document.max_cost_anonymous == 0
+            || document.max_bytes == 0
+            || document.max_tokens == 0
+            || document.max_nesting == 0
+        {
+            bail!(
+                "graphql limits (depth, cost, anonymous cost, document bytes, tokens, nesting) must be at least 1"
+            );
         }
         if self.graphql_batch_delay_ms > 1000 {
             bail!("graphql_batch_delay_ms must be at most 1000");
@@ -413,7 +442,15 @@ impl Config {
     pub fn graphql_limits(&self) -> GraphqlLimits {
         GraphqlLimits {
             max_depth: self.graphql_max_depth,
-            max_complexity: self.graphql_max_complexity,
+            document: DocumentLimits {
+                max_bytes: self.graphql_max_document_bytes,
+                max_tokens: self.graphql_max_tokens,
+                max_nesting: self.graphql_max_nesting,
+                max_aliases: self.graphql_max_aliases,
+                max_directives_per_field: self.graphql_max_directives_per_field,
+                max_cost: self.graphql_max_cost,
+                max_cost_anonymous: self.graphql_max_cost_anonymous,
+            },
             max_subscriptions: self.max_subscriptions_per_connection,
             batch_delay: std::time::Duration::from_millis(self.graphql_batch_delay_ms),
         }

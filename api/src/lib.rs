@@ -1,6 +1,8 @@
 //! The wire: axum routes, the async-graphql schema, authentication.
 //!
 //! - [`auth`]: JWT (HS256/RS256) and API-key authentication, dev-token minting.
+//! - [`cost`]: a document's size, tokens and expanded cost, known before it
+//!   runs.
 //! - [`error`]: the one place where domain errors become GraphQL error codes.
 //! - [`schema`]: GraphQL types and resolvers (thin adapters over `domain`).
 //! - [`http`]: `/graphql` over HTTP (GraphQL-over-HTTP), GraphiQL, health and
@@ -11,6 +13,7 @@
 //! - [`metrics`]: Prometheus counters and histograms.
 
 pub mod auth;
+pub mod cost;
 pub mod error;
 pub mod fanout;
 pub mod http;

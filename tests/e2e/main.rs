@@ -18,6 +18,7 @@ mod durability;
 mod executor;
 mod fanout;
 mod graph;
+mod hostile;
 mod http;
 mod llm;
 mod memory;

@@ -19,6 +19,7 @@ pub mod admin;
 pub mod capabilities;
 pub mod events;
 pub mod ids;
+pub mod limits;
 pub mod loaders;
 pub mod memory;
 pub mod mutation;
@@ -30,20 +31,21 @@ pub mod types;
 use std::{sync::Arc, time::Instant};
 
 use async_graphql::{
-    Request, Response, Schema, ServerResult, Variables,
+    Request, Response, Schema, ServerResult,
     extensions::{
-        Extension, ExtensionContext, ExtensionFactory, NextParseQuery, NextPrepareRequest,
-        NextRequest,
+        Extension, ExtensionContext, ExtensionFactory, NextPrepareRequest, NextRequest,
         apollo_persisted_queries::{ApolloPersistedQueries, LruCacheStorage},
     },
-    parser::types::ExecutableDocument,
 };
 use brainstem_domain::{
     Domain, Principal,
     rate_limit::{Rate, RateLimiter},
 };
 
-use crate::error::{ResultExt, ensure_codes, to_server_error};
+use crate::{
+    cost::DocumentLimits,
+    error::{ResultExt, ensure_codes, to_server_error},
+};
 
 // The query root: one object per area, merged. An area adds its own
 // `#[derive(Default)]` object in its module and one entry here.
@@ -72,7 +74,8 @@ pub type BrainstemSchema = Schema<Query, Mutation, subscription::Subscription>;
 #[derive(Clone, Copy, Debug)]
 pub struct GraphqlLimits {
     pub max_depth: usize,
-    pub max_complexity: usize,
+    /// Size, tokens, aliases, directives and expanded cost of a document.
+    pub document: DocumentLimits,
     /// Subscriptions one WebSocket connection may hold at once.
     pub max_subscriptions: usize,
     /// How long the DataLoader gathers the keys of one level of a list
@@ -83,8 +86,10 @@ pub struct GraphqlLimits {
 impl Default for GraphqlLimits {
     fn default() -> Self {
         Self {
-            max_depth: 12,
-            max_complexity: 1000,
+            // Deep enough for the introspection query of GraphiQL and
+            // codegen tools (`ofType` nested nine times under `args`).
+            max_depth: 16,
+            document: DocumentLimits::default(),
             max_subscriptions: 100,
             batch_delay: std::time::Duration::from_millis(2),
         }
@@ -163,13 +168,16 @@ pub fn build(domain: Domain, limits: GraphqlLimits, surface: &Surface) -> Brains
     .data(entities)
     .data(mentions)
     .limit_depth(limits.max_depth)
-    .limit_complexity(limits.max_complexity)
     // Extensions run outermost first: codes are added last, to everything.
+    // Each document's text is checked before anything parses it, and its
+    // expanded cost before anything walks the expansion (`limits`).
     .extension(ErrorCodes)
+    .extension(limits::ScanDocument(limits.document))
     .extension(ApolloPersistedQueries::new(
         surface.persisted_queries.clone(),
     ))
     .extension(RateLimit(surface.limiter.clone()))
+    .extension(limits::MeasureDocument(limits.document))
     .extension(RequestLoader {
         domain,
         delay: limits.batch_delay,
@@ -179,13 +187,16 @@ pub fn build(domain: Domain, limits: GraphqlLimits, surface: &Surface) -> Brains
 
 /// The SDL of the schema, as checked in at `schema.graphql`.
 pub fn sdl() -> String {
+    bare().finish().sdl()
+}
+
+/// The schema's types, without data or extensions.
+pub(crate) fn bare() -> async_graphql::SchemaBuilder<Query, Mutation, subscription::Subscription> {
     Schema::build(
         Query::default(),
         Mutation::default(),
         subscription::Subscription,
     )
-    .finish()
-    .sdl()
 }
 
 /// Gives every error in every response an `extensions.code`.
@@ -237,8 +248,9 @@ impl Extension for RequestLoader {
 }
 
 /// Admits each operation through the caller's rate limits before it is
-/// parsed. It runs after the persisted-query lookup, so a client's
-/// `PersistedQueryNotFound` round trip costs it nothing.
+/// parsed (only its text's size and tokens are checked before). It runs
+/// after the persisted-query lookup, so a client's `PersistedQueryNotFound`
+/// round trip costs it nothing.
 struct RateLimit(Arc<RateLimiter>);
 
 impl ExtensionFactory for RateLimit {
@@ -249,19 +261,18 @@ impl ExtensionFactory for RateLimit {
 
 #[async_graphql::async_trait::async_trait]
 impl Extension for RateLimit {
-    async fn parse_query(
+    async fn prepare_request(
         &self,
         ctx: &ExtensionContext<'_>,
-        query: &str,
-        variables: &Variables,
-        next: NextParseQuery<'_>,
-    ) -> ServerResult<ExecutableDocument> {
-        if let Some(principal) = ctx.data_opt::<Caller>().and_then(|c| c.0.as_ref()) {
-            let key_rate = ctx.data_opt::<CallerRateLimit>().and_then(|r| r.0);
+        request: Request,
+        next: NextPrepareRequest<'_>,
+    ) -> ServerResult<Request> {
+        if let Some(principal) = limits::data::<Caller>(ctx, &request).and_then(|c| c.0.as_ref()) {
+            let key_rate = limits::data::<CallerRateLimit>(ctx, &request).and_then(|r| r.0);
             self.0
                 .check(principal, key_rate, Instant::now())
                 .map_err(to_server_error)?;
         }
-        next.run(ctx, query, variables).await
+        next.run(ctx, request).await
     }
 }

@@ -1,0 +1,99 @@
+//! The schema extensions that apply [`crate::cost`] to every operation, on
+//! HTTP and WebSocket alike, before anything walks the expanded document.
+//!
+//! - [`ScanDocument`] runs first, on the raw text: size, tokens, nesting.
+//!   It sits before automatic persisted queries, which parse (and store) a
+//!   document they are sent.
+//! - [`MeasureDocument`] runs after the persisted-query lookup and the rate
+//!   limiter: it parses the document (async-graphql then reuses the parse)
+//!   and refuses it over the caller's budget, before async-graphql's own
+//!   checks and validation, which walk the expansion.
+//!
+//! A refusal is a request error (`BAD_USER_INPUT`, no path): no resolver
+//! has run. A `taskEvents` payload rendered for the WebSocket fan-out
+//! ([`crate::fanout::RenderOne`]) was measured when its subscriber
+//! subscribed, so it is not measured again.
+
+use std::{any::TypeId, sync::Arc};
+
+use async_graphql::{
+    Request, ServerResult,
+    extensions::{Extension, ExtensionContext, ExtensionFactory, NextPrepareRequest},
+};
+use brainstem_domain::Error;
+
+use super::Caller;
+use crate::{
+    cost::{self, DocumentLimits, Refusal},
+    error::to_server_error,
+    fanout::RenderOne,
+};
+
+fn refused(refusal: Refusal) -> async_graphql::ServerError {
+    to_server_error(Error::Validation(refusal.0))
+}
+
+/// Refuses a document whose text is over the size, token or nesting limit.
+pub struct ScanDocument(pub DocumentLimits);
+
+impl ExtensionFactory for ScanDocument {
+    fn create(&self) -> Arc<dyn Extension> {
+        Arc::new(ScanDocument(self.0))
+    }
+}
+
+#[async_graphql::async_trait::async_trait]
+impl Extension for ScanDocument {
+    async fn prepare_request(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        request: Request,
+        next: NextPrepareRequest<'_>,
+    ) -> ServerResult<Request> {
+        cost::scan(&request.query, &self.0).map_err(refused)?;
+        next.run(ctx, request).await
+    }
+}
+
+/// Refuses a document whose expanded cost is over the caller's budget.
+pub struct MeasureDocument(pub DocumentLimits);
+
+impl ExtensionFactory for MeasureDocument {
+    fn create(&self) -> Arc<dyn Extension> {
+        Arc::new(MeasureDocument(self.0))
+    }
+}
+
+/// Request data of type `T`, else the connection's (WebSocket session
+/// data): what `ctx.data_opt` finds once the request has started, for the
+/// `prepare_request` hook, which runs before.
+pub(crate) fn data<'a, T: 'static + Send + Sync>(
+    ctx: &'a ExtensionContext<'_>,
+    request: &'a Request,
+) -> Option<&'a T> {
+    request
+        .data
+        .get(&TypeId::of::<T>())
+        .and_then(|d| d.downcast_ref::<T>())
+        .or_else(|| ctx.data_opt::<T>())
+}
+
+#[async_graphql::async_trait::async_trait]
+impl Extension for MeasureDocument {
+    async fn prepare_request(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        mut request: Request,
+        next: NextPrepareRequest<'_>,
+    ) -> ServerResult<Request> {
+        if data::<RenderOne>(ctx, &request).is_none() {
+            let anonymous = data::<Caller>(ctx, &request).is_none_or(|c| c.0.is_none());
+            let variables = request.variables.clone();
+            let doc = request.parsed_query()?;
+            let cost = cost::measure(doc, &ctx.schema_env.registry, &variables, &self.0)
+                .map_err(refused)?;
+            cost::check_budget(cost, &self.0, anonymous).map_err(refused)?;
+        }
+        next.run(ctx, request).await
+    }
+}
