@@ -5,8 +5,17 @@
 //!   filtered-HNSW completeness on PostgreSQL + pgvector.
 //! - `executor`: task throughput and latency on SQLite and PostgreSQL.
 //! - `subscribers`: WebSocket fan-out latency and memory per subscription.
+//! - `graphql`: a nested list query's throughput and latency.
+//! - `cost`: what the document limits (`brainstem_api::cost`) cost per
+//!   request, against the request itself.
+//!
+//! Shared here: [`call`] (one GraphQL operation over HTTP) and
+//! [`seed_finished_tasks`].
 
 use std::time::Duration;
+
+use anyhow::bail;
+use serde_json::{Value, json};
 
 /// Percentile of a sorted list of durations (`p` in 0–100).
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -19,4 +28,64 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
+}
+
+/// POST one operation; an HTTP or GraphQL error is an error.
+pub async fn call(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    query: &str,
+) -> anyhow::Result<Value> {
+    let response = http
+        .post(url)
+        .bearer_auth(token)
+        .json(&json!({"query": query}))
+        .send()
+        .await?;
+    let status = response.status();
+    let body: Value = response.json().await?;
+    if !status.is_success() || body.get("errors").is_some() {
+        bail!("{status}: {body}");
+    }
+    Ok(body)
+}
+
+/// Creates the tenant `bench` (with `platform`, a platform admin's token)
+/// and a four-step plan `four` of `set_state` steps, and starts `tasks`
+/// tasks on it (with `admin`, a `bench` admin's token). The caller runs
+/// its executor until idle to finish them.
+pub async fn seed_four_step_tasks(
+    http: &reqwest::Client,
+    url: &str,
+    platform: &str,
+    admin: &str,
+    tasks: usize,
+) -> anyhow::Result<()> {
+    call(
+        http,
+        url,
+        platform,
+        "mutation { createTenant(input: {slug: \"bench\", name: \"Bench\"}) { tenant { id } } }",
+    )
+    .await?;
+    call(
+        http,
+        url,
+        admin,
+        "mutation { publishPlan(input: {key: \"four\", intent: \"bench.four\", steps: [\
+         {id: \"a\", tool: \"set_state\", args: {a: 1}}, {id: \"b\", tool: \"set_state\", args: {b: 2}}, \
+         {id: \"c\", tool: \"set_state\", args: {c: 3}}, {id: \"d\", tool: \"set_state\", args: {d: 4}}]}) { plan { id } } }",
+    )
+    .await?;
+    for _ in 0..tasks {
+        call(
+            http,
+            url,
+            admin,
+            "mutation { startTask(input: {planKey: \"four\"}) { task { id } } }",
+        )
+        .await?;
+    }
+    Ok(())
 }

@@ -190,8 +190,9 @@ pub fn sdl() -> String {
     bare().finish().sdl()
 }
 
-/// The schema's types, without data or extensions.
-pub(crate) fn bare() -> async_graphql::SchemaBuilder<Query, Mutation, subscription::Subscription> {
+/// The schema's types, without data or extensions: for the SDL, and for
+/// tools that need its registry (the cost benchmark).
+pub fn bare() -> async_graphql::SchemaBuilder<Query, Mutation, subscription::Subscription> {
     Schema::build(
         Query::default(),
         Mutation::default(),

@@ -33,11 +33,11 @@ use std::{
 use anyhow::{Context, bail};
 use brainstem::{config::Config, startup::Application};
 use brainstem_api::auth::{TokenRequest, mint_token};
+use brainstem_bench::{call, seed_four_step_tasks};
 use brainstem_domain::{Role, crypto::EncryptionKey};
 use clap::Parser;
 use sea_orm::{ConnectionTrait, Database};
 use secrecy::SecretString;
-use serde_json::{Value, json};
 
 #[derive(Parser, Debug)]
 #[command(about = "Benchmark a nested GraphQL list query on PostgreSQL")]
@@ -118,31 +118,7 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
         .build()?;
 
     // Seed: a tenant, a plan, finished tasks.
-    call(
-        &http,
-        &url,
-        &platform,
-        "mutation { createTenant(input: {slug: \"bench\", name: \"Bench\"}) { tenant { id } } }",
-    )
-    .await?;
-    call(
-        &http,
-        &url,
-        &admin,
-        "mutation { publishPlan(input: {key: \"four\", intent: \"bench.four\", steps: [\
-         {id: \"a\", tool: \"set_state\", args: {a: 1}}, {id: \"b\", tool: \"set_state\", args: {b: 2}}, \
-         {id: \"c\", tool: \"set_state\", args: {c: 3}}, {id: \"d\", tool: \"set_state\", args: {d: 4}}]}) { plan { id } } }",
-    )
-    .await?;
-    for _ in 0..args.tasks {
-        call(
-            &http,
-            &url,
-            &admin,
-            "mutation { startTask(input: {planKey: \"four\"}) { task { id } } }",
-        )
-        .await?;
-    }
+    seed_four_step_tasks(&http, &url, &platform, &admin, args.tasks).await?;
     executor.run_until_idle().await?;
     let sample = call(&http, &url, &admin, QUERY).await?;
     let edges = sample["data"]["tasks"]["edges"]
@@ -245,27 +221,6 @@ async fn load(
         p50_ms: at(0.50),
         p99_ms: at(0.99),
     })
-}
-
-/// POST one operation; an HTTP or GraphQL error is an error.
-async fn call(
-    http: &reqwest::Client,
-    url: &str,
-    token: &str,
-    query: &str,
-) -> anyhow::Result<Value> {
-    let response = http
-        .post(url)
-        .bearer_auth(token)
-        .json(&json!({"query": query}))
-        .send()
-        .await?;
-    let status = response.status();
-    let body: Value = response.json().await?;
-    if !status.is_success() || body.get("errors").is_some() {
-        bail!("{status}: {body}");
-    }
-    Ok(body)
 }
 
 /// Create `brainstem_bench_<id>` on the server of `url`; returns the
