@@ -17,6 +17,7 @@ mod dataloader;
 mod durability;
 mod executor;
 mod fanout;
+mod fuzz;
 mod graph;
 mod hostile;
 mod http;
