@@ -101,10 +101,12 @@ pub fn has_code(err: &ServerError) -> bool {
 }
 
 /// Give every error a code. Errors before execution (parse, validation,
-/// limits) have no path and are the client's: `BAD_USER_INPUT`. An error
-/// raised during execution without a code escaped the mapping above: it is
-/// logged and masked as `INTERNAL`.
-pub fn ensure_codes(errors: &mut [ServerError]) {
+/// limits) have no path and are the client's: `BAD_USER_INPUT`. So is a
+/// value that fails to coerce to its argument's type during execution, found
+/// at an argument's position in `query` (see [`crate::coercion`]). Any other
+/// error raised during execution without a code escaped the mapping above: it
+/// is logged and masked as `INTERNAL`.
+pub fn ensure_codes(errors: &mut [ServerError], query: Option<&str>) {
     for err in errors.iter_mut().filter(|e| !has_code(e)) {
         // Automatic persisted queries: the hash is not (or no longer) in the
         // cache. Clients look for this exact message and then resend the
@@ -112,6 +114,9 @@ pub fn ensure_codes(errors: &mut [ServerError]) {
         let code = if err.path.is_empty() && err.message == PERSISTED_QUERY_NOT_FOUND {
             NOT_FOUND
         } else if err.path.is_empty() {
+            BAD_USER_INPUT
+        } else if let Some(site) = argument_site(err, query) {
+            err.message = format!("invalid value for {}: {}", site.describe(), err.message);
             BAD_USER_INPUT
         } else {
             tracing::error!(message = %err.message, path = ?err.path, "uncoded resolver error");
@@ -122,6 +127,11 @@ pub fn ensure_codes(errors: &mut [ServerError]) {
             .get_or_insert_with(Default::default)
             .set("code", code);
     }
+}
+
+fn argument_site(err: &ServerError, query: Option<&str>) -> Option<crate::coercion::ArgumentSite> {
+    let pos = *err.locations.first()?;
+    crate::coercion::argument_at(query?, pos)
 }
 
 #[cfg(test)]

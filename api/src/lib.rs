@@ -1,6 +1,7 @@
 //! The wire: axum routes, the async-graphql schema, authentication.
 //!
 //! - [`auth`]: JWT (HS256/RS256) and API-key authentication, dev-token minting.
+//! - [`coercion`]: which argument a type error during execution is about.
 //! - [`cost`]: a document's size, tokens and expanded cost, known before it
 //!   runs.
 //! - [`error`]: the one place where domain errors become GraphQL error codes.
@@ -13,6 +14,7 @@
 //! - [`metrics`]: Prometheus counters and histograms.
 
 pub mod auth;
+pub mod coercion;
 pub mod cost;
 pub mod error;
 pub mod fanout;

@@ -496,14 +496,16 @@ async fn random_requests_are_answered_cleanly(backend: Backend) {
         };
         let rng = TestRng::deterministic_rng(RngAlgorithm::ChaCha);
         let mut runner = TestRunner::new_with_rng(config, rng);
-        runner.run(&case(), |case| {
-            let started = Instant::now();
-            let (status, text) = handle.block_on(send(&app, &case));
-            let took = started.elapsed();
-            prop_assert!(took < timeout, "took {took:?}");
-            check(status, &text).map_err(TestCaseError::fail)?;
-            Ok(())
-        })
+        runner
+            .run(&case(), |case| {
+                let started = Instant::now();
+                let (status, text) = handle.block_on(send(&app, &case));
+                let took = started.elapsed();
+                prop_assert!(took < timeout, "took {took:?}");
+                check(status, &text).map_err(TestCaseError::fail)?;
+                Ok(())
+            })
+            .map_err(|failure| failure.to_string())
     })
     .await
     .unwrap();

@@ -16,6 +16,7 @@ on_both_backends!(
     a_fragment_cycle_is_refused,
     persisted_documents_are_measured_too,
     legitimate_documents_pass,
+    wrong_argument_values_are_the_callers_mistake,
 );
 
 for_both_backends!(every_field_counts_and_pages_multiply);
@@ -227,4 +228,42 @@ async fn legitimate_documents_pass(app: TestApp) {
     )
     .await;
     assert!(res.data()["tasks"]["edges"].is_array(), "{}", res.body);
+}
+
+/// Values that fail to coerce to their argument's type while the field
+/// resolves: `BAD_USER_INPUT` naming the variable, or the argument of a
+/// literal, never a masked `INTERNAL`.
+async fn wrong_argument_values_are_the_callers_mistake(app: TestApp) {
+    let token = tenant_admin(&app).await;
+    let cases = [
+        (
+            "{ connections(first: 99999999999) { pageInfo { hasNextPage } } }",
+            json!({}),
+            "invalid value for argument `first` of `connections`",
+        ),
+        (
+            "query($f: MemoryFilter) { memories(filter: $f) { pageInfo { hasNextPage } } }",
+            json!({"f": "x"}),
+            "invalid value for variable `$f` (argument `filter` of `memories`)",
+        ),
+        (
+            "query($since: DateTime) { auditLog(filter: {since: $since}) { pageInfo { hasNextPage } } }",
+            json!({"since": "not a date"}),
+            "invalid value for variable `$since` (argument `filter` of `auditLog`)",
+        ),
+        (
+            r#"{ auditLog(filter: {since: "2026-13-45"}) { pageInfo { hasNextPage } } }"#,
+            json!({}),
+            "invalid value for argument `filter` of `auditLog`",
+        ),
+    ];
+    for (query, variables, message) in cases {
+        let res = post(&app, Some(&token), query, variables).await;
+        assert_eq!(res.error_code(), "BAD_USER_INPUT", "{query}: {}", res.body);
+        assert!(
+            res.error_message().starts_with(message),
+            "{query}: expected {message:?}, got {}",
+            res.body
+        );
+    }
 }

@@ -28,7 +28,10 @@ pub mod subscription;
 pub mod tasks;
 pub mod types;
 
-use std::{sync::Arc, time::Instant};
+use std::{
+    sync::{Arc, OnceLock},
+    time::Instant,
+};
 
 use async_graphql::{
     Request, Response, Schema, ServerResult,
@@ -171,7 +174,7 @@ pub fn build(domain: Domain, limits: GraphqlLimits, surface: &Surface) -> Brains
     // Extensions run outermost first: codes are added last, to everything.
     // Each document's text is checked before anything parses it, and its
     // expanded cost before anything walks the expansion (`limits`).
-    .extension(ErrorCodes)
+    .extension(ErrorCodes::default())
     .extension(limits::ScanDocument(limits.document))
     .extension(ApolloPersistedQueries::new(
         surface.persisted_queries.clone(),
@@ -200,12 +203,17 @@ pub fn bare() -> async_graphql::SchemaBuilder<Query, Mutation, subscription::Sub
     )
 }
 
-/// Gives every error in every response an `extensions.code`.
-struct ErrorCodes;
+/// Gives every error in every response an `extensions.code`. It keeps the
+/// request's document text (after the persisted-query lookup fills it in)
+/// so that a type error found while resolving can name its argument.
+#[derive(Default)]
+struct ErrorCodes {
+    query: OnceLock<String>,
+}
 
 impl ExtensionFactory for ErrorCodes {
     fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(ErrorCodes)
+        Arc::new(ErrorCodes::default())
     }
 }
 
@@ -213,8 +221,19 @@ impl ExtensionFactory for ErrorCodes {
 impl Extension for ErrorCodes {
     async fn request(&self, ctx: &ExtensionContext<'_>, next: NextRequest<'_>) -> Response {
         let mut response = next.run(ctx).await;
-        ensure_codes(&mut response.errors);
+        ensure_codes(&mut response.errors, self.query.get().map(String::as_str));
         response
+    }
+
+    async fn prepare_request(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        request: Request,
+        next: NextPrepareRequest<'_>,
+    ) -> ServerResult<Request> {
+        let request = next.run(ctx, request).await?;
+        let _ = self.query.set(request.query.clone());
+        Ok(request)
     }
 }
 
