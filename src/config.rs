@@ -46,7 +46,7 @@ pub struct Config {
     pub jwt_issuer: String,
     /// Required `aud` claim.
     pub jwt_audience: String,
-    /// Allowed clock skew, in seconds, when checking `exp`.
+    /// Allowed clock skew, in seconds, when checking `exp`, `nbf` and `iat`.
     pub jwt_leeway_secs: u64,
     /// Deepest selection nesting a GraphQL operation may have.
     pub graphql_max_depth: usize,

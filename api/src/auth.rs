@@ -2,7 +2,9 @@
 //! `connection_init` payload) into a [`Principal`].
 //!
 //! - `Bearer <jwt>`: HS256 with a shared secret or RS256 with a public key;
-//!   `exp`, `iss` and `aud` are checked; claims `sub`, `tenant`, `roles`.
+//!   `exp`, `nbf`, `iat`, `iss` and `aud` are checked (times with the
+//!   configured leeway: a token not yet valid, or issued in the future, is
+//!   refused); claims `sub`, `tenant`, `roles`.
 //! - `Bearer bsk_…` (or `X-Api-Key: bsk_…`): a partner API key.
 //!
 //! No header means anonymous (resolvers then refuse with `UNAUTHENTICATED`);
@@ -28,7 +30,7 @@ pub struct AuthConfig {
     pub hs256_secret: Option<SecretString>,
     /// RS256 public key (PEM).
     pub rs256_public_key_pem: Option<String>,
-    /// Allowed clock skew when checking `exp`.
+    /// Allowed clock skew when checking `exp`, `nbf` and `iat`.
     pub leeway_secs: u64,
 }
 
@@ -73,6 +75,7 @@ pub struct Authenticator {
     domain: Domain,
     hs256: Option<(DecodingKey, Validation)>,
     rs256: Option<(DecodingKey, Validation)>,
+    leeway_secs: u64,
 }
 
 impl Authenticator {
@@ -83,6 +86,7 @@ impl Authenticator {
             v.set_audience(&[&config.audience]);
             v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
             v.leeway = config.leeway_secs;
+            v.validate_nbf = true;
             v
         };
         let hs256 = config.hs256_secret.as_ref().map(|secret| {
@@ -108,6 +112,7 @@ impl Authenticator {
             domain,
             hs256,
             rs256,
+            leeway_secs: config.leeway_secs,
         })
     }
 
@@ -163,6 +168,7 @@ impl Authenticator {
                 use jsonwebtoken::errors::ErrorKind;
                 match e.kind() {
                     ErrorKind::ExpiredSignature => bad("expired"),
+                    ErrorKind::ImmatureSignature => bad("not yet valid (nbf)"),
                     ErrorKind::InvalidSignature => bad("signature does not verify"),
                     ErrorKind::InvalidIssuer => bad("wrong issuer"),
                     ErrorKind::InvalidAudience => bad("wrong audience"),
@@ -170,6 +176,12 @@ impl Authenticator {
                 }
             })?
             .claims;
+        // jsonwebtoken leaves `iat` alone; a token minted in the future
+        // comes from a wrong clock or a forger's, and is refused like `nbf`.
+        let leeway = i64::try_from(self.leeway_secs).unwrap_or(i64::MAX);
+        if claims.iat > Utc::now().timestamp().saturating_add(leeway) {
+            return Err(bad("issued in the future (iat)"));
+        }
         let roles = claims
             .roles
             .iter()

@@ -17,6 +17,7 @@ on_both_backends!(
     no_credential_is_unauthenticated,
     token_signed_with_another_key_is_unauthenticated,
     expired_token_is_unauthenticated,
+    token_not_yet_valid_or_issued_in_the_future_is_unauthenticated,
     token_with_wrong_audience_issuer_or_tenant_is_unauthenticated,
     revoked_api_key_is_unauthenticated,
     api_key_identifies_its_tenant,
@@ -71,6 +72,44 @@ async fn expired_token_is_unauthenticated(app: TestApp) {
     let res = app.graphql(Some(&expired), VIEWER, json!({})).await;
     assert_eq!(res.error_code(), "UNAUTHENTICATED");
     assert!(res.error_message().contains("expired"), "{}", res.body);
+}
+
+/// `nbf` and `iat` are checked like `exp` (the test server allows no clock
+/// skew): a token valid only from later, or minted later, gets no rights.
+async fn token_not_yet_valid_or_issued_in_the_future_is_unauthenticated(app: TestApp) {
+    app.create_tenant("acme").await;
+    let secret = app.auth.hs256_secret.clone().unwrap();
+    let sign = |times: serde_json::Value| {
+        let now = chrono::Utc::now().timestamp();
+        let mut claims = json!({
+            "sub": "tester", "tenant": "acme", "roles": ["TENANT_ADMIN"],
+            "exp": now + 7200, "iat": now - 60, "iss": "brainstem", "aud": "brainstem"
+        });
+        for (claim, offset) in times.as_object().unwrap() {
+            claims[claim] = json!(now + offset.as_i64().unwrap());
+        }
+        let key =
+            EncodingKey::from_secret(secrecy::ExposeSecret::expose_secret(&secret).as_bytes());
+        jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &key).unwrap()
+    };
+    let cases = [
+        (json!({"nbf": 3600}), Some("not yet valid")),
+        (json!({"iat": 3600}), Some("issued in the future")),
+        (json!({"nbf": -60, "iat": -60}), None),
+    ];
+    for (times, refusal) in cases {
+        let res = app
+            .graphql(Some(&sign(times.clone())), VIEWER, json!({}))
+            .await;
+        match refusal {
+            Some(why) => {
+                assert_eq!(res.status, 401, "{times}: {}", res.body);
+                assert_eq!(res.error_code(), "UNAUTHENTICATED", "{times}: {}", res.body);
+                assert!(res.error_message().contains(why), "{times}: {}", res.body);
+            }
+            None => assert_eq!(res.data()["viewer"]["subject"], "tester", "{times}"),
+        }
+    }
 }
 
 async fn token_with_wrong_audience_issuer_or_tenant_is_unauthenticated(app: TestApp) {
