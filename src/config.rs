@@ -66,6 +66,12 @@ pub struct Config {
     pub graphql_max_aliases: usize,
     /// Most directives on one field.
     pub graphql_max_directives_per_field: usize,
+    /// Longest a query or mutation may run, in milliseconds, before it is
+    /// dropped and answered with `TIMEOUT`.
+    pub graphql_request_timeout_ms: u64,
+    /// Largest response body over HTTP, in bytes; a larger one is replaced
+    /// by a `RESPONSE_TOO_LARGE` error.
+    pub graphql_max_response_bytes: usize,
     /// Subscriptions one WebSocket connection may hold at once.
     pub max_subscriptions_per_connection: usize,
     /// Task events each process buffers for live subscribers; one that
@@ -94,6 +100,14 @@ pub struct Config {
     pub rate_limit_per_tenant_rps: f64,
     /// How many requests one tenant may send at once.
     pub rate_limit_per_tenant_burst: u32,
+    /// Anonymous requests' sustained rate from one client address (an IPv6
+    /// client by its /64), per second, per replica; 0 disables the limit.
+    pub rate_limit_anonymous_rps: f64,
+    /// How many anonymous requests one address may send at once.
+    pub rate_limit_anonymous_burst: u32,
+    /// Seconds a stopping server waits for running requests and steps
+    /// before it exits anyway.
+    pub shutdown_grace_secs: u64,
     /// Base64 of the 32-byte AES-256-GCM key that seals connection secrets.
     /// An embedded install without one generates and keeps its own; a
     /// PostgreSQL deployment must set it.
@@ -217,6 +231,8 @@ impl Default for Config {
             graphql_max_nesting: limits.document.max_nesting,
             graphql_max_aliases: limits.document.max_aliases,
             graphql_max_directives_per_field: limits.document.max_directives_per_field,
+            graphql_request_timeout_ms: limits.request_timeout.as_millis() as u64,
+            graphql_max_response_bytes: limits.max_response_bytes,
             max_subscriptions_per_connection: limits.max_subscriptions,
             event_bus_capacity: brainstem_domain::events::CAPACITY,
             graphql_batch_delay_ms: limits.batch_delay.as_millis() as u64,
@@ -229,6 +245,9 @@ impl Default for Config {
             rate_limit_per_key_burst: rates.per_key.burst,
             rate_limit_per_tenant_rps: rates.per_tenant.per_second,
             rate_limit_per_tenant_burst: rates.per_tenant.burst,
+            rate_limit_anonymous_rps: rates.per_anonymous_address.per_second,
+            rate_limit_anonymous_burst: rates.per_anonymous_address.burst,
+            shutdown_grace_secs: 10,
             connection_encryption_key: None,
             connection_encryption_old_keys: Vec::new(),
             intent_detector: Detector::Rules,
@@ -320,9 +339,12 @@ impl Config {
             || document.max_bytes == 0
             || document.max_tokens == 0
             || document.max_nesting == 0
+            || self.graphql_request_timeout_ms == 0
+            || self.graphql_max_response_bytes == 0
         {
             bail!(
-                "graphql limits (depth, cost, anonymous cost, document bytes, tokens, nesting) must be at least 1"
+                "graphql limits (depth, cost, anonymous cost, document bytes, tokens, nesting, \
+                 request timeout, response bytes) must be at least 1"
             );
         }
         if self.graphql_batch_delay_ms > 1000 {
@@ -335,6 +357,7 @@ impl Config {
         for (name, rps) in [
             ("rate_limit_per_key_rps", self.rate_limit_per_key_rps),
             ("rate_limit_per_tenant_rps", self.rate_limit_per_tenant_rps),
+            ("rate_limit_anonymous_rps", self.rate_limit_anonymous_rps),
         ] {
             if !(rps.is_finite() && rps >= 0.0) {
                 bail!("{name} must be a number of requests per second, 0 or more");
@@ -392,6 +415,10 @@ impl Config {
             per_tenant: Rate::new(
                 self.rate_limit_per_tenant_rps,
                 self.rate_limit_per_tenant_burst,
+            ),
+            per_anonymous_address: Rate::new(
+                self.rate_limit_anonymous_rps,
+                self.rate_limit_anonymous_burst,
             ),
         }
     }
@@ -451,6 +478,8 @@ impl Config {
                 max_cost: self.graphql_max_cost,
                 max_cost_anonymous: self.graphql_max_cost_anonymous,
             },
+            request_timeout: std::time::Duration::from_millis(self.graphql_request_timeout_ms),
+            max_response_bytes: self.graphql_max_response_bytes,
             max_subscriptions: self.max_subscriptions_per_connection,
             batch_delay: std::time::Duration::from_millis(self.graphql_batch_delay_ms),
         }

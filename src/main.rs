@@ -1,7 +1,17 @@
+use std::time::Duration;
+
 use clap::Parser;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// How long the runtime waits, once the command has returned, for blocking
+/// work it cannot cancel: the command bounds its own shutdown.
+const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(1);
+
+fn main() -> anyhow::Result<()> {
     let cli = brainstem::cli::Cli::parse();
-    cli.run().await
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let result = runtime.block_on(cli.run());
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
+    result
 }

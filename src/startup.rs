@@ -1,5 +1,11 @@
 //! Building and running the application: the API, the executor's workers,
 //! or both.
+//!
+//! Stopping is bounded: once the shutdown signal comes, the server takes no
+//! new connections or work, and what is running (requests, steps) has the
+//! grace period (`shutdown_grace_secs`) to finish. Past it, the process
+//! stops anyway; a step that did not commit is resumed by another worker
+//! once its lease expires, as after a crash.
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
@@ -189,6 +195,7 @@ pub struct Application {
     executor: Executor,
     stop: watch::Sender<bool>,
     addr: SocketAddr,
+    grace: Duration,
 }
 
 impl Application {
@@ -242,6 +249,7 @@ impl Application {
             executor,
             stop,
             addr,
+            grace: Duration::from_secs(config.shutdown_grace_secs),
         })
     }
 
@@ -264,7 +272,8 @@ impl Application {
     }
 
     /// Serve the API and run the workers until `shutdown` resolves; then
-    /// stop taking work, let running steps commit, and finish requests.
+    /// stop taking work, and give running steps and requests the grace
+    /// period to finish.
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -282,16 +291,38 @@ impl Application {
                 tracing::debug!(%err, "could not set TCP_NODELAY");
             }
         });
-        let served = axum::serve(listener, self.router)
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                let _ = stop.send(true);
-            })
-            .await
-            .context("server error");
-        for handle in workers {
-            let _ = handle.await;
-        }
+        let (stopped_tx, stopped) = watch::channel(None);
+        let serving = axum::serve(
+            listener,
+            self.router
+                .into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            let _ = stop.send(true);
+            let _ = stopped_tx.send(Some(tokio::time::Instant::now() + self.grace));
+        })
+        .into_future();
+        let grace = self.grace;
+        let deadline = async {
+            let mut stopped = stopped.clone();
+            match stopped.wait_for(Option::is_some).await.map(|at| *at) {
+                Ok(Some(at)) => tokio::time::sleep_until(at).await,
+                _ => std::future::pending().await,
+            }
+        };
+        let served = tokio::select! {
+            served = serving => served.context("server error"),
+            () = deadline => {
+                tracing::warn!(
+                    grace_secs = grace.as_secs(),
+                    "the grace period is over: closing the requests still running"
+                );
+                Ok(())
+            }
+        };
+        let at = (*stopped.borrow()).unwrap_or_else(|| tokio::time::Instant::now() + grace);
+        join_workers(workers, at).await;
         served
     }
 }
@@ -311,10 +342,23 @@ pub async fn run_workers(
     let handles = executor.spawn();
     shutdown.await;
     let _ = stop.send(true);
-    for handle in handles {
-        let _ = handle.await;
-    }
+    let grace = Duration::from_secs(config.shutdown_grace_secs);
+    join_workers(handles, tokio::time::Instant::now() + grace).await;
     Ok(())
+}
+
+/// Waits for the workers to stop, until `deadline`.
+async fn join_workers(handles: Vec<tokio::task::JoinHandle<()>>, deadline: tokio::time::Instant) {
+    let joined = async {
+        for handle in handles {
+            let _ = handle.await;
+        }
+    };
+    if tokio::time::timeout_at(deadline, joined).await.is_err() {
+        tracing::warn!(
+            "the grace period is over: steps still running resume elsewhere once their lease expires"
+        );
+    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

@@ -11,6 +11,10 @@ pub const BAD_USER_INPUT: &str = "BAD_USER_INPUT";
 pub const CONFLICT: &str = "CONFLICT";
 pub const RATE_LIMITED: &str = "RATE_LIMITED";
 pub const INTERNAL: &str = "INTERNAL";
+/// A query or mutation ran past its time limit and was stopped.
+pub const TIMEOUT: &str = "TIMEOUT";
+/// A response over HTTP would have been larger than its limit.
+pub const RESPONSE_TOO_LARGE: &str = "RESPONSE_TOO_LARGE";
 
 /// The message of async-graphql's persisted-query miss, which clients match.
 pub const PERSISTED_QUERY_NOT_FOUND: &str = "PersistedQueryNotFound";
@@ -98,6 +102,14 @@ pub fn has_code(err: &ServerError) -> bool {
     err.extensions
         .as_ref()
         .is_some_and(|ext| ext.get("code").is_some())
+}
+
+/// The error's `extensions.code`, if it has one.
+pub fn code_of(err: &ServerError) -> Option<&str> {
+    match err.extensions.as_ref()?.get("code")? {
+        async_graphql::Value::String(code) => Some(code),
+        _ => None,
+    }
 }
 
 /// Give every error a code. Errors before execution (parse, validation,

@@ -1,7 +1,17 @@
 //! HTTP routes. `/graphql` follows the GraphQL-over-HTTP specification:
 //!
 //! - `POST` with `Content-Type: application/json`; `GET` with the request in
-//!   the query string (queries only: a mutation over `GET` is `405`).
+//!   the query string (`query`, `operationName`, and `variables` and
+//!   `extensions` as JSON). `GET` runs queries only: selecting a mutation is
+//!   `405` with `Allow: POST`, and nothing runs.
+//! - A request with no document (no `query`, nor a persisted query's hash)
+//!   is `400` with code `BAD_USER_INPUT`.
+//! - Response bodies keep the selection set's order (aliases and fragments
+//!   included); a body over the size limit is replaced by one
+//!   `RESPONSE_TOO_LARGE` error, and an operation past its time limit is
+//!   `503` with code `TIMEOUT` (see `schema::limits::Deadline`). A request
+//!   whose client goes away is dropped with its connection: its resolvers
+//!   stop at their next `await`.
 //! - `Accept: application/graphql-response+json` gets that media type, and a
 //!   request that fails before execution (malformed, invalid, over a limit)
 //!   gets `400`; `application/json` (or no `Accept`) always gets `200` for a
@@ -12,15 +22,19 @@
 //!   tenant for this request (audited); for anyone else it is `403`.
 //! - An operation over the caller's rate limit is `429` with `Retry-After`
 //!   and code `RATE_LIMITED` (the limit itself is checked by a schema
-//!   extension, so WebSocket operations are limited alike).
+//!   extension, so WebSocket operations are limited alike). Anonymous
+//!   operations are limited by the client's address, which the server must
+//!   be run with (`into_make_service_with_connect_info`).
 //! - Automatic persisted queries work over `POST` and `GET`; a persisted
 //!   mutation is refused over `GET` like any other.
 
+use std::{collections::BTreeMap, net::SocketAddr};
+
 use axum::extract::Path;
 use axum::{
-    Router,
+    Extension, Router,
     body::Bytes,
-    extract::{RawQuery, State},
+    extract::{ConnectInfo, RawQuery, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
     middleware::from_fn_with_state,
     response::{Html, IntoResponse, Response},
@@ -92,8 +106,12 @@ fn error_response(status: StatusCode, media: Media, code: &str, message: &str) -
         .into_response()
 }
 
+/// The client's address, when the server was run with it.
+type Peer = Option<Extension<ConnectInfo<SocketAddr>>>;
+
 async fn graphql_get(
     State(state): State<ApiState>,
+    peer: Peer,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
@@ -115,17 +133,26 @@ async fn graphql_get(
     let Some(media) = Media::negotiate(&headers) else {
         return not_acceptable();
     };
-    let request = match async_graphql::http::parse_query_string(&query) {
+    let request = match request_from_query_string(&query) {
         Ok(r) => r,
-        Err(err) => {
+        Err(message) => {
             return error_response(
                 StatusCode::BAD_REQUEST,
                 media,
                 error::BAD_USER_INPUT,
-                &format!("invalid GraphQL request in the query string: {err}"),
+                &format!("invalid GraphQL request in the query string: {message}"),
             );
         }
     };
+    if !has_document(&request) {
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            media,
+            error::BAD_USER_INPUT,
+            "the request has no document: send it as `?query=…` (or a persisted query's \
+             hash in `extensions`)",
+        );
+    }
     if is_mutation(&request) || is_persisted_mutation(&state, &request).await {
         let mut response = error_response(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -138,10 +165,50 @@ async fn graphql_get(
             .insert(header::ALLOW, HeaderValue::from_static("POST"));
         return response;
     }
-    execute(state, headers, media, request).await
+    execute(state, peer, headers, media, request).await
 }
 
-async fn graphql_post(State(state): State<ApiState>, headers: HeaderMap, body: Bytes) -> Response {
+/// The GraphQL request in a `GET`'s query string. async-graphql's own parser
+/// reads `operation_name`; the GraphQL-over-HTTP name is `operationName`.
+fn request_from_query_string(raw: &str) -> Result<async_graphql::Request, String> {
+    #[derive(serde::Deserialize)]
+    struct Params {
+        query: Option<String>,
+        #[serde(rename = "operationName")]
+        operation_name: Option<String>,
+        variables: Option<String>,
+        extensions: Option<String>,
+    }
+    let params: Params = serde_urlencoded::from_str(raw).map_err(|e| e.to_string())?;
+    let variables = match params.variables.as_deref().filter(|v| !v.is_empty()) {
+        Some(json) => serde_json::from_str::<Option<async_graphql::Variables>>(json)
+            .map_err(|e| format!("`variables` must be a JSON object: {e}"))?,
+        None => None,
+    };
+    let extensions = match params.extensions.as_deref().filter(|v| !v.is_empty()) {
+        Some(json) => serde_json::from_str::<Option<async_graphql::Extensions>>(json)
+            .map_err(|e| format!("`extensions` must be a JSON object: {e}"))?,
+        None => None,
+    };
+    let mut request = async_graphql::Request::new(params.query.unwrap_or_default());
+    request.operation_name = params.operation_name.filter(|name| !name.is_empty());
+    request.variables = variables.unwrap_or_default();
+    request.extensions = extensions.unwrap_or_default();
+    Ok(request)
+}
+
+/// Whether the request carries a document: its text, or the hash of a
+/// persisted one.
+fn has_document(request: &async_graphql::Request) -> bool {
+    !request.query.is_empty() || request.extensions.contains_key("persistedQuery")
+}
+
+async fn graphql_post(
+    State(state): State<ApiState>,
+    peer: Peer,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let Some(media) = Media::negotiate(&headers) else {
         return not_acceptable();
     };
@@ -168,11 +235,21 @@ async fn graphql_post(State(state): State<ApiState>, headers: HeaderMap, body: B
             );
         }
     };
-    execute(state, headers, media, request).await
+    if !has_document(&request) {
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            media,
+            error::BAD_USER_INPUT,
+            "the request has no document: send it as {\"query\": \"…\"} (or a persisted \
+             query's hash in `extensions`)",
+        );
+    }
+    execute(state, peer, headers, media, request).await
 }
 
 async fn execute(
     state: ApiState,
+    peer: Peer,
     headers: HeaderMap,
     media: Media,
     mut request: async_graphql::Request,
@@ -208,8 +285,11 @@ async fn execute(
         };
     }
     request.data = schema::caller_data(credential);
+    if let Some(Extension(ConnectInfo(address))) = peer {
+        request.data.insert(schema::ClientAddress(address.ip()));
+    }
     let response = state.schema.execute(request).await;
-    graphql_response(response, media)
+    graphql_response(response, media, state.limits.max_response_bytes)
 }
 
 /// The header naming the tenant a platform admin acts in.
@@ -234,14 +314,33 @@ fn request_failure(media: Media, err: &Error) -> Response {
     response
 }
 
-fn graphql_response(response: async_graphql::Response, media: Media) -> Response {
+/// The body of a response, its fields in the selection set's order (a
+/// `serde_json::Value` would sort them). A request error carries no `data`.
+fn body_of(response: &async_graphql::Response, request_error: bool) -> serde_json::Result<String> {
+    #[derive(serde::Serialize)]
+    struct ErrorsOnly<'a> {
+        errors: &'a [async_graphql::ServerError],
+        #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+        extensions: &'a BTreeMap<String, async_graphql::Value>,
+    }
+    if request_error {
+        serde_json::to_string(&ErrorsOnly {
+            errors: &response.errors,
+            extensions: &response.extensions,
+        })
+    } else {
+        serde_json::to_string(response)
+    }
+}
+
+fn graphql_response(response: async_graphql::Response, media: Media, max_bytes: usize) -> Response {
     // Errors without a path happened before execution: a request error.
     let request_error = response.data == async_graphql::Value::Null
         && !response.errors.is_empty()
         && response.errors.iter().all(|e| e.path.is_empty());
     let extra_headers = response.http_headers.clone();
-    let mut body = match serde_json::to_value(&response) {
-        Ok(v) => v,
+    let body = match body_of(&response, request_error) {
+        Ok(body) => body,
         Err(err) => {
             tracing::error!(%err, "cannot serialize a GraphQL response");
             return error_response(
@@ -252,9 +351,32 @@ fn graphql_response(response: async_graphql::Response, media: Media) -> Response
             );
         }
     };
-    if request_error && let Value::Object(map) = &mut body {
-        map.remove("data");
+    if body.len() > max_bytes {
+        tracing::warn!(
+            bytes = body.len(),
+            limit = max_bytes,
+            "a GraphQL response over its size limit was replaced by an error"
+        );
+        let status = match media {
+            Media::GraphqlResponseJson => StatusCode::BAD_REQUEST,
+            Media::Json => StatusCode::OK,
+        };
+        return error_response(
+            status,
+            media,
+            error::RESPONSE_TOO_LARGE,
+            &format!(
+                "the response would be {} bytes, over the limit of {max_bytes}: select fewer \
+                 fields or smaller pages",
+                body.len()
+            ),
+        );
     }
+    let timed_out = request_error
+        && response
+            .errors
+            .iter()
+            .any(|e| error::code_of(e) == Some(error::TIMEOUT));
     let retry_after = error::retry_after(&response.errors);
     // A persisted-query miss is part of the normal flow, not a failure:
     // Apollo's server answers it with 200, and some Apollo clients stop
@@ -265,17 +387,14 @@ fn graphql_response(response: async_graphql::Response, media: Media) -> Response
         .all(|e| e.message == error::PERSISTED_QUERY_NOT_FOUND);
     let status = if retry_after.is_some() {
         StatusCode::TOO_MANY_REQUESTS
+    } else if timed_out {
+        StatusCode::SERVICE_UNAVAILABLE
     } else if request_error && media == Media::GraphqlResponseJson && !persisted_query_miss {
         StatusCode::BAD_REQUEST
     } else {
         StatusCode::OK
     };
-    let mut out = (
-        status,
-        [(header::CONTENT_TYPE, media.content_type())],
-        body.to_string(),
-    )
-        .into_response();
+    let mut out = (status, [(header::CONTENT_TYPE, media.content_type())], body).into_response();
     out.headers_mut().extend(extra_headers);
     if let Some(secs) = retry_after {
         out.headers_mut()

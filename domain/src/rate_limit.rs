@@ -1,4 +1,6 @@
-//! Token buckets for request rate limits, per API key and per tenant.
+//! Token buckets for request rate limits: per API key, per tenant, and per
+//! client address for anonymous callers (an IPv6 client by its /64, the
+//! block one subscriber usually holds).
 //!
 //! Buckets live in this process's memory, so each replica enforces its own
 //! limits: with N replicas behind a load balancer a client may get up to N
@@ -11,6 +13,7 @@
 use std::{
     collections::HashMap,
     hash::Hash,
+    net::{IpAddr, Ipv6Addr},
     sync::Mutex,
     time::{Duration, Instant},
 };
@@ -160,6 +163,8 @@ pub struct RateLimits {
     pub per_key: Rate,
     /// Each tenant's rate, shared by all its callers.
     pub per_tenant: Rate,
+    /// The rate of anonymous operations from one client address.
+    pub per_anonymous_address: Rate,
 }
 
 impl Default for RateLimits {
@@ -167,16 +172,18 @@ impl Default for RateLimits {
         Self {
             per_key: Rate::new(20.0, 40),
             per_tenant: Rate::new(100.0, 200),
+            per_anonymous_address: Rate::new(5.0, 20),
         }
     }
 }
 
-/// Per-key and per-tenant buckets for every operation.
+/// Per-key, per-tenant and per-address buckets for every operation.
 #[derive(Debug, Default)]
 pub struct RateLimiter {
     limits: RateLimits,
     keys: Buckets<ApiKeyId>,
     tenants: Buckets<TenantId>,
+    addresses: Buckets<IpAddr>,
 }
 
 impl RateLimiter {
@@ -185,6 +192,7 @@ impl RateLimiter {
             limits,
             keys: Buckets::default(),
             tenants: Buckets::default(),
+            addresses: Buckets::default(),
         }
     }
 
@@ -215,6 +223,33 @@ impl RateLimiter {
             return Err(limited("this tenant", wait));
         }
         Ok(())
+    }
+
+    /// Admit one operation of an anonymous caller at `address`, or refuse
+    /// it with [`Error::RateLimited`].
+    pub fn check_anonymous(&self, address: IpAddr, now: Instant) -> Result<()> {
+        self.addresses
+            .take(
+                address_block(address),
+                self.limits.per_anonymous_address,
+                now,
+            )
+            .map_err(|wait| limited("anonymous requests from this address", wait))
+    }
+}
+
+/// The bucket an address counts against: itself for IPv4 (and IPv4 mapped
+/// into IPv6), its /64 for IPv6, where one client often holds the block.
+fn address_block(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V4(_) => address,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
     }
 }
 
@@ -297,10 +332,39 @@ mod tests {
     }
 
     #[test]
+    fn anonymous_callers_are_limited_per_address_and_ipv6_per_64() {
+        let limiter = RateLimiter::new(RateLimits {
+            per_anonymous_address: Rate::new(1.0, 2),
+            ..RateLimits::default()
+        });
+        let t0 = Instant::now();
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "192.0.2.2".parse().unwrap();
+        assert!(limiter.check_anonymous(a, t0).is_ok());
+        assert!(limiter.check_anonymous(a, t0).is_ok());
+        assert_eq!(retry_after(limiter.check_anonymous(a, t0)), 1);
+        // The same address mapped into IPv6 shares the bucket; another does not.
+        let mapped: IpAddr = "::ffff:192.0.2.1".parse().unwrap();
+        assert!(limiter.check_anonymous(mapped, t0).is_err());
+        assert!(limiter.check_anonymous(b, t0).is_ok());
+        // Two addresses in one IPv6 /64 share a bucket; the next /64 does not.
+        let v6 = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(limiter.check_anonymous(v6("2001:db8:0:1::1"), t0).is_ok());
+        assert!(limiter.check_anonymous(v6("2001:db8:0:1::2"), t0).is_ok());
+        assert!(
+            limiter
+                .check_anonymous(v6("2001:db8:0:1:ffff::9"), t0)
+                .is_err()
+        );
+        assert!(limiter.check_anonymous(v6("2001:db8:0:2::1"), t0).is_ok());
+    }
+
+    #[test]
     fn retry_after_is_whole_seconds_rounded_up() {
         let limiter = RateLimiter::new(RateLimits {
             per_key: Rate::new(0.4, 1),
             per_tenant: Rate::UNLIMITED,
+            per_anonymous_address: Rate::UNLIMITED,
         });
         let p = key_principal(ApiKeyId::new(), TenantId::new());
         let t0 = Instant::now();
@@ -323,6 +387,7 @@ mod tests {
         let limiter = RateLimiter::new(RateLimits {
             per_key: Rate::new(1.0, 2),
             per_tenant: Rate::new(1.0, 5),
+            per_anonymous_address: Rate::UNLIMITED,
         });
         let tenant = TenantId::new();
         let (a, b, c) = (ApiKeyId::new(), ApiKeyId::new(), ApiKeyId::new());
@@ -371,6 +436,7 @@ mod tests {
         let limiter = RateLimiter::new(RateLimits {
             per_key: Rate::new(1.0, 1),
             per_tenant: Rate::new(1.0, 1),
+            per_anonymous_address: Rate::UNLIMITED,
         });
         let tenant = TenantId::new();
         let (a, b) = (ApiKeyId::new(), ApiKeyId::new());

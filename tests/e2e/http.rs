@@ -10,7 +10,10 @@ use crate::{
 
 on_both_backends!(
     get_and_post_follow_graphql_over_http,
-    health_and_metrics_answer
+    health_and_metrics_answer,
+    get_honours_the_operation_name,
+    a_request_without_a_document_is_a_bad_request,
+    responses_keep_the_selection_order,
 );
 
 async fn post_raw(app: &TestApp, content_type: &str, accept: Option<&str>, body: &str) -> Gql {
@@ -203,4 +206,174 @@ async fn depth_and_cost_limits_are_enforced() {
         res.body
     );
     let _: &Value = &res.body;
+}
+
+/// GET with a query string, as a browser or a CDN-cached client sends it.
+async fn get(app: &TestApp, token: &str, params: &[(&str, &str)]) -> (Gql, Option<String>) {
+    let response = app
+        .http
+        .get(app.url("/graphql"))
+        .query(params)
+        .header("authorization", format!("Bearer {token}"))
+        .header("accept", "application/graphql-response+json")
+        .send()
+        .await
+        .unwrap();
+    let allow = response
+        .headers()
+        .get("allow")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (Gql::from(response).await, allow)
+}
+
+const MIXED: &str = "query Who { viewer { roles } } query Kind { __typename } \
+                     mutation Key { createApiKey(input: {name: \"by-get\", scopes: [\"tasks:read\"]}) { apiKey { id } } }";
+
+async fn get_honours_the_operation_name(app: TestApp) {
+    app.create_tenant("acme").await;
+    let token = app.admin_token("acme");
+    let (who, _) = get(&app, &token, &[("query", MIXED), ("operationName", "Who")]).await;
+    assert_eq!(who.data()["viewer"]["roles"], json!(["TENANT_ADMIN"]));
+    let (kind, _) = get(&app, &token, &[("query", MIXED), ("operationName", "Kind")]).await;
+    assert_eq!(kind.data(), &json!({"__typename": "Query"}));
+    // Variables and operation name together.
+    let (typed, _) = get(
+        &app,
+        &token,
+        &[
+            ("query", "query A { a: __typename } query B($n: Int!) { keys: apiKeys(first: $n) { edges { node { id } } } }"),
+            ("operationName", "B"),
+            ("variables", r#"{"n": 1}"#),
+        ],
+    )
+    .await;
+    assert_eq!(typed.data()["keys"]["edges"], json!([]));
+    // Selecting the mutation: 405, `Allow: POST`, and nothing ran.
+    let (refused, allow) = get(&app, &token, &[("query", MIXED), ("operationName", "Key")]).await;
+    assert_eq!(refused.status, 405, "{}", refused.body);
+    assert_eq!(allow.as_deref(), Some("POST"));
+    assert_eq!(refused.error_code(), "BAD_USER_INPUT");
+    let keys = app
+        .graphql(
+            Some(&token),
+            "{ apiKeys(first: 10) { edges { node { id } } } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(keys.data()["apiKeys"]["edges"], json!([]));
+    // No name for a document of several operations, or a name it lacks.
+    for params in [
+        vec![("query", MIXED)],
+        vec![("query", MIXED), ("operationName", "Nope")],
+    ] {
+        let (res, _) = get(&app, &token, &params).await;
+        assert_eq!(res.status, 400, "{}", res.body);
+        assert_eq!(res.error_code(), "BAD_USER_INPUT");
+    }
+}
+
+async fn a_request_without_a_document_is_a_bad_request(app: TestApp) {
+    for accept in ["application/graphql-response+json", "application/json"] {
+        for body in [
+            r#"{"qeury": "{ __typename }"}"#,
+            r#"{}"#,
+            r#"{"query": ""}"#,
+        ] {
+            let res = post_raw(&app, "application/json", Some(accept), body).await;
+            assert_eq!(res.status, 400, "{body} ({accept}): {}", res.body);
+            assert_eq!(res.error_code(), "BAD_USER_INPUT");
+            assert!(res.error_message().contains("no document"), "{}", res.body);
+            assert!(res.body.get("data").is_none(), "{}", res.body);
+        }
+    }
+    let response = app
+        .http
+        .get(app.url("/graphql"))
+        .query(&[("qeury", "{ __typename }")])
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap();
+    let res = Gql::from(response).await;
+    assert_eq!(res.status, 400, "{}", res.body);
+    assert!(res.error_message().contains("no document"), "{}", res.body);
+}
+
+/// The keys of a JSON object in the order the server wrote them.
+fn keys_in_order(text: &str, object_start: &str) -> Vec<String> {
+    let at = text
+        .find(object_start)
+        .unwrap_or_else(|| panic!("{object_start} in {text}"));
+    let rest = &text[at + object_start.len()..];
+    let mut depth = 0usize;
+    let mut keys = Vec::new();
+    let mut chars = rest.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '{' | '[' => depth += 1,
+            '}' | ']' if depth == 0 => break,
+            '}' | ']' => depth -= 1,
+            '"' => {
+                let end = rest[i + 1..].find('"').unwrap() + i + 1;
+                if depth == 0 && rest[end + 1..].starts_with(':') {
+                    keys.push(rest[i + 1..end].to_owned());
+                }
+                while chars.peek().is_some_and(|(j, _)| *j <= end) {
+                    chars.next();
+                }
+            }
+            _ => {}
+        }
+    }
+    keys
+}
+
+async fn responses_keep_the_selection_order(app: TestApp) {
+    app.create_tenant("acme").await;
+    let token = app.admin_token("acme");
+    let query = "query { zeta: __typename viewer { tenant { slug name id } roles } \
+                 ...F alpha: __typename } \
+                 fragment F on Query { middle: __typename ... on Query { beta: __typename } }";
+    let text = app
+        .http
+        .post(app.url("/graphql"))
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {token}"))
+        .body(json!({ "query": query }).to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        keys_in_order(&text, r#""data":{"#),
+        ["zeta", "viewer", "middle", "beta", "alpha"],
+        "{text}"
+    );
+    assert_eq!(
+        keys_in_order(&text, r#""viewer":{"#),
+        ["tenant", "roles"],
+        "{text}"
+    );
+    assert_eq!(
+        keys_in_order(&text, r#""tenant":{"#),
+        ["slug", "name", "id"],
+        "{text}"
+    );
+    // Over GET alike.
+    let response = app
+        .http
+        .get(app.url("/graphql"))
+        .query(&[("query", query)])
+        .header("authorization", format!("Bearer {token}"))
+        .send()
+        .await
+        .unwrap();
+    let text = response.text().await.unwrap();
+    assert_eq!(
+        keys_in_order(&text, r#""data":{"#),
+        ["zeta", "viewer", "middle", "beta", "alpha"],
+        "{text}"
+    );
 }

@@ -8,24 +8,28 @@
 //!   limiter: it parses the document (async-graphql then reuses the parse)
 //!   and refuses it over the caller's budget, before async-graphql's own
 //!   checks and validation, which walk the expansion.
+//! - [`Deadline`] bounds how long a query or mutation runs: past its time
+//!   limit the execution is dropped (its resolvers stop at their next
+//!   `await`) and the answer is one `TIMEOUT` error. Subscriptions are
+//!   long-lived by nature and are not bounded here.
 //!
 //! A refusal is a request error (`BAD_USER_INPUT`, no path): no resolver
 //! has run. A `taskEvents` payload rendered for the WebSocket fan-out
 //! ([`crate::fanout::RenderOne`]) was measured when its subscriber
 //! subscribed, so it is not measured again.
 
-use std::{any::TypeId, sync::Arc};
+use std::{any::TypeId, sync::Arc, time::Duration};
 
 use async_graphql::{
-    Request, ServerResult,
-    extensions::{Extension, ExtensionContext, ExtensionFactory, NextPrepareRequest},
+    Request, Response, ServerError, ServerResult,
+    extensions::{Extension, ExtensionContext, ExtensionFactory, NextExecute, NextPrepareRequest},
 };
 use brainstem_domain::Error;
 
 use super::Caller;
 use crate::{
     cost::{self, DocumentLimits, Refusal},
-    error::to_server_error,
+    error::{TIMEOUT, to_server_error},
     fanout::RenderOne,
 };
 
@@ -95,5 +99,47 @@ impl Extension for MeasureDocument {
             cost::check_budget(cost, &self.0, anonymous).map_err(refused)?;
         }
         next.run(ctx, request).await
+    }
+}
+
+/// Drops a query or mutation still running after its time limit.
+pub struct Deadline(pub Duration);
+
+impl ExtensionFactory for Deadline {
+    fn create(&self) -> Arc<dyn Extension> {
+        Arc::new(Deadline(self.0))
+    }
+}
+
+#[async_graphql::async_trait::async_trait]
+impl Extension for Deadline {
+    async fn execute(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        operation_name: Option<&str>,
+        next: NextExecute<'_>,
+    ) -> Response {
+        match tokio::time::timeout(self.0, next.run(ctx, operation_name)).await {
+            Ok(response) => response,
+            Err(_) => {
+                tracing::warn!(
+                    operation = operation_name.unwrap_or("(anonymous)"),
+                    limit_ms = self.0.as_millis() as u64,
+                    "a GraphQL operation ran past its time limit and was dropped"
+                );
+                let mut error = ServerError::new(
+                    format!(
+                        "the operation ran longer than its time limit of {} ms and was stopped",
+                        self.0.as_millis()
+                    ),
+                    None,
+                );
+                error
+                    .extensions
+                    .get_or_insert_with(Default::default)
+                    .set("code", TIMEOUT);
+                Response::from_errors(vec![error])
+            }
+        }
     }
 }

@@ -9,6 +9,8 @@
 //!   rate limits.
 //! - [`capabilities`]: the capability catalogue and tenants' subscriptions.
 //! - [`loaders`]: DataLoader batching of the relations lists fan out to.
+//! - [`limits`]: the document limits and the time limit, as extensions.
+//! - [`order`]: each response's fields in selection order.
 //!
 //! Every operation passes two extensions besides error coding: automatic
 //! persisted queries (an in-memory LRU of parsed documents by SHA-256) and
@@ -23,6 +25,7 @@ pub mod limits;
 pub mod loaders;
 pub mod memory;
 pub mod mutation;
+pub mod order;
 pub mod query;
 pub mod subscription;
 pub mod tasks;
@@ -79,6 +82,10 @@ pub struct GraphqlLimits {
     pub max_depth: usize,
     /// Size, tokens, aliases, directives and expanded cost of a document.
     pub document: DocumentLimits,
+    /// Longest a query or mutation may run before it is dropped.
+    pub request_timeout: std::time::Duration,
+    /// Largest response body over HTTP, in bytes.
+    pub max_response_bytes: usize,
     /// Subscriptions one WebSocket connection may hold at once.
     pub max_subscriptions: usize,
     /// How long the DataLoader gathers the keys of one level of a list
@@ -93,6 +100,8 @@ impl Default for GraphqlLimits {
             // codegen tools (`ofType` nested nine times under `args`).
             max_depth: 16,
             document: DocumentLimits::default(),
+            request_timeout: std::time::Duration::from_secs(30),
+            max_response_bytes: 8 << 20,
             max_subscriptions: 100,
             batch_delay: std::time::Duration::from_millis(2),
         }
@@ -111,6 +120,11 @@ pub struct CallerExpiry(pub Option<chrono::DateTime<chrono::Utc>>);
 /// The caller's API key's own rate limit, if it has one.
 #[derive(Clone, Copy, Debug)]
 pub struct CallerRateLimit(pub Option<Rate>);
+
+/// The address the request came from, when the transport knows it: what
+/// anonymous callers are rate-limited by.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientAddress(pub std::net::IpAddr);
 
 /// The context data for an authenticated (or anonymous) caller.
 pub fn caller_data(credential: Option<crate::auth::Credential>) -> async_graphql::Data {
@@ -175,12 +189,14 @@ pub fn build(domain: Domain, limits: GraphqlLimits, surface: &Surface) -> Brains
     // Each document's text is checked before anything parses it, and its
     // expanded cost before anything walks the expansion (`limits`).
     .extension(ErrorCodes::default())
+    .extension(order::SelectionOrder::default())
     .extension(limits::ScanDocument(limits.document))
     .extension(ApolloPersistedQueries::new(
         surface.persisted_queries.clone(),
     ))
     .extension(RateLimit(surface.limiter.clone()))
     .extension(limits::MeasureDocument(limits.document))
+    .extension(limits::Deadline(limits.request_timeout))
     .extension(RequestLoader {
         domain,
         delay: limits.batch_delay,
@@ -268,9 +284,10 @@ impl Extension for RequestLoader {
 }
 
 /// Admits each operation through the caller's rate limits before it is
-/// parsed (only its text's size and tokens are checked before). It runs
-/// after the persisted-query lookup, so a client's `PersistedQueryNotFound`
-/// round trip costs it nothing.
+/// parsed (only its text's size and tokens are checked before): an
+/// authenticated caller's key and tenant, an anonymous caller's address. It
+/// runs after the persisted-query lookup, so a client's
+/// `PersistedQueryNotFound` round trip costs it nothing.
 struct RateLimit(Arc<RateLimiter>);
 
 impl ExtensionFactory for RateLimit {
@@ -287,11 +304,21 @@ impl Extension for RateLimit {
         request: Request,
         next: NextPrepareRequest<'_>,
     ) -> ServerResult<Request> {
-        if let Some(principal) = limits::data::<Caller>(ctx, &request).and_then(|c| c.0.as_ref()) {
-            let key_rate = limits::data::<CallerRateLimit>(ctx, &request).and_then(|r| r.0);
-            self.0
-                .check(principal, key_rate, Instant::now())
-                .map_err(to_server_error)?;
+        let now = Instant::now();
+        match limits::data::<Caller>(ctx, &request).and_then(|c| c.0.as_ref()) {
+            Some(principal) => {
+                let key_rate = limits::data::<CallerRateLimit>(ctx, &request).and_then(|r| r.0);
+                self.0
+                    .check(principal, key_rate, now)
+                    .map_err(to_server_error)?;
+            }
+            None => {
+                if let Some(address) = limits::data::<ClientAddress>(ctx, &request) {
+                    self.0
+                        .check_anonymous(address.0, now)
+                        .map_err(to_server_error)?;
+                }
+            }
         }
         next.run(ctx, request).await
     }
