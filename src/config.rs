@@ -74,6 +74,9 @@ pub struct Config {
     pub graphql_max_response_bytes: usize,
     /// Subscriptions one WebSocket connection may hold at once.
     pub max_subscriptions_per_connection: usize,
+    /// Milliseconds a WebSocket client has to send `connection_init` before
+    /// the socket is closed with `4408`.
+    pub ws_init_timeout_ms: u64,
     /// Task events each process buffers for live subscribers; one that
     /// falls further behind catches up from the store.
     pub event_bus_capacity: usize,
@@ -234,6 +237,7 @@ impl Default for Config {
             graphql_request_timeout_ms: limits.request_timeout.as_millis() as u64,
             graphql_max_response_bytes: limits.max_response_bytes,
             max_subscriptions_per_connection: limits.max_subscriptions,
+            ws_init_timeout_ms: limits.ws_init_timeout.as_millis() as u64,
             event_bus_capacity: brainstem_domain::events::CAPACITY,
             graphql_batch_delay_ms: limits.batch_delay.as_millis() as u64,
             workers: 4,
@@ -341,10 +345,11 @@ impl Config {
             || document.max_nesting == 0
             || self.graphql_request_timeout_ms == 0
             || self.graphql_max_response_bytes == 0
+            || self.ws_init_timeout_ms == 0
         {
             bail!(
                 "graphql limits (depth, cost, anonymous cost, document bytes, tokens, nesting, \
-                 request timeout, response bytes) must be at least 1"
+                 request timeout, response bytes, WebSocket init timeout) must be at least 1"
             );
         }
         if self.graphql_batch_delay_ms > 1000 {
@@ -481,6 +486,7 @@ impl Config {
             request_timeout: std::time::Duration::from_millis(self.graphql_request_timeout_ms),
             max_response_bytes: self.graphql_max_response_bytes,
             max_subscriptions: self.max_subscriptions_per_connection,
+            ws_init_timeout: std::time::Duration::from_millis(self.ws_init_timeout_ms),
             batch_delay: std::time::Duration::from_millis(self.graphql_batch_delay_ms),
         }
     }

@@ -188,7 +188,7 @@ impl Shape {
 pub struct Route {
     pub(crate) id: String,
     pub(crate) shape: Arc<Shape>,
-    pub(crate) control: mpsc::UnboundedSender<Control>,
+    pub(crate) handovers: mpsc::UnboundedSender<Registration>,
     /// The subscription's turn to be set up: it ends when async-graphql
     /// drops the request, right after the hand-over (or the error).
     pub(crate) _turn: Option<Turn>,
@@ -204,26 +204,18 @@ impl Route {
         slot: Option<SlotGuard>,
     ) {
         // A closed connection drops the registration, and with it the slot.
-        let _ = self.control.send(Control::Register(Registration {
+        let _ = self.handovers.send(Registration {
             id: self.id.clone(),
             shape: self.shape.clone(),
             tenant,
             deliveries,
             slot,
-        }));
+        });
     }
 }
 
-/// What the connection's reader and the resolver tell the connection.
-pub(crate) enum Control {
-    /// A `taskEvents` subscription passed its checks.
-    Register(Registration),
-    /// A new `subscribe` with this id: it replaces the one there was.
-    Replace(String),
-    /// The client completed (stopped) this subscription.
-    Stop(String),
-}
-
+/// A `taskEvents` subscription that passed its checks, handed to its
+/// connection.
 pub(crate) struct Registration {
     pub(crate) id: String,
     pub(crate) shape: Arc<Shape>,
@@ -430,7 +422,7 @@ pub(crate) fn frames(
 }
 
 /// `{"type":"next","id":…,"payload":…}` (`"data"` on the legacy protocol),
-/// byte for byte what async-graphql writes.
+/// as the connection writes every result (see `crate::ws::protocol`).
 pub(crate) fn next_frame(protocol: WebSocketProtocols, id_json: &str, payload: &str) -> String {
     let kind = match protocol {
         WebSocketProtocols::GraphQLWS => "next",
@@ -447,7 +439,7 @@ pub(crate) fn next_frame(protocol: WebSocketProtocols, id_json: &str, payload: &
     frame
 }
 
-/// `{"type":"complete","id":…}`, as async-graphql writes it.
+/// `{"type":"complete","id":…}`.
 pub(crate) fn complete_frame(id: &str) -> String {
     let id = serde_json::to_string(id).unwrap_or_default();
     format!(r#"{{"type":"complete","id":{id}}}"#)

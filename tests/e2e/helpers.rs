@@ -385,6 +385,28 @@ impl WsClient {
             .unwrap();
     }
 
+    /// Send a text frame as it is (not necessarily JSON).
+    pub async fn send_text(&mut self, text: &str) {
+        self.stream
+            .send(Message::Text(text.to_owned().into()))
+            .await
+            .unwrap();
+    }
+
+    /// The next text message as the server wrote it.
+    pub async fn next_text(&mut self) -> String {
+        loop {
+            let message = tokio::time::timeout(WAIT, self.stream.next())
+                .await
+                .expect("the server answers in time");
+            match message {
+                Some(Ok(Message::Text(text))) => return text.as_str().to_owned(),
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                other => panic!("expected a text message, got {other:?}"),
+            }
+        }
+    }
+
     /// The next text message or the close, skipping pings.
     pub async fn next_event(&mut self) -> WsEvent {
         loop {

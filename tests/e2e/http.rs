@@ -300,7 +300,7 @@ async fn a_request_without_a_document_is_a_bad_request(app: TestApp) {
 }
 
 /// The keys of a JSON object in the order the server wrote them.
-fn keys_in_order(text: &str, object_start: &str) -> Vec<String> {
+pub(crate) fn keys_in_order(text: &str, object_start: &str) -> Vec<String> {
     let at = text
         .find(object_start)
         .unwrap_or_else(|| panic!("{object_start} in {text}"));

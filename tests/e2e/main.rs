@@ -35,3 +35,4 @@ mod streams;
 mod tenants;
 mod tools;
 mod websocket;
+mod ws_protocol;

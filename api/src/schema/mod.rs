@@ -88,6 +88,8 @@ pub struct GraphqlLimits {
     pub max_response_bytes: usize,
     /// Subscriptions one WebSocket connection may hold at once.
     pub max_subscriptions: usize,
+    /// How long a WebSocket client has to send `connection_init`.
+    pub ws_init_timeout: std::time::Duration,
     /// How long the DataLoader gathers the keys of one level of a list
     /// before it queries: long enough for every item of a page to ask.
     pub batch_delay: std::time::Duration,
@@ -103,6 +105,7 @@ impl Default for GraphqlLimits {
             request_timeout: std::time::Duration::from_secs(30),
             max_response_bytes: 8 << 20,
             max_subscriptions: 100,
+            ws_init_timeout: std::time::Duration::from_secs(3),
             batch_delay: std::time::Duration::from_millis(2),
         }
     }

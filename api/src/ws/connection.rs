@@ -1,0 +1,441 @@
+//! One WebSocket connection: the protocol's states, its subscriptions, and
+//! the one task that reads, runs and writes them.
+//!
+//! Invariants:
+//! - The connection is one task. Reading, the credential check, every
+//!   subscription's stream and every write are polled by it; nothing is
+//!   spawned per subscription.
+//! - Until `connection_init` is acknowledged no operation runs: a
+//!   `subscribe` closes the socket with `4401`. Only one `connection_init`
+//!   is accepted, and only within `ws_init_timeout_ms`.
+//! - An id names at most one running subscription: on
+//!   `graphql-transport-ws` a second `subscribe` with it closes the socket
+//!   with `4409` (the legacy protocol replaces the first).
+//! - A subscription whose operation fails before it runs (its first result
+//!   has errors and no path: parse, validation, a limit) ends with `error`
+//!   on `graphql-transport-ws`, never with `next` or `complete`. Every
+//!   error a client reads has an `extensions.code`.
+//! - A subscription the client completes sends nothing more, and its
+//!   resources (its stream, its subscription slot) are dropped at once.
+//! - A `taskEvents` subscription handed over to the connection (see
+//!   [`crate::fanout`]) keeps its id: the hand-over is applied before the
+//!   end of the operation that made it, so no `complete` is sent for it.
+
+use std::{collections::HashMap, future::Future, pin::Pin, sync::Arc, task::Poll};
+
+use async_graphql::{Data, Response, http::WebSocketProtocols};
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use chrono::{DateTime, Utc};
+use futures_util::{
+    FutureExt, SinkExt, Stream, StreamExt,
+    future::{self, BoxFuture},
+    stream::{BoxStream, SplitStream},
+};
+use serde_json::{Map, Value};
+use tokio::{
+    sync::mpsc,
+    time::{Instant, Sleep},
+};
+
+use super::protocol::{self, ClientMessage, Invalid};
+use crate::{
+    ApiState,
+    error::ensure_codes,
+    fanout::{self, Fanout, Registration, Route, Shape},
+    schema::{self, subscription::SlotGuard},
+};
+
+/// Where the connection is in the protocol.
+enum Phase {
+    /// No `connection_init` yet.
+    Waiting,
+    /// `connection_init` received; its credential is being checked.
+    Initialising,
+    /// Acknowledged: operations run with this context.
+    Ready(Arc<Data>),
+}
+
+/// A running subscription.
+enum Subscription {
+    /// Run by async-graphql: each result becomes a `next` message.
+    Executing {
+        results: BoxStream<'static, Response>,
+        started: bool,
+    },
+    /// A `taskEvents` subscription the connection delivers itself.
+    Delivered {
+        frames: BoxStream<'static, String>,
+        /// Held while the subscription runs.
+        _slot: Option<SlotGuard>,
+    },
+}
+
+/// What one subscription has for the socket.
+enum Progress {
+    Result {
+        result: Box<Response>,
+        first: bool,
+    },
+    /// The operation's stream ended.
+    OperationEnded,
+    Frame(String),
+    /// A delivered subscription's events ended.
+    DeliveryEnded,
+}
+
+/// What to write after one step: frames, then maybe a close.
+#[derive(Default)]
+struct Reply {
+    frames: Vec<String>,
+    close: Option<(u16, String)>,
+}
+
+impl Reply {
+    fn frame(frame: String) -> Self {
+        Self {
+            frames: vec![frame],
+            close: None,
+        }
+    }
+
+    fn close(code: u16, reason: impl Into<String>) -> Self {
+        Self {
+            frames: Vec::new(),
+            close: Some((code, reason.into())),
+        }
+    }
+}
+
+/// The credential check's outcome: the operations' context and when the
+/// token expires, or why the client may not connect.
+type Init = Result<(Data, Option<DateTime<Utc>>), String>;
+
+struct Connection {
+    state: ApiState,
+    protocol: WebSocketProtocols,
+    phase: Phase,
+    subscriptions: HashMap<String, Subscription>,
+}
+
+pub(super) async fn serve(state: ApiState, socket: WebSocket, protocol: WebSocketProtocols) {
+    state.metrics.websocket_connections.inc();
+    let (mut sink, stream) = socket.split();
+    let (handover_tx, mut handovers) = mpsc::unbounded_channel::<Registration>();
+    let messages = read(stream, protocol, state.fanout.clone(), handover_tx);
+    tokio::pin!(messages);
+    let mut init: Option<BoxFuture<'static, Init>> = None;
+    let mut init_deadline: Option<Pin<Box<Sleep>>> =
+        Some(Box::pin(tokio::time::sleep(state.limits.ws_init_timeout)));
+    let mut expiry: Option<Pin<Box<Sleep>>> = None;
+    let mut connection = Connection {
+        state,
+        protocol,
+        phase: Phase::Waiting,
+        subscriptions: HashMap::new(),
+    };
+
+    loop {
+        let reply = tokio::select! {
+            message = messages.next() => match message {
+                None => break,
+                Some(Err(Invalid(reason))) => {
+                    Reply::close(protocol::CLOSE_INVALID_MESSAGE, reason)
+                }
+                Some(Ok(ClientMessage::ConnectionInit(payload))) => {
+                    if matches!(connection.phase, Phase::Waiting) {
+                        connection.phase = Phase::Initialising;
+                        init_deadline = None;
+                        init = Some(authenticate(connection.state.clone(), payload).boxed());
+                        Reply::default()
+                    } else {
+                        Reply::close(
+                            protocol::CLOSE_TOO_MANY_INITS,
+                            "Too many initialisation requests",
+                        )
+                    }
+                }
+                Some(Ok(ClientMessage::Terminate)) => break,
+                Some(Ok(message)) => connection.on_message(message),
+            },
+            outcome = until(&mut init) => match outcome {
+                Ok((data, expires_at)) => {
+                    expiry = expires_at.map(|at| {
+                        let left = (at - Utc::now()).to_std().unwrap_or_default();
+                        Box::pin(tokio::time::sleep_until(Instant::now() + left))
+                    });
+                    connection.phase = Phase::Ready(Arc::new(data));
+                    Reply::frame(protocol::ack_frame())
+                }
+                Err(message) => connection.refused(&message),
+            },
+            () = until(&mut init_deadline) => Reply::close(
+                protocol::CLOSE_INIT_TIMEOUT,
+                "Connection initialisation timeout",
+            ),
+            () = until(&mut expiry) => {
+                Reply::close(protocol::CLOSE_UNAUTHORIZED, "token expired")
+            }
+            (id, progress) = next_progress(&mut connection.subscriptions) => {
+                // Hand-overs made while the operation ran come first: one
+                // explains why its operation ends without a result.
+                while let Ok(handover) = handovers.try_recv() {
+                    connection.hand_over(handover);
+                }
+                connection.on_progress(id, progress)
+            }
+            Some(handover) = handovers.recv() => {
+                connection.hand_over(handover);
+                Reply::default()
+            }
+        };
+        if write(&mut sink, reply).await.is_err() {
+            break;
+        }
+    }
+    connection.state.metrics.websocket_connections.dec();
+}
+
+/// Write `reply`; `Err` when the socket is done (closed by this reply or
+/// gone).
+async fn write(
+    sink: &mut futures_util::stream::SplitSink<WebSocket, Message>,
+    reply: Reply,
+) -> Result<(), ()> {
+    for frame in reply.frames {
+        sink.send(Message::Text(frame.into()))
+            .await
+            .map_err(|_| ())?;
+    }
+    match reply.close {
+        Some((code, reason)) => {
+            let _ = sink.send(close(code, &reason)).await;
+            Err(())
+        }
+        None => Ok(()),
+    }
+}
+
+impl Connection {
+    fn on_message(&mut self, message: ClientMessage) -> Reply {
+        match message {
+            ClientMessage::Ping(payload) => Reply::frame(protocol::pong_frame(payload)),
+            ClientMessage::Subscribe { id, request } => self.subscribe(id, *request),
+            ClientMessage::Complete { id } => {
+                self.subscriptions.remove(&id);
+                Reply::default()
+            }
+            ClientMessage::Pong | ClientMessage::ConnectionInit(_) | ClientMessage::Terminate => {
+                Reply::default()
+            }
+        }
+    }
+
+    fn subscribe(&mut self, id: String, request: async_graphql::Request) -> Reply {
+        let Phase::Ready(data) = &self.phase else {
+            return Reply::close(protocol::CLOSE_UNAUTHORIZED, "Unauthorized");
+        };
+        if self.protocol == WebSocketProtocols::GraphQLWS && self.subscriptions.contains_key(&id) {
+            let reason = format!("Subscriber for {id} already exists");
+            return Reply::close(protocol::CLOSE_DUPLICATE_ID, reason);
+        }
+        let results = self
+            .state
+            .schema
+            .execute_stream_with_session_data(request, data.clone());
+        self.subscriptions.insert(
+            id,
+            Subscription::Executing {
+                results,
+                started: false,
+            },
+        );
+        Reply::default()
+    }
+
+    fn refused(&self, message: &str) -> Reply {
+        let mut reply = Reply::close(protocol::CLOSE_FORBIDDEN, "Forbidden");
+        if self.protocol == WebSocketProtocols::SubscriptionsTransportWS {
+            reply.frames.push(protocol::connection_error_frame(message));
+        }
+        reply
+    }
+
+    /// A `taskEvents` resolver handed its stream over: the connection
+    /// delivers it under the operation's id, if the operation still runs.
+    fn hand_over(&mut self, handover: Registration) {
+        let id = handover.id.clone();
+        if !matches!(
+            self.subscriptions.get(&id),
+            Some(Subscription::Executing { .. })
+        ) {
+            return;
+        }
+        let (slot, frames) = fanout::frames(
+            self.state.schema.clone(),
+            self.state.fanout.clone(),
+            self.protocol,
+            handover,
+        );
+        self.subscriptions.insert(
+            id,
+            Subscription::Delivered {
+                frames,
+                _slot: slot,
+            },
+        );
+    }
+
+    fn on_progress(&mut self, id: String, progress: Progress) -> Reply {
+        match progress {
+            Progress::Frame(frame) => Reply::frame(frame),
+            // A handed-over operation ends empty: its events follow.
+            Progress::OperationEnded
+                if matches!(
+                    self.subscriptions.get(&id),
+                    Some(Subscription::Delivered { .. })
+                ) =>
+            {
+                Reply::default()
+            }
+            Progress::OperationEnded | Progress::DeliveryEnded => {
+                self.subscriptions.remove(&id);
+                Reply::frame(protocol::complete_frame(&id))
+            }
+            Progress::Result { mut result, first } => {
+                ensure_codes(&mut result.errors, None);
+                if first
+                    && failed_before_running(&result)
+                    && self.protocol == WebSocketProtocols::GraphQLWS
+                {
+                    self.subscriptions.remove(&id);
+                    return Reply::frame(protocol::error_frame(&id, &result.errors));
+                }
+                Reply::frame(protocol::next_frame(self.protocol, &id, &result))
+            }
+        }
+    }
+}
+
+/// An operation's first result says it never ran: no data, and only errors
+/// without a path (parse, validation, limits, rate limits).
+fn failed_before_running(result: &Response) -> bool {
+    result.data == async_graphql::Value::Null
+        && !result.errors.is_empty()
+        && result.errors.iter().all(|e| e.path.is_empty())
+}
+
+/// Check the `connection_init` credential and build the context every
+/// operation of the connection runs with.
+async fn authenticate(state: ApiState, payload: Map<String, Value>) -> Init {
+    let Some(header) = super::credential_in(&payload) else {
+        return Err("connection_init must carry {\"Authorization\": \"Bearer <token>\"}".into());
+    };
+    let message = |err: brainstem_domain::Error| crate::error::code_and_message(&err).1;
+    let mut credential = state
+        .auth
+        .authenticate_header(Some(&header))
+        .await
+        .map_err(message)?;
+    if let Some(tenant) = super::acting_tenant_in(&payload) {
+        credential = state
+            .auth
+            .act_in_tenant(credential, &tenant)
+            .await
+            .map_err(message)?;
+    }
+    let expires_at = credential.as_ref().and_then(|c| c.expires_at);
+    let mut data = schema::caller_data(credential);
+    data.insert(schema::subscription::SubscriptionSlots::new(
+        state.limits.max_subscriptions,
+    ));
+    Ok((data, expires_at))
+}
+
+/// The client's messages, read and checked. A `subscribe` whose only root
+/// field is `taskEvents` waits for its turn to be set up (see
+/// [`Fanout::setup_turn`]) and gets a [`Route`] in its data, so that its
+/// resolver can hand its stream to this connection.
+fn read(
+    stream: SplitStream<WebSocket>,
+    protocol: WebSocketProtocols,
+    fanout: Arc<Fanout>,
+    handovers: mpsc::UnboundedSender<Registration>,
+) -> impl Stream<Item = Result<ClientMessage, Invalid>> {
+    stream
+        .take_while(|message| future::ready(message.is_ok()))
+        .filter_map(move |message| {
+            let parsed = match message {
+                Ok(Message::Text(text)) => Some(protocol::parse(protocol, text.as_bytes())),
+                Ok(Message::Binary(bytes)) => Some(protocol::parse(protocol, &bytes)),
+                _ => None,
+            };
+            let (fanout, handovers) = (fanout.clone(), handovers.clone());
+            async move {
+                let mut parsed = parsed?;
+                if let Ok(ClientMessage::Subscribe { id, request }) = &mut parsed
+                    && let Some(shape) = Shape::of(request)
+                {
+                    let turn = fanout.setup_turn().await;
+                    request.data.insert(Route {
+                        id: id.clone(),
+                        shape,
+                        handovers,
+                        _turn: turn,
+                    });
+                }
+                Some(parsed)
+            }
+        })
+}
+
+/// The next thing any subscription has; pending while none has one.
+async fn next_progress(subscriptions: &mut HashMap<String, Subscription>) -> (String, Progress) {
+    future::poll_fn(|cx| {
+        for (id, subscription) in subscriptions.iter_mut() {
+            let progress = match subscription {
+                Subscription::Executing { results, started } => match results.poll_next_unpin(cx) {
+                    Poll::Ready(Some(result)) => {
+                        let first = !*started;
+                        *started = true;
+                        Progress::Result {
+                            result: Box::new(result),
+                            first,
+                        }
+                    }
+                    Poll::Ready(None) => Progress::OperationEnded,
+                    Poll::Pending => continue,
+                },
+                Subscription::Delivered { frames, .. } => match frames.poll_next_unpin(cx) {
+                    Poll::Ready(Some(frame)) => Progress::Frame(frame),
+                    Poll::Ready(None) => Progress::DeliveryEnded,
+                    Poll::Pending => continue,
+                },
+            };
+            return Poll::Ready((id.clone(), progress));
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// The output of the future in `slot`, which is then emptied; pending
+/// while the slot is empty.
+async fn until<F: Future + Unpin>(slot: &mut Option<F>) -> F::Output {
+    match slot {
+        Some(fut) => {
+            let output = fut.await;
+            *slot = None;
+            output
+        }
+        None => future::pending().await,
+    }
+}
+
+fn close(code: u16, reason: &str) -> Message {
+    // Close reasons are limited to 123 bytes.
+    let reason: String = reason.chars().take(100).collect();
+    Message::Close(Some(CloseFrame {
+        code,
+        reason: reason.into(),
+    }))
+}
