@@ -22,7 +22,7 @@ use brainstem_domain::{
         self, BreakerConfig, Budgets, CallRetry, LanguageModel, LlmSettings, ModelClient, Prices,
     },
     settings,
-    tools::{Tool, ToolRegistry, ToolSettings},
+    tools::{Tool, ToolRegistry, ToolSettings, WithBuiltins},
 };
 use secrecy::{ExposeSecret, SecretString};
 use tokio::{net::TcpListener, sync::watch};

@@ -7,7 +7,7 @@
 //!
 //! - the resolver does its checks as always (scope, `NOT_FOUND`, the
 //!   connection's subscription slots), then hands the task's event stream to
-//!   the connection ([`Route::register`]) instead of to async-graphql, which
+//!   the connection (a [`Route`], the schema's `EventRoute`) instead of to async-graphql, which
 //!   keeps no state for it;
 //! - each event the bus shares with all live subscribers
 //!   ([`Delivery::Shared`]) is rendered once per (subscriber's tenant,
@@ -46,7 +46,10 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore, mpsc};
 use uuid::Uuid;
 
-use crate::schema::{BrainstemSchema, subscription::SlotGuard};
+use crate::schema::{
+    BrainstemSchema,
+    subscription::{DeliverEvents, RenderOne, SlotGuard},
+};
 
 /// Rendered payloads kept for subscribers still to receive them. Every
 /// subscriber of an event asks within moments of each other; this bounds
@@ -194,16 +197,14 @@ pub struct Route {
     pub(crate) _turn: Option<Turn>,
 }
 
-impl Route {
-    /// Deliver `deliveries` on this route's connection, for a subscriber of
-    /// `tenant`, holding `slot` while it runs.
-    pub fn register(
+impl DeliverEvents for Route {
+    /// A closed connection drops the registration, and with it the slot.
+    fn deliver(
         &self,
         tenant: TenantId,
         deliveries: BoxStream<'static, Delivery>,
         slot: Option<SlotGuard>,
     ) {
-        // A closed connection drops the registration, and with it the slot.
         let _ = self.handovers.send(Registration {
             id: self.id.clone(),
             shape: self.shape.clone(),
@@ -223,10 +224,6 @@ pub(crate) struct Registration {
     pub(crate) deliveries: BoxStream<'static, Delivery>,
     pub(crate) slot: Option<SlotGuard>,
 }
-
-/// Put in a rendering request's data: the `taskEvents` resolver then yields
-/// this one event and nothing else.
-pub struct RenderOne(pub Arc<TaskEvent>);
 
 /// Where a shared event comes from. The bus's copy of an event and the
 /// stored row may differ in representation (the time's precision), so they

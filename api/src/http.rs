@@ -28,15 +28,15 @@
 //! - Automatic persisted queries work over `POST` and `GET`; a persisted
 //!   mutation is refused over `GET` like any other.
 
-use std::{collections::BTreeMap, net::SocketAddr};
+use std::{collections::BTreeMap, net::SocketAddr, time::Instant};
 
 use axum::extract::Path;
 use axum::{
     Extension, Router,
     body::Bytes,
-    extract::{ConnectInfo, RawQuery, State},
+    extract::{ConnectInfo, MatchedPath, RawQuery, Request, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
-    middleware::from_fn_with_state,
+    middleware::{Next, from_fn_with_state},
     response::{Html, IntoResponse, Response},
     routing::{get, post},
 };
@@ -60,7 +60,7 @@ pub fn routes(state: ApiState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
-        .route_layer(from_fn_with_state(state.clone(), metrics::track))
+        .route_layer(from_fn_with_state(state.clone(), track))
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
@@ -579,4 +579,33 @@ async fn metrics_text(State(state): State<ApiState>) -> Response {
         state.metrics.render(),
     )
         .into_response()
+}
+
+/// Middleware: count and time every request.
+async fn track(State(state): State<ApiState>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let method = request.method().to_string();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    state
+        .metrics
+        .http_duration
+        .get_or_create(&metrics::RouteLabels {
+            route: route.clone(),
+        })
+        .observe(started.elapsed().as_secs_f64());
+    state
+        .metrics
+        .http_requests
+        .get_or_create(&metrics::RequestLabels {
+            method,
+            route,
+            status: response.status().as_u16(),
+        })
+        .inc();
+    response
 }

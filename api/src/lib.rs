@@ -12,6 +12,11 @@
 //! - [`fanout`]: `taskEvents` over WebSocket, each event rendered once per
 //!   subscription shape and shared.
 //! - [`metrics`]: Prometheus counters and histograms.
+//! - [`state`]: what every route shares ([`ApiState`]).
+//!
+//! The modules are layers (`tests/e2e/layers.rs` checks it): the GraphQL
+//! plumbing (`error`, `coercion`, `cost`, `metrics`, `auth`) below the
+//! [`schema`], and the transports (`state`, `http`, `ws`, `fanout`) above it.
 
 pub mod auth;
 pub mod coercion;
@@ -21,6 +26,7 @@ pub mod fanout;
 pub mod http;
 pub mod metrics;
 pub mod schema;
+pub mod state;
 pub mod ws;
 
 pub use http::GRAPHQL_RESPONSE_JSON;
@@ -32,6 +38,7 @@ use brainstem_domain::Domain;
 
 pub use auth::{AuthConfig, Authenticator};
 pub use schema::{BrainstemSchema, GraphqlLimits};
+pub use state::ApiState;
 
 /// What the API needs besides the domain.
 #[derive(Clone, Debug)]
@@ -40,19 +47,6 @@ pub struct ApiConfig {
     pub limits: GraphqlLimits,
     /// Per-key and per-tenant request rates (in-process, per replica).
     pub rate_limits: brainstem_domain::rate_limit::RateLimits,
-}
-
-/// Shared state of every route.
-#[derive(Clone)]
-pub struct ApiState {
-    pub domain: Domain,
-    pub schema: BrainstemSchema,
-    pub auth: Arc<Authenticator>,
-    pub metrics: Arc<metrics::Metrics>,
-    pub surface: schema::Surface,
-    pub limits: GraphqlLimits,
-    /// Rendered task events shared by WebSocket subscribers.
-    pub fanout: Arc<fanout::Fanout>,
 }
 
 /// Build the whole HTTP application.
@@ -65,7 +59,7 @@ pub fn router(domain: Domain, config: ApiConfig) -> Result<Router, auth::AuthSet
     let metrics = metrics::Metrics::new();
     metrics.count_statements(domain.statements.clone());
     let fanout = Arc::new(fanout::Fanout::default());
-    metrics.count_fanout(&fanout);
+    metrics.count_fanout(fanout.renders.clone(), fanout.sent.clone());
     let state = ApiState {
         domain,
         schema,

@@ -2,13 +2,8 @@
 //! Labels use the matched route, never the raw path, so their number stays
 //! bounded.
 
-use std::{sync::Mutex, time::Instant};
+use std::sync::Mutex;
 
-use axum::{
-    extract::{MatchedPath, Request, State},
-    middleware::Next,
-    response::Response,
-};
 use brainstem_domain::db::StatementCounter;
 use prometheus_client::{
     collector::Collector,
@@ -21,8 +16,6 @@ use prometheus_client::{
     },
     registry::Registry,
 };
-
-use crate::ApiState;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -87,17 +80,17 @@ impl Metrics {
 
     /// Export the WebSocket fan-out's counters: payloads rendered and
     /// `next` messages sent (their ratio is how much rendering is shared).
-    pub fn count_fanout(&self, fanout: &crate::fanout::Fanout) {
+    pub fn count_fanout(&self, renders: Counter, sent: Counter) {
         if let Ok(mut registry) = self.registry.lock() {
             registry.register(
                 "websocket_event_renders",
                 "Task-event payloads rendered for WebSocket subscribers (one serves every subscriber of its shape)",
-                fanout.renders.clone(),
+                renders,
             );
             registry.register(
                 "websocket_event_frames",
                 "Task events sent to WebSocket subscribers",
-                fanout.sent.clone(),
+                sent,
             );
         }
     }
@@ -134,33 +127,4 @@ impl Collector for Statements {
         )?;
         counter.encode(metric)
     }
-}
-
-/// Middleware: count and time every request.
-pub async fn track(State(state): State<ApiState>, request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned());
-    let method = request.method().to_string();
-    let started = Instant::now();
-    let response = next.run(request).await;
-    state
-        .metrics
-        .http_duration
-        .get_or_create(&RouteLabels {
-            route: route.clone(),
-        })
-        .observe(started.elapsed().as_secs_f64());
-    state
-        .metrics
-        .http_requests
-        .get_or_create(&RequestLabels {
-            method,
-            route,
-            status: response.status().as_u16(),
-        })
-        .inc();
-    response
 }

@@ -22,6 +22,7 @@ mod graph;
 mod graphql_http_audit;
 mod hostile;
 mod http;
+mod layers;
 mod llm;
 mod memory;
 mod memory_tools;

@@ -19,10 +19,28 @@ use super::{
     principal,
     tasks::{Task, TaskStatus},
 };
-use crate::{
-    error::ResultExt,
-    fanout::{RenderOne, Route},
-};
+use crate::error::ResultExt;
+
+/// Put in a rendering request's data: the `taskEvents` resolver then yields
+/// this one event and nothing else (see `crate::fanout`).
+pub struct RenderOne(pub Arc<brainstem_domain::tasks::TaskEvent>);
+
+/// Where a `taskEvents` resolver may hand its stream instead of returning
+/// it: the WebSocket connection delivers the events itself.
+pub trait DeliverEvents: Send + Sync {
+    /// Deliver `deliveries` for a subscriber of `tenant`, holding `slot`
+    /// while they run.
+    fn deliver(
+        &self,
+        tenant: brainstem_domain::TenantId,
+        deliveries: BoxStream<'static, events::Delivery>,
+        slot: Option<SlotGuard>,
+    );
+}
+
+/// Put in a subscription request's data by a transport that delivers
+/// `taskEvents` itself.
+pub struct EventRoute(pub Box<dyn DeliverEvents>);
 
 /// How many subscriptions one connection may hold.
 pub struct SubscriptionSlots {
@@ -118,7 +136,7 @@ impl Subscription {
         domain.tasks.get(scope, id).await.gql()?;
         let guard = slot(ctx)?;
         let after = after.unwrap_or(0).max(0);
-        if let Some(route) = ctx.data_opt::<Route>() {
+        if let Some(EventRoute(route)) = ctx.data_opt::<EventRoute>() {
             // Over WebSocket: the connection delivers the events itself and
             // shares each event's rendering among subscribers of one shape.
             let deliveries = events::task_event_deliveries(
@@ -128,7 +146,7 @@ impl Subscription {
                 id,
                 after,
             );
-            route.register(scope.tenant_id(), deliveries.boxed(), guard);
+            route.deliver(scope.tenant_id(), deliveries.boxed(), guard);
             return Ok(futures_util::stream::empty().boxed());
         }
         let stream = events::task_events(

@@ -42,7 +42,10 @@ use crate::{
     ApiState,
     error::ensure_codes,
     fanout::{self, Fanout, Registration, Route, Shape},
-    schema::{self, subscription::SlotGuard},
+    schema::{
+        self,
+        subscription::{EventRoute, SlotGuard},
+    },
 };
 
 /// Where the connection is in the protocol.
@@ -376,12 +379,12 @@ fn read(
                     && let Some(shape) = Shape::of(request)
                 {
                     let turn = fanout.setup_turn().await;
-                    request.data.insert(Route {
+                    request.data.insert(EventRoute(Box::new(Route {
                         id: id.clone(),
                         shape,
                         handovers,
                         _turn: turn,
-                    });
+                    })));
                 }
                 Some(parsed)
             }

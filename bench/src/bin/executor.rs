@@ -22,7 +22,7 @@ use brainstem_domain::{
     executor::{Executor, ExecutorConfig},
     plans::{PlanDef, StepDef},
     tasks::{EventKind, NewTask},
-    tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSettings},
+    tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSettings, WithBuiltins},
 };
 use clap::Parser;
 use sea_orm::{ConnectionTrait, DbBackend, Statement};

@@ -41,7 +41,7 @@ use brainstem_domain::{
         embedder::{EmbedderConfig, HashingEmbedder},
         vector::pg_vector_literal,
     },
-    tools::ToolRegistry,
+    tools::{ToolRegistry, WithBuiltins},
 };
 use chrono::Utc;
 use clap::Parser;

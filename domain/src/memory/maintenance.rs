@@ -31,7 +31,7 @@ use sea_orm::{
 };
 
 use super::{Memories, MemoryEvent, Status, Tier, event, record_event};
-use crate::{Result, TenantId, db::Backend};
+use crate::{Result, TenantId, kernel::db::Backend};
 
 /// Comparisons with thresholds allow for float noise.
 const EPSILON: f64 = 1e-9;

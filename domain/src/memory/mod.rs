@@ -34,7 +34,7 @@
 //!   the `MEMORY_BANK` cap for every tenant (see [`maintenance`]);
 //!   [`Memories::spawn_maintenance`] runs it on an interval.
 //!
-//! The knowledge graph itself is [`crate::graph::Graph`]
+//! The knowledge graph itself is [`crate::memory::graph::Graph`]
 //! (`upsert_entity`, `relate`, `neighborhood`).
 //!
 //! # Storage
@@ -44,12 +44,15 @@
 //! vectors live behind [`vector::VectorIndex`] (pgvector with per-tenant HNSW
 //! indexes, or SQLite blobs).
 
-pub mod embedder;
+pub mod graph;
 pub mod keyword;
 pub mod maintenance;
 pub mod rank;
 mod sql;
 pub mod vector;
+
+/// The embedders live with the models; memory uses them.
+pub use crate::models::embedder;
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -71,8 +74,8 @@ pub use sql::CandidateFilter;
 
 use crate::{
     Error, Result,
-    graph::{Entity, Graph, Neighborhood},
-    page::{self, Page, PageRequest},
+    kernel::page::{self, Page, PageRequest},
+    memory::graph::{Entity, Graph, Neighborhood},
 };
 
 /// Where a memory lives, which decides its lifetime.

@@ -59,7 +59,7 @@ use super::{
     embedder::cosine,
     sql::{CandidateFilter, Sql, push_filter, tenant_condition},
 };
-use crate::{Error, Result, db::Backend};
+use crate::{Error, Result, kernel::db::Backend};
 
 /// Largest dimension an HNSW index on `vector` accepts.
 pub const MAX_DIMENSION: usize = 2000;

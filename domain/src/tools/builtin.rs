@@ -7,8 +7,8 @@ use std::{sync::Arc, time::Duration};
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
-use super::{Control, Tool, ToolContext, ToolError, ToolOutput};
-use crate::tasks::NewChildTask;
+use super::{Control, Tool, ToolContext, ToolError, ToolOutput, platform};
+use crate::runtime::tasks::NewChildTask;
 
 pub fn all() -> Vec<Arc<dyn Tool>> {
     let tools: Vec<Arc<dyn Tool>> = vec![
@@ -293,8 +293,7 @@ impl Tool for SpawnTask {
         })
     }
     async fn call(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
-        let child = ctx
-            .domain
+        let child = platform(&ctx)?
             .tasks
             .start_child(NewChildTask {
                 tenant: ctx.tenant,

@@ -8,7 +8,7 @@
 //! `{"text": …, "model": …}` and its usage the call's tokens and cost.
 //!
 //! Budgets are checked first, from the call's most expensive case (see
-//! [`crate::llm::budget`]); a refused call never reaches the provider.
+//! [`crate::models::llm::budget`]); a refused call never reaches the provider.
 //!
 //! Not idempotent in the provider's sense (a repeat generates again, and is
 //! billed again): a model call has no side effect to key, and the executor
@@ -20,8 +20,8 @@ use async_trait::async_trait;
 use brainstem_entity::TenantScope;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolContext, ToolError, ToolOutput};
-use crate::llm::{Message, budget, frames};
+use super::{Tool, ToolContext, ToolError, ToolOutput, platform};
+use crate::models::llm::{Message, budget, frames};
 
 /// How often, at most, text is published while it streams.
 pub const FRAME_INTERVAL: Duration = Duration::from_millis(50);
@@ -87,11 +87,13 @@ impl Tool for Generate {
 
         let estimate = request.estimated_max_tokens();
         let scope = TenantScope::new(ctx.tenant);
+        let domain = platform(&ctx)?;
+        let task_usage = async { Ok(domain.tasks.get(scope, ctx.task_id).await?.usage) };
         budget::check(
-            &ctx.domain,
+            &domain.db,
             client.settings().budgets,
             scope,
-            ctx.task_id,
+            task_usage,
             arg_u64(&args, "max_task_tokens"),
             estimate,
         )

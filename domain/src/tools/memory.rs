@@ -32,12 +32,14 @@ use chrono::Utc;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
-use super::{ArtifactDef, Tool, ToolContext, ToolError, ToolOutput};
+use super::{ArtifactDef, Tool, ToolContext, ToolError, ToolOutput, platform};
 use crate::{
     Error,
-    graph::{Entity, NewEntity, NewRelation},
-    memory::{Memory, NewMemory, SearchQuery, Tier},
-    plans::StepDef,
+    catalogue::plans::StepDef,
+    memory::{
+        Memory, NewMemory, SearchQuery, Tier,
+        graph::{Entity, NewEntity, NewRelation},
+    },
 };
 
 pub fn all() -> Vec<Arc<dyn Tool>> {
@@ -211,8 +213,7 @@ impl Tool for Remember {
             Some(Some(id)) => Some(MemoryId::from(id)),
             _ => None,
         };
-        let remembered = ctx
-            .domain
+        let remembered = platform(&ctx)?
             .memory
             .remember(
                 scope(&ctx),
@@ -304,8 +305,7 @@ impl Tool for Recall {
             .and_then(Value::as_u64)
             .map(|n| n as usize)
             .unwrap_or(5);
-        let results = ctx
-            .domain
+        let results = platform(&ctx)?
             .memory
             .search(
                 scope(&ctx),
@@ -371,8 +371,7 @@ impl Tool for DossierTool {
     async fn call(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let subject = required_subject(&ctx, &args)?;
         let scope = scope(&ctx);
-        let dossier = ctx
-            .domain
+        let dossier = platform(&ctx)?
             .memory
             .dossier(scope, subject, Utc::now())
             .await
@@ -381,8 +380,7 @@ impl Tool for DossierTool {
             .get("recent_tasks")
             .and_then(Value::as_u64)
             .unwrap_or(10);
-        let tasks = ctx
-            .domain
+        let tasks = platform(&ctx)?
             .tasks
             .of_subject(scope, subject.uuid(), Some(ctx.task_id), limit)
             .await
@@ -476,8 +474,7 @@ impl Link {
                     "`{which}` is required when the task has no subject"
                 ))
             })?;
-            let entity = ctx
-                .domain
+            let entity = platform(ctx)?
                 .graph
                 .get(scope, id.into())
                 .await
@@ -492,8 +489,7 @@ impl Link {
                 "`{which}` names an entity by `id` or by `type` and `name`, not both"
             ))),
             (Some(Some(id)), false) => {
-                let entity = ctx
-                    .domain
+                let entity = platform(ctx)?
                     .graph
                     .get(scope, id.into())
                     .await
@@ -507,8 +503,7 @@ impl Link {
                         "`{which}` needs an `id`, or a `type` and a `name`"
                     )));
                 };
-                let (entity, created) = ctx
-                    .domain
+                let (entity, created) = platform(ctx)?
                     .graph
                     .upsert_entity(
                         scope,
@@ -553,8 +548,7 @@ impl Tool for Link {
     async fn call(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let (from, from_role) = Self::resolve(&ctx, args.get("from"), "from").await?;
         let (to, to_role) = Self::resolve(&ctx, args.get("to"), "to").await?;
-        let (relation, created) = ctx
-            .domain
+        let (relation, created) = platform(&ctx)?
             .graph
             .relate(
                 scope(&ctx),
@@ -683,14 +677,12 @@ impl Tool for AssessAndPlan {
             None => Vec::new(),
         };
         let scope = scope(&ctx);
-        let dossier = ctx
-            .domain
+        let dossier = platform(&ctx)?
             .memory
             .dossier(scope, subject, Utc::now())
             .await
             .map_err(failed)?;
-        let open = ctx
-            .domain
+        let open = platform(&ctx)?
             .tasks
             .open_of_subject(scope, subject.uuid(), Some(ctx.task_id))
             .await
@@ -837,7 +829,10 @@ mod tests {
     fn memory_text_never_becomes_a_template() {
         for text in ["{{ state.x }}", "{{{ x }}}", "{%% if %%}", "a {{{{ b"] {
             let safe = literal(text);
-            assert!(!crate::template::is_template(&safe), "{text} → {safe}");
+            assert!(
+                !crate::kernel::template::is_template(&safe),
+                "{text} → {safe}"
+            );
         }
         assert_eq!(literal("plain text"), "plain text");
     }

@@ -1,325 +1,38 @@
-//! Tools: the units of work a plan's steps run.
+//! The built-in tools: what a plan's steps can do without a partner.
 //!
-//! A [`Tool`] declares a key, a description and the JSON Schema of its input,
-//! and is called with a [`ToolContext`] (tenant, task, step, idempotency key
-//! `<task id>:<step id>`, trace id, state and earlier outputs) and the step's
-//! rendered arguments. It returns a [`ToolOutput`] (output, state changes,
-//! summary, new steps, artifacts, usage, the memories it used, and
-//! optionally a request to pause for review or to delegate), or a
-//! [`ToolError`] saying whether a retry may help.
+//! Each tool implements the contract of [`crate::catalogue::tool`] (which
+//! this module re-exports, so `tools::Tool` names it). The tools sit above
+//! every other area: they use memory, the models and the runtime, and are
+//! registered into the catalogue's registry at start-up
+//! ([`WithBuiltins::with_builtins`]).
 //!
-//! **Idempotency contract.** A step may run more than once (a crash after the
-//! tool's side effect but before the commit, a retry after an error). A tool
-//! with side effects must key them by `ctx.idempotency_key`, so that a repeat
-//! finds the earlier effect instead of making a second one.
-//!
-//! The [`ToolRegistry`] is built once at startup: built-in tools
-//! ([`builtin`]) plus any the embedding program (or a test) registers. A
-//! duplicate key is an error, not an overwrite. Partner tools (`partner.…`)
-//! live in the capability catalogue instead and are looked up when a plan
-//! is checked or a step runs (see [`crate::capabilities::partner`]).
+//! Invariants:
+//! - Nothing below this area imports it: the runtime runs tools only
+//!   through the [`Tool`] trait, never a tool implementation.
+//! - A tool reaches tenant data only through the scope of the task it runs
+//!   for (`TenantScope::new(ctx.tenant)`).
 
 pub mod builtin;
 pub mod generate;
 pub mod memory;
 
-use std::{collections::BTreeMap, fmt, sync::Arc, time::Duration};
+pub use crate::catalogue::tool::*;
+pub use crate::models::usage::Usage;
 
-use async_trait::async_trait;
-use brainstem_entity::{MemoryId, TaskId, TenantId};
-use serde_json::{Map, Value, json};
-use uuid::Uuid;
-
-use crate::{Domain, Error, Result, plans::StepDef};
-
-/// Everything a tool may know about the step it runs for.
-#[derive(Clone)]
-pub struct ToolContext {
-    pub tenant: TenantId,
-    pub tenant_slug: String,
-    pub task_id: TaskId,
-    pub step_id: String,
-    /// 1 for the first attempt of this step.
-    pub attempt: u32,
-    /// `<task id>:<step id>`: the same on every attempt of this step.
-    pub idempotency_key: String,
-    pub trace_id: String,
-    pub subject_id: Option<Uuid>,
-    /// `{"text": …, "payload": …}` as the task was started.
-    pub input: Value,
-    pub state: Value,
-    /// Outputs of earlier steps: `steps.<id>.output`.
-    pub steps: Value,
-    /// A single-use token for handing this step to an external system: if
-    /// the tool returns [`Control::Delegate`], the callback must present it.
-    pub delegation_token: String,
-    /// The path the external system calls back, relative to the public URL.
-    pub callback_path: String,
-    pub domain: Domain,
-    pub settings: Arc<ToolSettings>,
+/// Adds the built-in tools to a registry being built.
+pub trait WithBuiltins: Sized {
+    fn with_builtins(self) -> crate::Result<Self>;
 }
 
-impl ToolContext {
-    /// Publish a live `TokenDelta` event: `text` generated so far is
-    /// extended by `delta`, which starts at character `offset` of the
-    /// step's text. Token deltas are not stored one by one (the step's
-    /// final output is); subscribers receive them live, and one joining
-    /// mid-step first gets the text so far as one delta.
-    pub fn token_delta(&self, offset: usize, delta: &str) {
-        let event = crate::tasks::TaskEvent {
-            id: Uuid::now_v7(),
-            tenant: self.tenant,
-            task_id: self.task_id,
-            // Live-only events carry the sequence of the last stored event.
-            seq: 0,
-            kind: crate::tasks::EventKind::TokenDelta,
-            step_id: Some(self.step_id.clone()),
-            tool: None,
-            status: None,
-            summary: String::new(),
-            error: None,
-            data_keys: Vec::new(),
-            data: json!({"offset": offset, "text": delta}),
-            created_at: chrono::Utc::now(),
-        };
-        self.domain.tasks.sink().publish(&[event]);
+impl WithBuiltins for ToolRegistryBuilder {
+    fn with_builtins(self) -> crate::Result<Self> {
+        self.register_all(builtin::all())
     }
 }
 
-impl fmt::Debug for ToolContext {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ToolContext")
-            .field("tenant", &self.tenant)
-            .field("task_id", &self.task_id)
-            .field("step_id", &self.step_id)
-            .field("attempt", &self.attempt)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Settings that built-in tools need.
-#[derive(Clone, Debug)]
-pub struct ToolSettings {
-    /// Hosts `http_request` and `delegate` may call (exact names, or
-    /// `*` for any).
-    pub http_allowed_hosts: Vec<String>,
-    /// The server's public base URL, for callback links.
-    pub public_url: String,
-    pub http: reqwest::Client,
-    /// The language model `llm.generate` (and LLM intent detection) call.
-    pub llm: crate::llm::ModelClient,
-}
-
-impl Default for ToolSettings {
-    /// No hosts allowed, the offline model.
-    fn default() -> Self {
-        Self {
-            http_allowed_hosts: Vec::new(),
-            public_url: String::new(),
-            http: crate::http_client::client(Duration::from_secs(10)),
-            llm: crate::llm::ModelClient::default(),
-        }
-    }
-}
-
-/// What a step did.
-#[derive(Clone, Debug, Default)]
-pub struct ToolOutput {
-    /// The step's output, readable by later steps as `steps.<id>.output`.
-    pub output: Value,
-    /// Merged into the task's state (top-level keys replace).
-    pub state: Map<String, Value>,
-    /// A human-readable summary for the event log (no PII).
-    pub summary: String,
-    /// Steps to append to the task's plan, validated like a published plan.
-    pub new_steps: Vec<StepDef>,
-    pub artifacts: Vec<ArtifactDef>,
-    pub usage: Usage,
-    pub control: Control,
-    /// Memories the step used; the executor records them as one
-    /// `MemoryRecalled` event (`data.memory_ids`) in the step's commit.
-    pub recalled: Vec<MemoryId>,
-}
-
-impl ToolOutput {
-    pub fn with_output(output: Value, summary: impl Into<String>) -> Self {
-        Self {
-            output,
-            summary: summary.into(),
-            ..Self::default()
-        }
-    }
-}
-
-/// What happens after the step.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub enum Control {
-    #[default]
-    Continue,
-    /// Pause the task until a human approves or rejects.
-    Review { reason: String, proposed: Value },
-    /// The step's work continues elsewhere; the external system completes
-    /// or fails the step through the delegation callback.
-    Delegate { external_ref: String },
-}
-
-/// A link from the task to something a step created or changed.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ArtifactDef {
-    /// What it is, e.g. `memory`, `deal`, `document`.
-    pub kind: String,
-    /// `created`, `updated`, `resolved` or `input`.
-    pub role: String,
-    /// Its id or URI.
-    pub reference: String,
-    pub metadata: Value,
-}
-
-/// Model usage of a step.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Usage {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// Cost in millionths of the billing currency unit.
-    pub cost_micros: u64,
-}
-
-impl Usage {
-    pub fn to_json(self) -> Value {
-        json!({
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cost_micros": self.cost_micros,
-        })
-    }
-
-    pub fn from_json(value: &Value) -> Self {
-        let n = |k: &str| value.get(k).and_then(Value::as_u64).unwrap_or(0);
-        Self {
-            input_tokens: n("input_tokens"),
-            output_tokens: n("output_tokens"),
-            cost_micros: n("cost_micros"),
-        }
-    }
-
-    pub fn plus(self, other: Usage) -> Usage {
-        Usage {
-            input_tokens: self.input_tokens + other.input_tokens,
-            output_tokens: self.output_tokens + other.output_tokens,
-            cost_micros: self.cost_micros + other.cost_micros,
-        }
-    }
-}
-
-/// A failed call.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ToolError {
-    pub message: String,
-    /// Whether running the step again may succeed (timeouts, 5xx, …).
-    pub retryable: bool,
-}
-
-impl ToolError {
-    pub fn fatal(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            retryable: false,
-        }
-    }
-
-    pub fn retryable(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            retryable: true,
-        }
-    }
-}
-
-#[async_trait]
-pub trait Tool: Send + Sync + 'static {
-    fn key(&self) -> &str;
-    fn description(&self) -> &str;
-    /// JSON Schema of the arguments (see [`crate::json_schema`] for the
-    /// supported subset).
-    fn input_schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    /// How long one call may take before it counts as a retryable failure.
-    fn timeout(&self) -> Duration {
-        Duration::from_secs(30)
-    }
-    async fn call(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError>;
-}
-
-/// The tools this process can run, by key.
-#[derive(Clone, Default)]
-pub struct ToolRegistry {
-    tools: Arc<BTreeMap<String, Arc<dyn Tool>>>,
-}
-
-impl ToolRegistry {
-    pub fn builder() -> ToolRegistryBuilder {
-        ToolRegistryBuilder::default()
-    }
-
-    pub fn get(&self, key: &str) -> Option<Arc<dyn Tool>> {
-        self.tools.get(key).cloned()
-    }
-
-    pub fn contains(&self, key: &str) -> bool {
-        self.tools.contains_key(key)
-    }
-
-    pub fn list(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
-        self.tools.values()
-    }
-
-    /// This registry plus `extra` tools (partner tools resolved from the
-    /// catalogue for one check or call). An extra tool never replaces a
-    /// registered one.
-    pub fn with_extra(&self, extra: impl IntoIterator<Item = Arc<dyn Tool>>) -> ToolRegistry {
-        let mut extra = extra.into_iter().peekable();
-        if extra.peek().is_none() {
-            return self.clone();
-        }
-        let mut tools = (*self.tools).clone();
-        for tool in extra {
-            tools.entry(tool.key().to_owned()).or_insert(tool);
-        }
-        ToolRegistry {
-            tools: Arc::new(tools),
-        }
-    }
-}
-
-#[derive(Default)]
-pub struct ToolRegistryBuilder {
-    tools: BTreeMap<String, Arc<dyn Tool>>,
-}
-
-impl ToolRegistryBuilder {
-    /// Add a tool; a key registered twice is an error.
-    pub fn register(mut self, tool: Arc<dyn Tool>) -> Result<Self> {
-        let key = tool.key().to_owned();
-        if self.tools.contains_key(&key) {
-            return Err(Error::validation(format!(
-                "tool `{key}` is registered twice"
-            )));
-        }
-        self.tools.insert(key, tool);
-        Ok(self)
-    }
-
-    /// Add the built-in tools.
-    pub fn with_builtins(self) -> Result<Self> {
-        builtin::all()
-            .into_iter()
-            .try_fold(self, |builder, tool| builder.register(tool))
-    }
-
-    pub fn build(self) -> ToolRegistry {
-        ToolRegistry {
-            tools: Arc::new(self.tools),
-        }
-    }
+/// The platform a step runs in (see [`ToolContext::platform`]).
+pub fn platform(ctx: &ToolContext) -> Result<&crate::Domain, ToolError> {
+    ctx.platform
+        .downcast_ref::<crate::Domain>()
+        .ok_or_else(|| ToolError::fatal("the step runs outside the platform"))
 }

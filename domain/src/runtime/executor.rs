@@ -44,18 +44,26 @@ use uuid::Uuid;
 
 use crate::{
     Domain, Error, Result,
-    audit::sha256_hex,
-    capabilities, intent,
-    json_schema::{self, Mode},
-    plans::{self, FALLBACK_INTENT, StepDef},
-    redact::redact,
-    tasks::{
-        EventKind, Guard, INTENT_REVIEW_STEP, NewEvent, Task, TaskChanges, TaskEvent, TaskStatus,
-        mutate, mutate_with,
+    catalogue::{
+        capabilities,
+        plans::{self, FALLBACK_INTENT, StepDef},
+        tool::{
+            ArtifactDef, Control, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSettings,
+        },
     },
-    template,
-    tools::{
-        ArtifactDef, Control, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSettings, Usage,
+    kernel::{
+        audit::sha256_hex,
+        json_schema::{self, Mode},
+        redact::redact,
+        template,
+    },
+    models::usage::Usage,
+    runtime::{
+        intent,
+        tasks::{
+            EventKind, Guard, INTENT_REVIEW_STEP, NewEvent, Task, TaskChanges, TaskEvent,
+            TaskStatus, mutate, mutate_with,
+        },
     },
 };
 
@@ -894,7 +902,9 @@ impl Executor {
             steps: context["steps"].clone(),
             delegation_token: token.clone(),
             callback_path: format!("/callbacks/tasks/{}", task.id),
-            domain: self.domain.clone(),
+            platform: Arc::new(self.domain.clone()),
+            live: Arc::new(self.domain.tasks.clone()),
+            capabilities: self.domain.capabilities.clone(),
             settings: self.settings.clone(),
         };
         let limit = step
@@ -1443,7 +1453,7 @@ fn step_row(
     error: Option<&str>,
     started: DateTime<Utc>,
     finished: DateTime<Utc>,
-    usage: crate::tools::Usage,
+    usage: crate::models::usage::Usage,
 ) -> task_step::ActiveModel {
     task_step::ActiveModel {
         id: Set(Uuid::now_v7()),

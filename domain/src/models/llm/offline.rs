@@ -90,7 +90,7 @@ mod tests {
     use futures_util::StreamExt;
 
     use super::*;
-    use crate::llm::Message;
+    use crate::models::llm::Message;
 
     fn request(prompt: &str, max_tokens: u32) -> CompletionRequest {
         CompletionRequest {

@@ -44,7 +44,7 @@ use uuid::Uuid;
 
 use crate::{
     Result,
-    tasks::{EventKind, EventSink, TaskEvent, Tasks},
+    runtime::tasks::{EventKind, EventSink, TaskEvent, Tasks},
 };
 
 /// Events buffered per process before a slow subscriber must catch up from
@@ -382,11 +382,17 @@ async fn decode(v: Value, db: &DatabaseConnection) -> Option<TaskEvent> {
     let task_id: TaskId = v["task"].as_str()?.parse().ok()?;
     if v["ref"] == json!(true) {
         let seq = v["seq"].as_i64()?;
-        return crate::tasks::events_after(db, TenantScope::new(tenant), task_id, seq - 1, 1)
-            .await
-            .ok()?
-            .into_iter()
-            .next();
+        return crate::runtime::tasks::events_after(
+            db,
+            TenantScope::new(tenant),
+            task_id,
+            seq - 1,
+            1,
+        )
+        .await
+        .ok()?
+        .into_iter()
+        .next();
     }
     let strings = |k: &str| -> Vec<String> {
         v[k].as_array()
@@ -676,7 +682,7 @@ pub fn task_updates(
     tasks: Tasks,
     bus: Arc<EventBus>,
     scope: TenantScope,
-) -> impl Stream<Item = Result<crate::tasks::Task>> + Send + 'static {
+) -> impl Stream<Item = Result<crate::runtime::tasks::Task>> + Send + 'static {
     let mut live = bus.subscribe();
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {

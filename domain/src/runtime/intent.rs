@@ -25,9 +25,11 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::{
-    llm::{Message, ModelClient},
-    plans::{FALLBACK_INTENT, Plan},
-    tools::Usage,
+    catalogue::plans::{FALLBACK_INTENT, Plan},
+    models::{
+        llm::{Message, ModelClient},
+        usage::Usage,
+    },
 };
 
 pub const HIGH: f64 = 0.95;
@@ -217,7 +219,9 @@ mod tests {
     use chrono::Utc;
     use futures_util::stream;
 
-    use crate::llm::{Chunk, ChunkStream, CompletionRequest, LanguageModel, LlmError, LlmSettings};
+    use crate::models::llm::{
+        Chunk, ChunkStream, CompletionRequest, LanguageModel, LlmError, LlmSettings,
+    };
 
     use super::*;
 

@@ -41,7 +41,7 @@ fn type_matches(ty: &str, value: &Value) -> bool {
 fn check(schema: &Value, value: &Value, mode: Mode, path: &str) -> Result<(), String> {
     if mode == Mode::Plan
         && let Value::String(s) = value
-        && crate::template::is_template(s)
+        && crate::kernel::template::is_template(s)
     {
         return Ok(());
     }

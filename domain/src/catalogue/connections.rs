@@ -17,10 +17,12 @@ use serde_json::{Value, json};
 
 use crate::{
     Error, Principal, Result,
-    audit::{self, AuditEntry},
-    crypto::{Keyring, Sealed, SecretJson},
-    page::{self, Page, PageRequest},
-    redact::{is_pii_key, redact},
+    kernel::{
+        audit::{self, AuditEntry},
+        crypto::{Keyring, Sealed, SecretJson},
+        page::{self, Page, PageRequest},
+        redact::{is_pii_key, redact},
+    },
 };
 
 /// A connection as the API shows it: everything but the secret.
@@ -390,38 +392,6 @@ impl Connections {
         let value = serde_json::from_slice(&plaintext)
             .map_err(|_| Error::internal("a decrypted secret is not JSON"))?;
         Ok(Some(SecretJson::new(value)))
-    }
-}
-
-impl crate::Domain {
-    /// Re-seal, in every tenant, the connection secrets that an old key
-    /// sealed (after a key rotation); returns how many. Needs an audited
-    /// platform scope, since it touches every tenant.
-    pub async fn reencrypt_connections(&self, scope: &crate::PlatformScope) -> Result<u64> {
-        let mut total = 0;
-        let mut after = None;
-        loop {
-            let page = self
-                .tenants
-                .list(
-                    scope,
-                    PageRequest {
-                        first: Some(page::MAX_PAGE_SIZE),
-                        after,
-                    },
-                )
-                .await?;
-            for tenant in &page.items {
-                total += self
-                    .connections
-                    .reencrypt(TenantScope::new(tenant.id))
-                    .await?;
-            }
-            match page.items.last() {
-                Some(last) if page.has_next_page => after = Some(last.id.uuid()),
-                _ => return Ok(total),
-            }
-        }
     }
 }
 

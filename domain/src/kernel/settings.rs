@@ -10,7 +10,7 @@ use chrono::Utc;
 use rand::RngCore;
 use sea_orm::{ActiveModelTrait, ActiveValue::Set, DatabaseConnection, EntityTrait};
 
-use crate::{Error, Result, crypto::EncryptionKey};
+use crate::{Error, Result, kernel::crypto::EncryptionKey};
 
 const DEV_JWT_SECRET: &str = "dev_jwt_secret";
 const DEV_CONNECTION_KEY: &str = "dev_connection_encryption_key";

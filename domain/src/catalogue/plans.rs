@@ -9,7 +9,7 @@
 //! plans at startup.
 //!
 //! A tenant's tasks run its own plans and the plans of the capabilities it
-//! subscribes to ([`Plans::available`]; see [`crate::capabilities`]).
+//! subscribes to ([`Plans::available`]; see [`crate::catalogue::capabilities`]).
 
 use std::{collections::HashSet, sync::Arc};
 
@@ -24,11 +24,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{
-    Error, Principal, Result, capabilities,
-    json_schema::{self, Mode},
-    page::{self, Page, PageRequest},
-    template,
-    tools::{Tool, ToolRegistry},
+    Error, Principal, Result,
+    catalogue::{
+        capabilities,
+        tool::{Tool, ToolRegistry},
+    },
+    kernel::{
+        json_schema::{self, Mode},
+        page::{self, Page, PageRequest},
+        template,
+    },
 };
 
 /// The intent every tenant has: work nothing else claims.
@@ -587,6 +592,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::tools::WithBuiltins;
 
     fn step(id: &str, tool: &str, args: Value) -> StepDef {
         serde_json::from_value(json!({"id": id, "tool": tool, "args": args})).unwrap()

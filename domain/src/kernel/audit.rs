@@ -16,8 +16,10 @@ use sha2::{Digest, Sha256};
 
 use crate::{
     Principal, Result,
-    page::{self, Page, PageRequest},
-    redact::redact,
+    kernel::{
+        page::{self, Page, PageRequest},
+        redact::redact,
+    },
 };
 
 /// Proof that a platform admin opened a cross-tenant operation and that it

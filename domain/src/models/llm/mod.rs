@@ -47,7 +47,7 @@ use rand::Rng;
 use serde::Deserialize;
 use tokio::time::Instant;
 
-use crate::tools::{ToolError, Usage};
+use crate::models::usage::Usage;
 pub use breaker::{Breaker, BreakerConfig, BreakerState};
 pub use budget::Budgets;
 
@@ -229,15 +229,6 @@ impl LlmError {
 
     pub fn retryable(&self) -> bool {
         self.kind.retryable()
-    }
-}
-
-impl From<LlmError> for ToolError {
-    fn from(e: LlmError) -> Self {
-        ToolError {
-            retryable: e.retryable(),
-            message: e.to_string(),
-        }
     }
 }
 
@@ -805,7 +796,6 @@ mod tests {
             .unwrap_err();
         assert_eq!(model.calls.load(Ordering::SeqCst), 1);
         assert!(!err.retryable());
-        assert!(!ToolError::from(err).retryable);
     }
 
     fn client_rejecting() -> (ModelClient, Arc<Flaky>) {

@@ -27,7 +27,7 @@ use serde_json::Value as Json;
 
 use crate::{
     Error, Result,
-    page::{self, Page, PageRequest},
+    kernel::page::{self, Page, PageRequest},
 };
 
 /// Deepest neighbourhood a query may ask for.

@@ -18,7 +18,7 @@
 //! [`Capabilities::expire_trials`] (run by the executor's reaper) stores it.
 //!
 //! **How capability plans reach a tenant's tasks** (see
-//! [`crate::plans::Plans::available`]): a tenant's tasks may run its own
+//! [`crate::catalogue::plans::Plans::available`]): a tenant's tasks may run its own
 //! plans and the current plans of the capabilities it subscribes to (ACTIVE,
 //! or TRIAL before its end). Intent detection considers only those, plus
 //! the fallback `general_instruction`. `startTask(planKey:)` looks for the
@@ -52,11 +52,15 @@ use serde_json::{Value, json};
 
 use crate::{
     Error, PlatformScope, Principal, Result,
-    audit::{self, AuditEntry},
-    crypto::{Keyring, Sealed},
-    page::{self, Page, PageRequest},
-    plans::{self, Plan, PlanDef},
-    tools::{Tool, ToolRegistry},
+    catalogue::{
+        plans::{self, Plan, PlanDef},
+        tool::{Tool, ToolRegistry},
+    },
+    kernel::{
+        audit::{self, AuditEntry},
+        crypto::{Keyring, Sealed},
+        page::{self, Page, PageRequest},
+    },
 };
 use catalogue::catalogue_row;
 pub(crate) use catalogue::{
@@ -968,6 +972,7 @@ fn plan_of(row: capability_plan::Model, capability_key: &str) -> Result<Plan> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::WithBuiltins;
 
     #[test]
     fn a_trial_past_its_end_counts_as_expired() {

@@ -234,7 +234,7 @@ pub(crate) fn parse_chunk(data: &str) -> Result<Vec<Chunk>, LlmError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::Message;
+    use crate::models::llm::Message;
 
     #[test]
     fn the_request_asks_for_a_stream_with_usage() {

@@ -1,4 +1,4 @@
-//! Catalogue reads for the planner (`crate::plans`) and the executor: which
+//! Catalogue reads for the planner (`crate::catalogue::plans`) and the executor: which
 //! plans, intents and partner tools a tenant may use at a given instant,
 //! and the monthly task quota of a capability.
 
@@ -21,7 +21,10 @@ use super::{
     Limits, PARTNER_PREFIX, PartnerToolDef, SubscriptionStatus, effective_status, is_on, partner,
     plan_of,
 };
-use crate::{Error, Result, plans::Plan, tools::Tool};
+use crate::{
+    Error, Result,
+    catalogue::{plans::Plan, tool::Tool},
+};
 
 pub(super) async fn catalogue_row<C: ConnectionTrait>(
     db: &C,

@@ -1,7 +1,7 @@
 //! Partner HTTP tools: endpoints a capability registers, called by the
 //! executor like any other tool.
 //!
-//! **Resolution.** The [`ToolRegistry`](crate::tools::ToolRegistry) is built
+//! **Resolution.** The [`ToolRegistry`](crate::catalogue::tool::ToolRegistry) is built
 //! once at startup and knows only built-in (and embedded) tools. Keys that
 //! start with `partner.` fall back to the catalogue: the integrity check and
 //! the executor look them up (with [`super::partner_tools`]) when a plan is
@@ -39,8 +39,8 @@ use sha2::Sha256;
 
 use super::PartnerToolDef;
 use crate::{
-    json_schema::{self, Mode},
-    tools::{Tool, ToolContext, ToolError, ToolOutput},
+    catalogue::tool::{Tool, ToolContext, ToolError, ToolOutput},
+    kernel::json_schema::{self, Mode},
 };
 
 pub const TIMESTAMP_HEADER: &str = "X-Brainstem-Timestamp";
@@ -113,7 +113,6 @@ impl Tool for PartnerTool {
             )));
         };
         let secret = ctx
-            .domain
             .capabilities
             .signing_secret(*capability)
             .await

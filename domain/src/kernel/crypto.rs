@@ -6,7 +6,7 @@
 //! stored with the id of its key (the first 16 hex digits of the key's
 //! SHA-256), so keys can be rotated without a flag day: add the new key as
 //! current, keep the old one in the old list until every secret has been
-//! re-encrypted (see [`crate::connections::Connections::reencrypt`]).
+//! re-encrypted (see [`crate::catalogue::connections::Connections::reencrypt`]).
 //!
 //! The ciphertext is bound to where it is stored (associated data: tenant
 //! and row id), so copying one row's ciphertext into another row, or another
@@ -22,7 +22,7 @@ use base64::{Engine, engine::general_purpose::STANDARD};
 use rand::RngCore;
 use serde_json::Value;
 
-use crate::{Error, Result, audit::sha256_hex};
+use crate::{Error, Result, kernel::audit::sha256_hex};
 
 const NONCE_LEN: usize = 12;
 

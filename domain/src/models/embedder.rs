@@ -174,7 +174,7 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
 
 /// An OpenAI-compatible `/embeddings` endpoint, over `http://` (a server
 /// beside the platform: Ollama, vLLM, llama.cpp, TEI) or `https://` (TLS by
-/// rustls, as for every outgoing call: see [`crate::http_client`]).
+/// rustls, as for every outgoing call: see [`crate::kernel::http_client`]).
 pub struct OpenAiEmbedder {
     client: reqwest::Client,
     url: String,
@@ -200,7 +200,7 @@ impl OpenAiEmbedder {
         if model.trim().is_empty() {
             return Err(Error::validation("embedding_model must not be empty"));
         }
-        crate::http_client::install_tls_provider();
+        crate::kernel::http_client::install_tls_provider();
         let client = reqwest::Client::builder()
             .timeout(timeout)
             .build()

@@ -17,9 +17,11 @@ use serde_json::json;
 
 use crate::{
     Error, Principal, Result,
-    audit::{self, AuditEntry, sha256_hex},
-    page::{self, Page, PageRequest},
-    rate_limit::Rate,
+    kernel::{
+        audit::{self, AuditEntry, sha256_hex},
+        page::{self, Page, PageRequest},
+        rate_limit::Rate,
+    },
 };
 
 /// Every secret starts with this, so credentials are recognisable in logs

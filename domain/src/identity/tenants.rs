@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use crate::{
     Error, PlatformScope, Result,
-    page::{self, Page, PageRequest},
+    kernel::page::{self, Page, PageRequest},
 };
 
 /// A tenant's URL-safe name: 2–63 characters of `a-z`, `0-9` and `-`,

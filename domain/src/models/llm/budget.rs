@@ -17,12 +17,14 @@
 //! LLM intent detection is not gated (its answer is capped at 100 tokens and
 //! the rules stand in) but its usage counts toward the task.
 
-use brainstem_entity::{TaskId, TenantOwned, TenantScope, task_step};
+use std::future::Future;
+
+use brainstem_entity::{TenantOwned, TenantScope, task_step};
 use chrono::{DateTime, Utc};
 use sea_orm::{ColumnTrait, DatabaseConnection, QueryFilter, QuerySelect};
 use serde_json::Value;
 
-use crate::{Domain, Result, tools::Usage};
+use crate::{Result, models::usage::Usage};
 
 /// The configured limits; 0 means none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,19 +64,20 @@ pub fn refusal(what: &str, limit: u64, used: u64, estimate: u64) -> Option<Strin
     ))
 }
 
-/// Check both limits for a call of `estimate` tokens by a step of `task`.
+/// Check both limits for a call of `estimate` tokens by a step of a task
+/// whose usage so far `task_usage` reads (only when a task limit applies).
 /// `Ok(Err(reason))` when a limit refuses it.
 pub async fn check(
-    domain: &Domain,
+    db: &DatabaseConnection,
     budgets: Budgets,
     scope: TenantScope,
-    task: TaskId,
+    task_usage: impl Future<Output = Result<Usage>>,
     step_limit: Option<u64>,
     estimate: u64,
 ) -> Result<std::result::Result<(), String>> {
     let limit = task_limit(budgets.task_tokens, step_limit);
     if limit > 0 {
-        let usage = domain.tasks.get(scope, task).await?.usage;
+        let usage = task_usage.await?;
         if let Some(reason) = refusal("task's token budget", limit, tokens(usage), estimate) {
             return Ok(Err(reason));
         }
@@ -85,7 +88,7 @@ pub async fn check(
             .and_hms_opt(0, 0, 0)
             .map(|t| t.and_utc())
             .unwrap_or_else(Utc::now);
-        let used = tenant_tokens_since(&domain.db, scope, midnight).await?;
+        let used = tenant_tokens_since(db, scope, midnight).await?;
         if let Some(reason) = refusal(
             "tenant's daily token quota",
             budgets.tenant_daily_tokens,

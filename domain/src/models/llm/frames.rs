@@ -126,7 +126,7 @@ mod tests {
     use futures_util::{StreamExt, stream};
 
     use super::*;
-    use crate::llm::{
+    use crate::models::llm::{
         Chunk, ChunkStream, CompletionRequest, LanguageModel, LlmSettings, Message, ModelClient,
     };
 
@@ -175,7 +175,7 @@ mod tests {
         async fn stream(
             &self,
             _request: &CompletionRequest,
-        ) -> Result<ChunkStream, crate::llm::LlmError> {
+        ) -> Result<ChunkStream, crate::models::llm::LlmError> {
             let items = self.0.clone();
             Ok(Box::pin(stream::iter(items).then(
                 |(delay, text)| async move {

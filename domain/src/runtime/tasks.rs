@@ -1,6 +1,6 @@
 //! Tasks: starting them, reading them and their events, and the lifecycle
 //! operations a client can ask for (cancel, retry, resume, reject, complete a
-//! delegation). The executor ([`crate::executor`]) moves them forward.
+//! delegation). The executor ([`crate::runtime::executor`]) moves them forward.
 //!
 //! **Events.** Every change of a task is recorded as a [`TaskEvent`] with a
 //! per-task sequence number, inserted in the same transaction as the change
@@ -33,11 +33,13 @@ use uuid::Uuid;
 
 use crate::{
     Error, Principal, Result,
-    audit::sha256_hex,
-    page::{self, Page, PageRequest},
-    plans::{Plans, StepDef},
-    redact::redact,
-    tools::Usage,
+    catalogue::plans::{Plans, StepDef},
+    kernel::{
+        audit::sha256_hex,
+        page::{self, Page, PageRequest},
+        redact::redact,
+    },
+    models::usage::Usage,
 };
 
 pub const DEFAULT_MAX_STEPS: u32 = 50;
@@ -598,7 +600,7 @@ async fn insert_events<C: ConnectionTrait>(
         .map(TaskEvent::try_from)
         .collect::<Result<Vec<_>>>()?;
     let backend = db.get_database_backend();
-    let mut payloads = crate::events::notification_payloads(backend, &stored);
+    let mut payloads = crate::runtime::events::notification_payloads(backend, &stored);
     if payloads.len() == 1 {
         // One round trip for all: the inserts as data-modifying CTEs (each
         // runs to completion whatever the outer query reads) and the
@@ -618,7 +620,7 @@ async fn insert_events<C: ConnectionTrait>(
         }
         let n = values.len();
         sql.push_str(&format!(" SELECT pg_notify(${}, ${})", n + 1, n + 2));
-        values.push(crate::events::CHANNEL.into());
+        values.push(crate::runtime::events::CHANNEL.into());
         values.extend(payloads.pop().map(Into::into));
         db.execute_raw(Statement::from_sql_and_values(backend, sql, values))
             .await?;
@@ -627,7 +629,7 @@ async fn insert_events<C: ConnectionTrait>(
         for row in rows {
             db.execute_raw(row).await?;
         }
-        crate::events::notify(db, payloads).await?;
+        crate::runtime::events::notify(db, payloads).await?;
     }
     Ok(stored)
 }
@@ -712,6 +714,37 @@ pub struct NewChildTask {
     pub payload: Value,
     pub plan_key: Option<String>,
     pub intent: Option<String>,
+}
+
+/// Token deltas are published on the bus only: the step's final text is
+/// stored as its output.
+impl crate::catalogue::tool::LiveEvents for Tasks {
+    fn token_delta(
+        &self,
+        tenant: TenantId,
+        task: TaskId,
+        step_id: &str,
+        offset: usize,
+        delta: &str,
+    ) {
+        let event = TaskEvent {
+            id: Uuid::now_v7(),
+            tenant,
+            task_id: task,
+            // Live-only events carry the sequence of the last stored event.
+            seq: 0,
+            kind: EventKind::TokenDelta,
+            step_id: Some(step_id.to_owned()),
+            tool: None,
+            status: None,
+            summary: String::new(),
+            error: None,
+            data_keys: Vec::new(),
+            data: json!({"offset": offset, "text": delta}),
+            created_at: Utc::now(),
+        };
+        self.sink.publish(&[event]);
+    }
 }
 
 /// A subject's tasks, from [`Tasks::of_subject`].
@@ -966,7 +999,7 @@ impl Tasks {
             self.plans.check_intent(scope, i, now).await?;
         }
         if let Some(plan) = &plan {
-            crate::capabilities::check_quota(&self.db, scope, plan, now).await?;
+            crate::catalogue::capabilities::check_quota(&self.db, scope, plan, now).await?;
         }
         let id = TaskId::new();
         let given_intent = intent.is_some();

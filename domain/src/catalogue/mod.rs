@@ -1,0 +1,18 @@
+//! The catalogue: what a tenant can run. Plans as data, the platform's
+//! capability catalogue and tenants' subscriptions to it, tenants'
+//! connections to external systems, and the [`tool`] contract with its
+//! registry.
+//!
+//! Invariants:
+//! - A plan is checked against the tools it names before it is stored; a
+//!   partner tool is resolved from the catalogue at check and call time.
+//! - Connection secrets and capability signing secrets are stored sealed
+//!   and leave this area only through `Connections::resolve` and a partner
+//!   call's signature.
+//! - Nothing here knows the runtime: a tool reaches the platform it runs in
+//!   only through its [`tool::ToolContext`].
+
+pub mod capabilities;
+pub mod connections;
+pub mod plans;
+pub mod tool;

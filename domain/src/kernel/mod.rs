@@ -1,0 +1,23 @@
+//! The kernel: what every area needs and that knows no area.
+//!
+//! Invariants:
+//! - Nothing here imports another area of the crate.
+//! - Only [`db`] knows the differences between SQLite and PostgreSQL that
+//!   are not in SQL the two share (connecting, migrations, statement
+//!   counting); areas that write dialect-specific SQL (memory search, the
+//!   executor's claim) ask [`db::Backend`] which one they run on.
+//! - [`audit::PlatformScope`] is the only way to read across tenants, and
+//!   opening one writes an audit row.
+
+pub mod audit;
+pub mod crypto;
+pub mod db;
+pub mod error;
+pub mod http_client;
+pub mod json_schema;
+pub mod page;
+pub mod principal;
+pub mod rate_limit;
+pub mod redact;
+pub mod settings;
+pub mod template;

@@ -1,0 +1,159 @@
+//! [`Domain`]: every service of the platform, built once and shared.
+//!
+//! It sits in the runtime area because it bundles the runtime's services
+//! with those of every area below; the tools above take it from a step's
+//! context (see `tools::platform`).
+
+use std::sync::Arc;
+
+use sea_orm::DatabaseConnection;
+
+use crate::{
+    Error, PlatformScope, Principal, Result, TenantScope,
+    catalogue::{capabilities, connections, plans, tool as tools},
+    identity::{acting, api_keys, tenants},
+    kernel::{
+        audit, crypto, db,
+        page::{self, PageRequest},
+    },
+    memory::{self, graph},
+    runtime::{events, tasks},
+};
+
+/// Every service of the domain, sharing one connection pool. Cheap to clone.
+#[derive(Clone)]
+pub struct Domain {
+    pub db: DatabaseConnection,
+    /// SQL statements sent through `db` since start.
+    pub statements: db::StatementCounter,
+    pub tenants: tenants::Tenants,
+    pub api_keys: api_keys::ApiKeys,
+    pub audit: audit::AuditLog,
+    pub plans: plans::Plans,
+    pub tasks: tasks::Tasks,
+    pub connections: connections::Connections,
+    /// Committed task events, live.
+    pub events: Arc<events::EventBus>,
+    pub graph: graph::Graph,
+    pub memory: memory::Memories,
+    pub capabilities: capabilities::Capabilities,
+}
+
+impl Domain {
+    /// Build every service, with the default memory settings (the offline
+    /// embedder). `registry` holds the tools this process can run; `events`
+    /// receives every committed task event.
+    pub fn new(
+        db: DatabaseConnection,
+        registry: tools::ToolRegistry,
+        events: Arc<events::EventBus>,
+    ) -> Self {
+        let graph = graph::Graph::new(db.clone());
+        let memory = memory::Memories::with_embedder(
+            db.clone(),
+            graph.clone(),
+            memory::MemoryConfig::default(),
+            Arc::new(memory::embedder::HashingEmbedder::new(
+                memory::MemoryConfig::default().embedding_dimension,
+            )),
+        );
+        Self::assemble(db, registry, events, graph, memory)
+    }
+
+    /// With configured memory settings. Call [`Domain::prepare`] before use.
+    pub fn with_memory(
+        db: DatabaseConnection,
+        registry: tools::ToolRegistry,
+        events: Arc<events::EventBus>,
+        config: memory::MemoryConfig,
+    ) -> Result<Self> {
+        let graph = graph::Graph::new(db.clone());
+        let memory = memory::Memories::new(db.clone(), graph.clone(), config)?;
+        Ok(Self::assemble(db, registry, events, graph, memory))
+    }
+
+    fn assemble(
+        db: DatabaseConnection,
+        registry: tools::ToolRegistry,
+        events: Arc<events::EventBus>,
+        graph: graph::Graph,
+        memory: memory::Memories,
+    ) -> Self {
+        let sink: Arc<dyn tasks::EventSink> = events.clone();
+        let mut db = db;
+        let statements = db::StatementCounter::default();
+        statements.attach(&mut db);
+        let plans = plans::Plans::new(db.clone(), registry.clone());
+        Self {
+            tenants: tenants::Tenants::new(db.clone()),
+            api_keys: api_keys::ApiKeys::new(db.clone()),
+            audit: audit::AuditLog::new(db.clone()),
+            tasks: tasks::Tasks::new(db.clone(), plans.clone(), sink),
+            plans,
+            connections: connections::Connections::new(db.clone(), None),
+            events,
+            graph,
+            memory,
+            capabilities: capabilities::Capabilities::new(db.clone(), registry),
+            statements,
+            db,
+        }
+    }
+
+    /// Use `keyring` to seal and open connection secrets (and capabilities'
+    /// signing secrets). Without one, connections without a secret still
+    /// work and any secret is refused.
+    pub fn with_connection_keys(mut self, keyring: crypto::Keyring) -> Self {
+        let keyring = Arc::new(keyring);
+        self.connections = connections::Connections::new(self.db.clone(), Some(keyring.clone()));
+        self.capabilities = self.capabilities.with_keyring(keyring);
+        self
+    }
+
+    /// Startup work the services need after migrations (the vector table of
+    /// the configured dimension).
+    pub async fn prepare(&self) -> Result<()> {
+        self.memory.prepare().await
+    }
+
+    /// Whether the database answers; used by `/readyz`.
+    pub async fn ping(&self) -> Result<()> {
+        self.db.ping().await.map_err(Error::from)
+    }
+
+    /// The principal that `principal` becomes inside the tenant named by
+    /// `claim` (see [`acting::act_in_tenant`]).
+    pub async fn act_in_tenant(&self, principal: &Principal, claim: &str) -> Result<Principal> {
+        acting::act_in_tenant(&self.tenants, &self.audit, principal, claim).await
+    }
+
+    /// Re-seal, in every tenant, the connection secrets that an old key
+    /// sealed (after a key rotation); returns how many. Needs an audited
+    /// platform scope, since it touches every tenant.
+    pub async fn reencrypt_connections(&self, scope: &PlatformScope) -> Result<u64> {
+        let mut total = 0;
+        let mut after = None;
+        loop {
+            let page = self
+                .tenants
+                .list(
+                    scope,
+                    PageRequest {
+                        first: Some(page::MAX_PAGE_SIZE),
+                        after,
+                    },
+                )
+                .await?;
+            for tenant in &page.items {
+                total += self
+                    .connections
+                    .reencrypt(TenantScope::new(tenant.id))
+                    .await?;
+            }
+            match page.items.last() {
+                Some(last) if page.has_next_page => after = Some(last.id.uuid()),
+                _ => return Ok(total),
+            }
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! The runtime: durable task execution. The task record and its event log
+//! ([`tasks`]), the event bus and resumable streams ([`events`]), intent
+//! detection ([`intent`]), the [`executor`], and [`domain::Domain`], which
+//! bundles every service.
+//!
+//! Invariants:
+//! - Every change of a task is written together with its events in one
+//!   transaction (see [`executor`]).
+//! - The runtime runs tools only through the `Tool` trait: it never imports
+//!   a tool implementation.
+
+pub mod domain;
+pub mod events;
+pub mod executor;
+pub mod intent;
+pub mod tasks;
