@@ -1,0 +1,706 @@
+//! The executor: one shared engine that moves tasks forward, durably.
+//!
+//! **Who runs tasks.** Any number of workers, in any number of processes
+//! (`brainstem serve` runs some beside the API, `brainstem worker` runs only
+//! workers), share one database. A worker *claims* a runnable task (status
+//! `PENDING`, no lease, `run_after` passed) by setting a lease on it —
+//! `FOR UPDATE SKIP LOCKED` on PostgreSQL, SQLite's single writer elsewhere —
+//! and then *drives* it: planning, then one step after another. While it
+//! drives, a heartbeat extends the lease; every write is guarded by the lease
+//! owner, so a worker that lost its lease can never commit. The reaper
+//! returns tasks whose lease expired (a crashed or frozen worker) to the
+//! queue with an event; they resume at the first step not settled.
+//!
+//! **Check-execute-commit.** For each step: check (skip settled steps,
+//! honour cancellation, the step cap, conditions and review gates), run the
+//! tool with no transaction open, then commit the step's attempt, its events,
+//! state, outputs, injected steps and artifacts in one short transaction.
+//! The tool gets the idempotency key `<task id>:<step id>`, the same on every
+//! attempt, so a step repeated after a crash does not repeat its effect.
+//!
+//! **What wakes workers.** A task becoming runnable in this process
+//! (`Tasks::wake_signal`), or the poll interval for work from elsewhere.
+//!
+//! [`Executor::run_once`] is the step function: tests call it directly.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
+
+use brainstem_entity::{
+    PlanId, TaskId, TenantId, TenantScope, delegation, review, task, task_step,
+};
+use chrono::{DateTime, Utc};
+use rand::{Rng, RngCore};
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ConnectionTrait, DatabaseTransaction, DbBackend,
+    EntityTrait, QueryTrait, Statement, TransactionTrait, sea_query::Expr,
+};
+use serde_json::{Map, Value, json};
+use tokio::{sync::watch, task::JoinHandle};
+use uuid::Uuid;
+
+use crate::{
+    Domain, Error, Result,
+    catalogue::{
+        capabilities,
+        plans::{self, FALLBACK_INTENT, StepDef},
+        tool::{
+            ArtifactDef, Control, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSettings,
+        },
+    },
+    kernel::{
+        audit::sha256_hex,
+        json_schema::{self, Mode},
+        redact::redact,
+        template,
+    },
+    models::usage::Usage,
+    runtime::{
+        intent,
+        tasks::{
+            EventKind, Guard, INTENT_REVIEW_STEP, NewEvent, Task, TaskChanges, TaskEvent,
+            TaskStatus, mutate, mutate_with,
+        },
+    },
+};
+
+mod planning;
+mod step;
+
+use step::{fold_next, next_after};
+
+/// How workers behave.
+#[derive(Clone, Debug)]
+pub struct ExecutorConfig {
+    /// Identifies this process's workers in leases.
+    pub worker_id: String,
+    /// Workers in this process (0: none; tests drive `run_once`).
+    pub workers: usize,
+    /// How long a claim lasts without a heartbeat.
+    pub lease: Duration,
+    /// How often an idle worker looks for work from other processes.
+    pub poll: Duration,
+    /// How often expired leases are reaped.
+    pub reap_every: Duration,
+    /// How intents are detected when a task names none.
+    pub intent_detector: intent::Detector,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        Self {
+            worker_id: format!("worker-{}", Uuid::now_v7().simple()),
+            workers: 4,
+            lease: Duration::from_secs(30),
+            poll: Duration::from_millis(500),
+            reap_every: Duration::from_secs(5),
+            intent_detector: intent::Detector::Rules,
+        }
+    }
+}
+
+/// What to do after one unit of work on a task.
+enum Next {
+    Continue(Box<Task>),
+    Stop,
+}
+
+/// Rows written beside a task change in one commit.
+#[derive(Default)]
+struct Extra {
+    step: Option<task_step::ActiveModel>,
+    review: Option<review::ActiveModel>,
+    delegation: Option<delegation::ActiveModel>,
+    artifacts: Vec<ArtifactDef>,
+    artifact_step: Option<(String, String)>,
+}
+
+#[derive(Clone)]
+pub struct Executor {
+    domain: Domain,
+    registry: ToolRegistry,
+    settings: Arc<ToolSettings>,
+    config: ExecutorConfig,
+    stopping: watch::Receiver<bool>,
+    /// Tenant slugs (never change once created), so driving a task does
+    /// not read its tenant again.
+    slugs: Arc<Memo<TenantId, String>>,
+    /// Tenants' own plan versions by id (a version never changes once
+    /// published), so planning a task that named its plan reads nothing.
+    /// Capability plans are not kept: they need the subscription checked.
+    own_plans: Arc<Memo<(TenantId, PlanId), plans::Plan>>,
+}
+
+/// Values that never change once written, by key, kept in memory; the map
+/// starts over when it holds [`Memo::LIMIT`] entries.
+struct Memo<K, V>(std::sync::Mutex<HashMap<K, V>>);
+
+impl<K, V> Default for Memo<K, V> {
+    fn default() -> Self {
+        Self(std::sync::Mutex::new(HashMap::new()))
+    }
+}
+
+impl<K: std::hash::Hash + Eq, V: Clone> Memo<K, V> {
+    const LIMIT: usize = 10_000;
+
+    fn get(&self, key: &K) -> Option<V> {
+        self.0.lock().ok().and_then(|m| m.get(key).cloned())
+    }
+
+    fn put(&self, key: K, value: V) {
+        if let Ok(mut m) = self.0.lock() {
+            if m.len() >= Self::LIMIT {
+                m.clear();
+            }
+            m.insert(key, value);
+        }
+    }
+}
+
+impl Executor {
+    pub fn new(
+        domain: Domain,
+        settings: ToolSettings,
+        config: ExecutorConfig,
+        stopping: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            registry: domain.plans.registry().clone(),
+            domain,
+            settings: Arc::new(settings),
+            config,
+            stopping,
+            slugs: Arc::default(),
+            own_plans: Arc::default(),
+        }
+    }
+
+    /// [`plans::Plans::for_task_in`], from the cache for the tenant's own
+    /// plans.
+    async fn plan_for_task<C: ConnectionTrait>(
+        &self,
+        db: &C,
+        scope: TenantScope,
+        id: PlanId,
+        now: DateTime<Utc>,
+    ) -> Result<plans::Plan> {
+        let key = (scope.tenant_id(), id);
+        if let Some(plan) = self.own_plans.get(&key) {
+            return Ok(plan);
+        }
+        let plan = plans::Plans::for_task_in(db, scope, id, now).await?;
+        if plan.capability.is_none() {
+            self.own_plans.put(key, plan.clone());
+        }
+        Ok(plan)
+    }
+
+    async fn tenant_slug(&self, scope: TenantScope) -> Result<String> {
+        let tenant = scope.tenant_id();
+        if let Some(slug) = self.slugs.get(&tenant) {
+            return Ok(slug);
+        }
+        let slug = self.domain.tenants.get(scope).await?.slug;
+        self.slugs.put(tenant, slug.clone());
+        Ok(slug)
+    }
+
+    pub fn config(&self) -> &ExecutorConfig {
+        &self.config
+    }
+
+    fn is_stopping(&self) -> bool {
+        *self.stopping.borrow()
+    }
+
+    fn lease_until(&self) -> DateTime<Utc> {
+        Utc::now() + chrono::Duration::from_std(self.config.lease).unwrap_or_default()
+    }
+
+    /// Claim one runnable task and drive it until it finishes, pauses or
+    /// backs off. Returns the task, or `None` when nothing was runnable.
+    pub async fn run_once(&self) -> Result<Option<TaskId>> {
+        let txn = self.domain.db.begin().await?;
+        let Some(task) = self.claim_in(&txn, Utc::now()).await? else {
+            txn.commit().await?;
+            return Ok(None);
+        };
+        // A task that named its plan is planned in the claim's own
+        // transaction (one commit fewer), reading through it: planning then
+        // reads only that plan, and no second pooled connection is needed
+        // while this one is held. Otherwise the claim commits first.
+        let held = if task.plan_key.is_none()
+            && !task.cancel_requested
+            && task.intent.is_some()
+            && task.plan_id.is_some()
+        {
+            Some(txn)
+        } else {
+            txn.commit().await?;
+            None
+        };
+        let id = task.id;
+        self.drive(task, held).await?;
+        Ok(Some(id))
+    }
+
+    /// Run until no task is runnable; returns how many were driven.
+    pub async fn run_until_idle(&self) -> Result<usize> {
+        let mut n = 0;
+        while self.run_once().await?.is_some() {
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Claim the oldest runnable task of any tenant.
+    pub async fn claim(&self, now: DateTime<Utc>) -> Result<Option<Task>> {
+        self.claim_in(&self.domain.db, now).await
+    }
+
+    async fn claim_in<C: ConnectionTrait>(
+        &self,
+        db: &C,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Task>> {
+        let backend = db.get_database_backend();
+        let sql = match backend {
+            DbBackend::Postgres => {
+                "UPDATE tasks SET lease_owner = $1, lease_expires_at = $2, updated_at = $3 \
+                 WHERE id = (SELECT id FROM tasks WHERE status = 'PENDING' AND lease_owner IS NULL \
+                 AND run_after <= $3 ORDER BY run_after, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+                 RETURNING *"
+            }
+            // SQLite has one writer at a time: the UPDATE itself is the claim.
+            _ => {
+                "UPDATE tasks SET lease_owner = ?1, lease_expires_at = ?2, updated_at = ?3 \
+                 WHERE id = (SELECT id FROM tasks WHERE status = 'PENDING' AND lease_owner IS NULL \
+                 AND run_after <= ?3 ORDER BY run_after, id LIMIT 1) \
+                 RETURNING *"
+            }
+        };
+        let statement = Statement::from_sql_and_values(
+            backend,
+            sql,
+            [
+                self.config.worker_id.clone().into(),
+                self.lease_until().into(),
+                now.into(),
+            ],
+        );
+        // unscoped: the shared work queue; the claimed task's tenant scopes
+        // everything done with it afterwards.
+        let row = task::Entity::find().from_raw_sql(statement).one(db).await?;
+        row.map(Task::try_from).transpose()
+    }
+
+    /// Return tasks whose lease expired before `now` to the queue.
+    pub async fn reap_expired(&self, now: DateTime<Utc>) -> Result<usize> {
+        let db = &self.domain.db;
+        let backend = db.get_database_backend();
+        let sql = match backend {
+            DbBackend::Postgres => {
+                "SELECT id, tenant_id, lease_owner FROM tasks WHERE lease_expires_at < $1"
+            }
+            _ => "SELECT id, tenant_id, lease_owner FROM tasks WHERE lease_expires_at < ?1",
+        };
+        // unscoped: the reaper looks at every tenant's expired leases.
+        let rows = db
+            .query_all_raw(Statement::from_sql_and_values(backend, sql, [now.into()]))
+            .await?;
+        let mut reaped = 0;
+        for row in rows {
+            let id: Uuid = row.try_get("", "id")?;
+            let tenant: Uuid = row.try_get("", "tenant_id")?;
+            let owner: Option<String> = row.try_get("", "lease_owner")?;
+            let Some(owner) = owner else { continue };
+            let scope = TenantScope::new(tenant.into());
+            let txn = db.begin().await?;
+            let done = mutate(
+                &txn,
+                scope,
+                id.into(),
+                &Guard::Expired(owner.clone(), now),
+                TaskChanges {
+                    status: Some(TaskStatus::Pending),
+                    lease: Some(None),
+                    ..TaskChanges::default()
+                },
+                vec![
+                    NewEvent::status(TaskStatus::Pending, "lease expired; back in the queue")
+                        .data(json!({"reason": "lease_expired", "worker": owner})),
+                ],
+            )
+            .await?;
+            txn.commit().await?;
+            if let Some((_, events)) = done {
+                tracing::warn!(task = %id, worker = %owner, "reaped an expired lease");
+                self.domain.tasks.sink().publish(&events);
+                reaped += 1;
+            }
+        }
+        if reaped > 0 {
+            self.domain.tasks.wake_signal().notify_waiters();
+        }
+        Ok(reaped)
+    }
+
+    /// Start the worker pool and the reaper; they stop when `stopping`
+    /// turns true, after committing the step in hand.
+    pub fn spawn(self) -> Vec<JoinHandle<()>> {
+        let mut handles = Vec::new();
+        for n in 0..self.config.workers {
+            let worker = self.clone();
+            handles.push(tokio::spawn(async move { worker.work(n).await }));
+        }
+        if self.config.workers > 0 {
+            let reaper = self.clone();
+            handles.push(tokio::spawn(async move { reaper.reap_loop().await }));
+        }
+        handles
+    }
+
+    async fn work(self, n: usize) {
+        let wake = self.domain.tasks.wake_signal();
+        let mut stopping = self.stopping.clone();
+        tracing::debug!(worker = %self.config.worker_id, n, "worker started");
+        while !self.is_stopping() {
+            let notified = wake.notified();
+            match self.run_once().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => {}
+                Err(err) => tracing::error!(%err, "worker error"),
+            }
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep(self.config.poll) => {}
+                _ = stopping.changed() => {}
+            }
+        }
+    }
+
+    async fn reap_loop(self) {
+        let mut stopping = self.stopping.clone();
+        while !self.is_stopping() {
+            if let Err(err) = self.reap_expired(Utc::now()).await {
+                tracing::error!(%err, "reaper error");
+            }
+            // The same housekeeping beat stores the end of ended trials.
+            if let Err(err) = self.domain.capabilities.expire_trials(Utc::now()).await {
+                tracing::error!(%err, "trial expiry error");
+            }
+            tokio::select! {
+                () = tokio::time::sleep(self.config.reap_every) => {}
+                _ = stopping.changed() => {}
+            }
+        }
+    }
+
+    /// Drive a claimed task until it stops.
+    /// `held`: the claim's transaction, still open, for planning to commit
+    /// in.
+    async fn drive(&self, task: Task, held: Option<DatabaseTransaction>) -> Result<()> {
+        let heartbeat = self.heartbeat(task.scope(), task.id);
+        let result = self.drive_leased(task, held).await;
+        heartbeat.abort();
+        result
+    }
+
+    async fn drive_leased(&self, mut task: Task, held: Option<DatabaseTransaction>) -> Result<()> {
+        if let Some(txn) = held {
+            match self.plan(task, Some(txn)).await? {
+                Next::Continue(next) => task = *next,
+                Next::Stop => return Ok(()),
+            }
+        }
+        // Read only now: while the claim's transaction was held, another
+        // pooled connection was not to be asked for.
+        let slug = self.tenant_slug(task.scope()).await?;
+        loop {
+            if task.cancel_requested {
+                return self.cancel(&task).await.map(|_| ());
+            }
+            if self.is_stopping() {
+                return self.release(&task).await;
+            }
+            match self.advance(task, &slug).await? {
+                Next::Continue(next) => task = *next,
+                Next::Stop => return Ok(()),
+            }
+        }
+    }
+
+    fn heartbeat(&self, scope: TenantScope, id: TaskId) -> JoinHandle<()> {
+        let db = self.domain.db.clone();
+        let owner = self.config.worker_id.clone();
+        let lease = self.config.lease;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(lease / 3).await;
+                let until = Utc::now() + chrono::Duration::from_std(lease).unwrap_or_default();
+                use brainstem_entity::TenantOwned;
+                use sea_orm::{ColumnTrait, QueryFilter};
+                let extended = task::Entity::update_many_in(scope)
+                    .col_expr(task::Column::LeaseExpiresAt, Expr::value(until))
+                    .filter(task::Column::Id.eq(id.uuid()))
+                    .filter(task::Column::LeaseOwner.eq(owner.as_str()))
+                    .exec(&db)
+                    .await;
+                match extended {
+                    Ok(r) if r.rows_affected == 1 => {}
+                    Ok(_) => return, // the lease is gone; the driver will notice
+                    Err(err) => tracing::warn!(%err, task = %id, "heartbeat failed"),
+                }
+            }
+        })
+    }
+
+    /// Commit a change under our lease, with the rows that go with it.
+    async fn commit(
+        &self,
+        task: &Task,
+        changes: TaskChanges,
+        events: Vec<NewEvent>,
+        extra: Extra,
+    ) -> Result<Option<Task>> {
+        self.commit_in(None, task, changes, events, extra).await
+    }
+
+    /// [`Self::commit`], in `held` when given (a transaction already open).
+    async fn commit_in(
+        &self,
+        held: Option<DatabaseTransaction>,
+        task: &Task,
+        changes: TaskChanges,
+        events: Vec<NewEvent>,
+        extra: Extra,
+    ) -> Result<Option<Task>> {
+        let txn = match held {
+            Some(txn) => txn,
+            None => self.domain.db.begin().await?,
+        };
+        let guard = Guard::Lease(self.config.worker_id.clone());
+        // The step's attempt row rides with the events (one round trip on
+        // PostgreSQL).
+        let rows = extra
+            .step
+            .map(|step| task_step::Entity::insert(step).build(txn.get_database_backend()))
+            .into_iter()
+            .collect();
+        let Some((updated, stored)) =
+            mutate_with(&txn, task.scope(), task.id, &guard, changes, events, rows).await?
+        else {
+            tracing::warn!(task = %task.id, "lost the lease; leaving the task to its new owner");
+            return Ok(None);
+        };
+        if let Some(review) = extra.review {
+            review.insert(&txn).await?;
+        }
+        if let Some(delegation) = extra.delegation {
+            delegation.insert(&txn).await?;
+        }
+        if let Some((step_id, tool)) = extra.artifact_step {
+            for a in extra.artifacts {
+                brainstem_entity::artifact::ActiveModel {
+                    id: Set(Uuid::now_v7()),
+                    tenant_id: Set(task.tenant.uuid()),
+                    task_id: Set(task.id.uuid()),
+                    step_id: Set(step_id.clone()),
+                    tool: Set(tool.clone()),
+                    kind: Set(a.kind),
+                    role: Set(a.role),
+                    reference: Set(a.reference),
+                    metadata: Set(redact(&a.metadata)),
+                    created_at: Set(Utc::now()),
+                }
+                .insert(&txn)
+                .await?;
+            }
+        }
+        txn.commit().await?;
+        self.publish(&stored);
+        Ok(Some(updated))
+    }
+
+    fn publish(&self, events: &[TaskEvent]) {
+        self.domain.tasks.sink().publish(events);
+    }
+
+    async fn release(&self, task: &Task) -> Result<()> {
+        self.commit(
+            task,
+            TaskChanges {
+                status: Some(TaskStatus::Pending),
+                lease: Some(None),
+                current_step_id: Some(None),
+                ..TaskChanges::default()
+            },
+            vec![NewEvent::status(
+                TaskStatus::Pending,
+                "worker stopping; back in the queue",
+            )],
+            Extra::default(),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn cancel(&self, task: &Task) -> Result<Option<Task>> {
+        self.commit(
+            task,
+            TaskChanges {
+                status: Some(TaskStatus::Cancelled),
+                lease: Some(None),
+                completed_at: Some(Utc::now()),
+                current_step_id: Some(None),
+                error: Some(Some("cancelled".into())),
+                ..TaskChanges::default()
+            },
+            vec![NewEvent::status(
+                TaskStatus::Cancelled,
+                "cancelled before the next step",
+            )],
+            Extra::default(),
+        )
+        .await
+    }
+
+    async fn fail(&self, task: &Task, message: String, step: Option<&StepDef>) -> Result<Next> {
+        self.settle(None, task, failure(message, step)).await
+    }
+
+    /// Commit a decision (in `held` when given) and say what comes next.
+    async fn settle(
+        &self,
+        held: Option<DatabaseTransaction>,
+        task: &Task,
+        decision: Decision,
+    ) -> Result<Next> {
+        let updated = self
+            .commit_in(
+                held,
+                task,
+                decision.changes,
+                decision.events,
+                decision.extra,
+            )
+            .await?;
+        Ok(next_after(decision.stop, updated))
+    }
+
+    /// One unit of work: plan, run the next step, or finish.
+    async fn advance(&self, task: Task, slug: &str) -> Result<Next> {
+        if task.plan_key.is_none() {
+            return self.plan(task, None).await;
+        }
+        let next = task
+            .frozen_plan
+            .iter()
+            .enumerate()
+            .find(|(_, s)| !task.settled_step_ids.contains(&s.id))
+            .map(|(i, s)| (i, s.clone()));
+        match next {
+            None => {
+                self.commit(
+                    &task,
+                    TaskChanges {
+                        status: Some(TaskStatus::Completed),
+                        lease: Some(None),
+                        completed_at: Some(Utc::now()),
+                        current_step_id: Some(None),
+                        ..TaskChanges::default()
+                    },
+                    vec![NewEvent::status(TaskStatus::Completed, "all steps settled")],
+                    Extra::default(),
+                )
+                .await?;
+                Ok(Next::Stop)
+            }
+            Some((index, _)) if index >= task.max_steps as usize => {
+                let message = format!(
+                    "Max execution steps exceeded (max_steps = {}). Possible infinite loop in dynamic step injection.",
+                    task.max_steps
+                );
+                self.fail(&task, message, None).await
+            }
+            Some((_, step)) => self.run_step(task, step, slug).await,
+        }
+    }
+}
+
+/// A change to commit, with its events and rows, and whether the task's
+/// driving stops after it.
+struct Decision {
+    changes: TaskChanges,
+    events: Vec<NewEvent>,
+    extra: Extra,
+    stop: bool,
+}
+
+/// The task fails with `message` (at `step`, when one was running).
+fn failure(message: String, step: Option<&StepDef>) -> Decision {
+    Decision {
+        changes: TaskChanges {
+            status: Some(TaskStatus::Failed),
+            lease: Some(None),
+            error: Some(Some(message.clone())),
+            completed_at: Some(Utc::now()),
+            current_step_id: Some(step.map(|s| s.id.clone())),
+            ..TaskChanges::default()
+        },
+        events: vec![NewEvent::status(TaskStatus::Failed, message.clone()).error(message)],
+        extra: Extra::default(),
+        stop: true,
+    }
+}
+
+/// Pause for a human: the review row, the change and its events.
+#[allow(clippy::too_many_arguments)]
+fn review(
+    task: &Task,
+    step_id: &str,
+    tool: Option<&str>,
+    reason: String,
+    confidence: Option<f64>,
+    proposed: Value,
+    mut changes: TaskChanges,
+) -> Decision {
+    let review_id = Uuid::now_v7();
+    changes.status = Some(TaskStatus::NeedsReview);
+    changes.lease = Some(None);
+    changes.current_step_id = Some(Some(step_id.to_owned()));
+    let mut requested = NewEvent::new(EventKind::ReviewRequested, reason.clone()).data(json!({
+        "review_id": review_id.to_string(),
+        "confidence": confidence,
+        "proposed_keys": proposed.as_object().map(|m| m.keys().cloned().collect::<Vec<_>>()),
+    }));
+    requested.step_id = Some(step_id.to_owned());
+    requested.tool = tool.map(str::to_owned);
+    let review = review::ActiveModel {
+        id: Set(review_id),
+        tenant_id: Set(task.tenant.uuid()),
+        task_id: Set(task.id.uuid()),
+        step_id: Set(step_id.to_owned()),
+        reason: Set(reason.clone()),
+        confidence: Set(confidence),
+        proposed: Set(redact(&proposed)),
+        status: Set("PENDING".into()),
+        corrections: Set(json!({})),
+        resolved_by: Set(None),
+        resolved_at: Set(None),
+        created_at: Set(Utc::now()),
+    };
+    Decision {
+        changes,
+        events: vec![requested, NewEvent::status(TaskStatus::NeedsReview, reason)],
+        extra: Extra {
+            review: Some(review),
+            ..Extra::default()
+        },
+        stop: true,
+    }
+}
