@@ -32,10 +32,7 @@ use futures_util::{
     stream::{BoxStream, SplitStream},
 };
 use serde_json::{Map, Value};
-use tokio::{
-    sync::mpsc,
-    time::{Instant, Sleep},
-};
+use tokio::{sync::mpsc, time::Sleep};
 
 use super::protocol::{self, ClientMessage, Invalid};
 use crate::{
@@ -164,7 +161,7 @@ pub(super) async fn serve(state: ApiState, socket: WebSocket, protocol: WebSocke
                 Ok((data, expires_at)) => {
                     expiry = expires_at.map(|at| {
                         let left = (at - Utc::now()).to_std().unwrap_or_default();
-                        Box::pin(tokio::time::sleep_until(Instant::now() + left))
+                        Box::pin(tokio::time::sleep(left))
                     });
                     connection.phase = Phase::Ready(Arc::new(data));
                     Reply::frame(protocol::ack_frame())
