@@ -48,7 +48,8 @@ use uuid::Uuid;
 
 use crate::schema::{
     BrainstemSchema,
-    subscription::{DeliverEvents, RenderOne, SlotGuard},
+    context::RenderOne,
+    subscription::{DeliverEvents, SlotGuard},
 };
 
 /// Rendered payloads kept for subscribers still to receive them. Every

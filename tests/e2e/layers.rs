@@ -24,11 +24,36 @@ const DOMAIN: &[&[&str]] = &[
 ];
 
 /// `api/src`'s areas, lowest first: the GraphQL plumbing every area uses,
-/// the schema, then the transports that serve it.
+/// the schema (its own plumbing, its areas, then the roots assembled from
+/// them), then the transports that serve it. An area is a module path; a
+/// file belongs to the longest area its path starts with.
 const API: &[&[&str]] = &[
-    &["error", "coercion", "cost", "metrics", "auth"],
+    &["coercion"],
+    &["error"],
+    &["cost", "metrics", "auth"],
+    // The schema's plumbing.
+    &["schema::ids"],
+    &[
+        "schema::context",
+        "schema::page",
+        "schema::loaders",
+        "schema::order",
+    ],
+    &["schema::limits"],
+    &["schema::extensions"],
+    // The schema's areas.
+    &["schema::identity"],
+    &["schema::plans", "schema::graph"],
+    &["schema::tasks"],
+    &["schema::memory", "schema::capabilities", "schema::admin"],
+    // The roots, assembled from the areas.
+    &["schema::node", "schema::subscription"],
     &["schema"],
-    &["state", "fanout", "http", "ws"],
+    // The transports.
+    &["fanout"],
+    &["state"],
+    &["ws"],
+    &["http"],
 ];
 
 #[test]
@@ -344,45 +369,47 @@ fn longest_module(path: &[String], files: &BTreeMap<Module, File>) -> Module {
         .unwrap_or_default()
 }
 
-/// The rank of a module's area; the root is above every area.
+/// The rank of a module's area and the area's name: the longest area the
+/// module's path starts with. The root is above every area.
 fn rank(module: &Module, areas: &[&[&str]]) -> (usize, String) {
-    match module.first() {
-        None => (areas.len(), "root".to_owned()),
-        Some(first) => areas
-            .iter()
-            .position(|area| area.contains(&first.as_str()))
-            .map(|rank| (rank, areas[rank][0].to_owned()))
-            .map(|(rank, name)| {
-                // Areas of several top modules are named by the module.
-                let name = if areas[rank].len() > 1 {
-                    first.clone()
-                } else {
-                    name
-                };
-                (rank, name)
-            })
-            .unwrap_or((areas.len(), format!("{first} (in no area)"))),
+    if module.is_empty() {
+        return (areas.len(), "root".to_owned());
+    }
+    let mut best: Option<(usize, usize, &str)> = None;
+    for (rank, tier) in areas.iter().enumerate() {
+        for area in tier.iter() {
+            let segments: Vec<&str> = area.split("::").collect();
+            let matches = segments.len() <= module.len()
+                && segments.iter().zip(module).all(|(a, m)| *a == m.as_str());
+            if matches && best.is_none_or(|(_, len, _)| segments.len() > len) {
+                best = Some((rank, segments.len(), area));
+            }
+        }
+    }
+    match best {
+        Some((rank, _, area)) => (rank, area.to_owned()),
+        None => (areas.len(), format!("{} (in no area)", module.join("::"))),
     }
 }
 
-/// `crate: from -> to (area uses area)` for each import of a higher area,
-/// and for each top module in no area.
+/// `crate: from -> to (area uses area)` for each import of a higher area or
+/// of another area of the same rank (peers stay apart, so they cannot form
+/// a cycle), and for each module in no area.
 fn back_edges(crate_dir: &str, files: &BTreeMap<Module, File>, areas: &[&[&str]]) -> Vec<String> {
     let aliases = root_aliases(files);
     let mut offences = BTreeSet::new();
     for (module, file) in files {
-        if let Some(first) = module.first()
-            && !areas.iter().any(|a| a.contains(&first.as_str()))
-        {
+        let (from_rank, from_area) = rank(module, areas);
+        if !module.is_empty() && from_rank == areas.len() {
             offences.insert(format!("{crate_dir}: {} is in no area", module.join("::")));
         }
-        let (from_rank, from_area) = rank(module, areas);
         for path in paths_in(&file.code) {
             let Some(target) = resolve(module, file.is_root, &path, files, &aliases) else {
                 continue;
             };
             let (to_rank, to_area) = rank(&target, areas);
-            if to_rank > from_rank {
+            let peer = to_rank == from_rank && to_area != from_area;
+            if to_rank > from_rank || peer {
                 offences.insert(format!(
                     "{crate_dir}: {} -> {} ({from_area} uses {to_area})",
                     display(module),

@@ -32,6 +32,7 @@ mod ranking;
 mod rate_limit;
 mod runaway;
 mod schema;
+mod scoping;
 mod streams;
 mod tenants;
 mod tools;

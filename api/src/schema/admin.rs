@@ -22,11 +22,10 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::{
-    domain,
+    context::{domain, principal},
+    identity::{ApiKey, RateLimit},
     ids::{self, NodeType, encode},
-    principal,
-    query::page_request,
-    types::{ApiKey, Node, connection},
+    page::{connection, page_request},
 };
 use crate::error::ResultExt;
 
@@ -121,25 +120,6 @@ impl AuditEntry {
     }
 }
 
-/// A request rate: `perSecond` sustained, `burst` at once.
-#[derive(SimpleObject, InputObject, Clone, Copy, Debug)]
-#[graphql(input_name = "RateLimitInput")]
-pub struct RateLimit {
-    /// Requests per second; 0 means unlimited.
-    pub per_second: f64,
-    /// How many requests may arrive at once.
-    pub burst: u32,
-}
-
-impl From<Rate> for RateLimit {
-    fn from(r: Rate) -> Self {
-        Self {
-            per_second: r.per_second,
-            burst: r.burst,
-        }
-    }
-}
-
 /// Narrows `auditLog`; every field given must match.
 #[derive(InputObject, Default)]
 pub struct AuditLogFilter {
@@ -196,31 +176,31 @@ impl AdminQuery {
     }
 }
 
-pub(crate) async fn connection_node(
+pub(super) async fn connection_node(
     ctx: &Context<'_>,
     principal: &Principal,
     id: Uuid,
-) -> async_graphql::Result<Node> {
+) -> async_graphql::Result<Connection> {
     let found = domain(ctx)
         .connections
         .get(principal, ConnectionId::from(id))
         .await
         .gql()?;
-    Ok(Node::Connection(Connection(found)))
+    Ok(Connection(found))
 }
 
-pub(crate) async fn audit_entry_node(
+pub(super) async fn audit_entry_node(
     ctx: &Context<'_>,
     principal: &Principal,
     id: Uuid,
-) -> async_graphql::Result<Node> {
+) -> async_graphql::Result<AuditEntry> {
     let scope = principal.require_scope("admin").gql()?;
     let record = domain(ctx)
         .audit
         .get(scope, AuditId::from(id))
         .await
         .gql()?;
-    Ok(Node::AuditEntry(AuditEntry(record)))
+    Ok(AuditEntry(record))
 }
 
 #[derive(InputObject)]

@@ -17,13 +17,11 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::{
-    domain,
+    context::{domain, principal},
     ids::{self, NodeType},
     loaders::{CapabilityKey, CapabilityPlansKey, CapabilityToolsKey, loader},
-    principal,
-    query::page_request,
-    tasks::{Plan, PublishPlanInput},
-    types::{Node, connection},
+    page::{connection, page_request},
+    plans::{Plan, PublishPlanInput},
 };
 use crate::error::ResultExt;
 
@@ -463,32 +461,30 @@ impl CapabilityMutation {
     }
 }
 
-/// Resolve `node(id:)` for the types of this module.
-pub(crate) async fn node(
+/// A capability of the catalogue (anyone signed in reads it).
+pub(super) async fn capability_node(
+    ctx: &Context<'_>,
+    uuid: Uuid,
+) -> async_graphql::Result<Capability> {
+    let capability = domain(ctx)
+        .capabilities
+        .get(CapabilityId::from(uuid))
+        .await
+        .gql()?;
+    Ok(Capability(capability))
+}
+
+/// A subscription of the caller's tenant.
+pub(super) async fn subscription_node(
     ctx: &Context<'_>,
     principal: &Principal,
-    ty: NodeType,
     uuid: Uuid,
-) -> async_graphql::Result<Node> {
-    let domain = domain(ctx);
-    match ty {
-        NodeType::CapabilitySubscription => {
-            let scope = principal.require_scope("tasks:read").gql()?;
-            let subscription = domain
-                .capabilities
-                .subscription(scope, SubscriptionId::from(uuid), Utc::now())
-                .await
-                .gql()?;
-            Ok(Node::CapabilitySubscription(CapabilitySubscription(
-                subscription,
-            )))
-        }
-        _ => Ok(Node::Capability(Capability(
-            domain
-                .capabilities
-                .get(CapabilityId::from(uuid))
-                .await
-                .gql()?,
-        ))),
-    }
+) -> async_graphql::Result<CapabilitySubscription> {
+    let scope = principal.require_scope("tasks:read").gql()?;
+    let subscription = domain(ctx)
+        .capabilities
+        .subscription(scope, SubscriptionId::from(uuid), Utc::now())
+        .await
+        .gql()?;
+    Ok(CapabilitySubscription(subscription))
 }

@@ -15,7 +15,7 @@
 //!
 //! A refusal is a request error (`BAD_USER_INPUT`, no path): no resolver
 //! has run. A `taskEvents` payload rendered for the WebSocket fan-out
-//! ([`super::subscription::RenderOne`]) was measured when its subscriber
+//! ([`super::context::RenderOne`]) was measured when its subscriber
 //! subscribed, so it is not measured again.
 
 use std::{any::TypeId, sync::Arc, time::Duration};
@@ -26,7 +26,7 @@ use async_graphql::{
 };
 use brainstem_domain::Error;
 
-use super::{Caller, subscription::RenderOne};
+use super::context::{Caller, RenderOne};
 use crate::{
     cost::{self, DocumentLimits, Refusal},
     error::{TIMEOUT, to_server_error},

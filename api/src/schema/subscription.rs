@@ -13,17 +13,11 @@ use brainstem_domain::{Error, TaskId, events};
 use futures_util::{Stream, StreamExt, stream::BoxStream};
 
 use super::{
-    domain,
-    events::TaskEvent,
+    context::{RenderOne, domain, principal},
     ids::{self, NodeType},
-    principal,
-    tasks::{Task, TaskStatus},
+    tasks::{Task, TaskEvent, TaskStatus},
 };
 use crate::error::ResultExt;
-
-/// Put in a rendering request's data: the `taskEvents` resolver then yields
-/// this one event and nothing else (see `crate::fanout`).
-pub struct RenderOne(pub Arc<brainstem_domain::tasks::TaskEvent>);
 
 /// Where a `taskEvents` resolver may hand its stream instead of returning
 /// it: the WebSocket connection delivers the events itself.

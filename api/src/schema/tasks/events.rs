@@ -6,10 +6,8 @@ use brainstem_domain::tasks;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::{
-    ids::{self, NodeType},
-    tasks::TaskEventKind,
-};
+use super::TaskEventKind;
+use crate::schema::ids::{self, NodeType};
 
 macro_rules! event_types {
     ($($(#[$doc:meta])* $name:ident { $($extra:tt)* })*) => {

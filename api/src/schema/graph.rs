@@ -1,0 +1,407 @@
+//! The knowledge graph on the wire: entities, typed relations between them,
+//! neighbourhoods, and `upsertEntity`/`relate`. Reads need `memory:read`,
+//! writes `memory:write`, like the memories that mention the entities.
+//! Entity lookups of one request are batched per tenant ([`EntityLoader`]).
+
+use std::collections::HashMap;
+
+use async_graphql::{
+    Context, ID, InputObject, Json, Object, SimpleObject,
+    connection::Connection,
+    dataloader::{DataLoader, Loader},
+};
+use brainstem_domain::{
+    Domain, EntityId, RelationId, TenantScope,
+    graph::{
+        self, Entity as DomainEntity, EntityFilter as DomainEntityFilter, NewEntity, NewRelation,
+        Relation as DomainRelation,
+    },
+};
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::{
+    context::{domain, require_scope},
+    ids::{self, NodeType, encode},
+    page::{connection, page_request},
+};
+use crate::error::ResultExt;
+
+const READ: &str = "memory:read";
+const WRITE: &str = "memory:write";
+
+fn read_scope(ctx: &Context<'_>) -> async_graphql::Result<TenantScope> {
+    require_scope(ctx, READ)
+}
+
+fn write_scope(ctx: &Context<'_>) -> async_graphql::Result<TenantScope> {
+    require_scope(ctx, WRITE)
+}
+
+pub(super) fn entity_id(id: &ID) -> async_graphql::Result<EntityId> {
+    ids::decode_as(id, NodeType::KgEntity)
+        .map(EntityId::from)
+        .gql()
+}
+
+/// Batches entity lookups of one request (a list of memories with their
+/// subjects, relations with their ends). Keys carry the tenant scope, so a
+/// batch never mixes tenants; nothing is cached across requests.
+pub struct EntityLoader(pub Domain);
+
+impl Loader<(TenantScope, EntityId)> for EntityLoader {
+    type Value = DomainEntity;
+    type Error = async_graphql::Error;
+
+    async fn load(
+        &self,
+        keys: &[(TenantScope, EntityId)],
+    ) -> Result<HashMap<(TenantScope, EntityId), DomainEntity>, async_graphql::Error> {
+        let mut by_scope: HashMap<TenantScope, Vec<EntityId>> = HashMap::new();
+        for (scope, id) in keys {
+            by_scope.entry(*scope).or_default().push(*id);
+        }
+        let mut out = HashMap::new();
+        for (scope, ids) in by_scope {
+            for (id, entity) in self.0.graph.get_many(scope, &ids).await.gql()? {
+                out.insert((scope, id), entity);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The entity loader this area puts in the schema's data.
+pub(super) fn entity_loader(domain: &Domain) -> DataLoader<EntityLoader> {
+    DataLoader::new(EntityLoader(domain.clone()), tokio::spawn)
+}
+
+pub(super) async fn load_entity(
+    ctx: &Context<'_>,
+    scope: TenantScope,
+    id: EntityId,
+) -> async_graphql::Result<DomainEntity> {
+    ctx.data::<DataLoader<EntityLoader>>()?
+        .load_one((scope, id))
+        .await?
+        .ok_or(brainstem_domain::Error::not_found("entity"))
+        .gql()
+}
+
+/// A knowledge-graph entity: a customer, a carrier, a product…
+#[derive(Clone, Debug)]
+pub struct KgEntity(pub DomainEntity);
+
+#[Object]
+impl KgEntity {
+    pub(crate) async fn id(&self) -> ID {
+        encode(NodeType::KgEntity, self.0.id.uuid())
+    }
+    /// Lowercase type, e.g. `motor_carrier`.
+    #[graphql(name = "type")]
+    async fn entity_type(&self) -> &str {
+        &self.0.entity_type
+    }
+    async fn name(&self) -> &str {
+        &self.0.name
+    }
+    /// Canonical key, unique per tenant and type.
+    async fn key(&self) -> &str {
+        &self.0.key
+    }
+    async fn properties(&self) -> Json<serde_json::Value> {
+        Json(self.0.properties.clone())
+    }
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+    async fn updated_at(&self) -> DateTime<Utc> {
+        self.0.updated_at
+    }
+}
+
+/// A typed, weighted edge between two entities.
+#[derive(Clone, Debug)]
+pub struct KgRelation(pub DomainRelation);
+
+#[Object]
+impl KgRelation {
+    pub(crate) async fn id(&self) -> ID {
+        encode(NodeType::KgRelation, self.0.id.uuid())
+    }
+    /// Uppercase type, e.g. `SUPPLIES` or `KNOWS`.
+    #[graphql(name = "type")]
+    async fn relation_type(&self) -> &str {
+        &self.0.relation_type
+    }
+    async fn from(&self, ctx: &Context<'_>) -> async_graphql::Result<KgEntity> {
+        let scope = read_scope(ctx)?;
+        Ok(KgEntity(
+            domain(ctx).graph.get(scope, self.0.from).await.gql()?,
+        ))
+    }
+    async fn to(&self, ctx: &Context<'_>) -> async_graphql::Result<KgEntity> {
+        let scope = read_scope(ctx)?;
+        Ok(KgEntity(
+            domain(ctx).graph.get(scope, self.0.to).await.gql()?,
+        ))
+    }
+    async fn from_id(&self) -> ID {
+        encode(NodeType::KgEntity, self.0.from.uuid())
+    }
+    async fn to_id(&self) -> ID {
+        encode(NodeType::KgEntity, self.0.to.uuid())
+    }
+    /// Symmetric types have no direction and are stored once.
+    async fn symmetric(&self) -> bool {
+        self.0.symmetric
+    }
+    async fn weight(&self) -> f64 {
+        self.0.weight
+    }
+    async fn properties(&self) -> Json<serde_json::Value> {
+        Json(self.0.properties.clone())
+    }
+    async fn valid_from(&self) -> DateTime<Utc> {
+        self.0.valid_from
+    }
+    async fn valid_to(&self) -> Option<DateTime<Utc>> {
+        self.0.valid_to
+    }
+    async fn provenance(&self) -> Option<&str> {
+        self.0.provenance.as_deref()
+    }
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+}
+
+/// An entity reached from the centre, and how many hops away.
+#[derive(SimpleObject)]
+pub struct Neighbor {
+    pub entity: KgEntity,
+    pub distance: i32,
+}
+
+#[derive(SimpleObject)]
+pub struct Neighborhood {
+    pub center: KgEntity,
+    /// Nearest first.
+    pub neighbors: Vec<Neighbor>,
+    pub relations: Vec<KgRelation>,
+}
+
+impl From<graph::Neighborhood> for Neighborhood {
+    fn from(n: graph::Neighborhood) -> Self {
+        Self {
+            center: KgEntity(n.center),
+            neighbors: n
+                .neighbors
+                .into_iter()
+                .map(|x| Neighbor {
+                    entity: KgEntity(x.entity),
+                    distance: x.distance as i32,
+                })
+                .collect(),
+            relations: n.relations.into_iter().map(KgRelation).collect(),
+        }
+    }
+}
+
+#[derive(InputObject, Default)]
+pub struct EntityFilter {
+    #[graphql(name = "type")]
+    pub entity_type: Option<String>,
+    /// Case-insensitive part of the name.
+    pub name_contains: Option<String>,
+}
+
+#[derive(Default)]
+pub struct GraphQuery;
+
+#[Object]
+impl GraphQuery {
+    /// One knowledge-graph entity of the caller's tenant.
+    async fn entity(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<KgEntity> {
+        let scope = read_scope(ctx)?;
+        let id = entity_id(&id)?;
+        Ok(KgEntity(domain(ctx).graph.get(scope, id).await.gql()?))
+    }
+
+    /// Knowledge-graph entities of the caller's tenant, oldest first.
+    async fn entities(
+        &self,
+        ctx: &Context<'_>,
+        filter: Option<EntityFilter>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> async_graphql::Result<Connection<String, KgEntity>> {
+        let scope = read_scope(ctx)?;
+        let filter = filter.unwrap_or_default();
+        let page = domain(ctx)
+            .graph
+            .list(
+                scope,
+                DomainEntityFilter {
+                    entity_type: filter.entity_type,
+                    name_contains: filter.name_contains,
+                },
+                page_request(first, after)?,
+            )
+            .await
+            .gql()?;
+        Ok(connection(page, |e| e.id.uuid(), KgEntity))
+    }
+
+    /// Entities within `depth` (1–3) hops of an entity over current
+    /// relations, optionally of the given types only.
+    async fn neighborhood(
+        &self,
+        ctx: &Context<'_>,
+        entity_id: ID,
+        #[graphql(default = 1)] depth: i32,
+        relation_types: Option<Vec<String>>,
+    ) -> async_graphql::Result<Neighborhood> {
+        let scope = read_scope(ctx)?;
+        let center = self::entity_id(&entity_id)?;
+        let depth = u32::try_from(depth).unwrap_or(0);
+        let n = domain(ctx)
+            .graph
+            .neighborhood(
+                scope,
+                center,
+                depth,
+                &relation_types.unwrap_or_default(),
+                Utc::now(),
+            )
+            .await
+            .gql()?;
+        Ok(n.into())
+    }
+}
+
+#[derive(InputObject)]
+pub struct UpsertEntityInput {
+    #[graphql(name = "type")]
+    pub entity_type: String,
+    pub name: String,
+    /// Canonical key within the type; defaults to the name, lowercased.
+    pub key: Option<String>,
+    /// A JSON object; replaces the stored properties when given.
+    pub properties: Option<Json<serde_json::Value>>,
+}
+
+#[derive(SimpleObject)]
+pub struct UpsertEntityPayload {
+    pub entity: KgEntity,
+    pub created: bool,
+}
+
+#[derive(InputObject)]
+pub struct RelateInput {
+    #[graphql(name = "type")]
+    pub relation_type: String,
+    pub from_id: ID,
+    pub to_id: ID,
+    /// Defaults to 1.
+    pub weight: Option<f64>,
+    pub properties: Option<Json<serde_json::Value>>,
+    pub valid_from: Option<DateTime<Utc>>,
+    pub valid_to: Option<DateTime<Utc>>,
+    /// Where the relation came from, e.g. `task:<id>` or a source name.
+    pub provenance: Option<String>,
+}
+
+#[derive(SimpleObject)]
+pub struct RelatePayload {
+    pub relation: KgRelation,
+    pub created: bool,
+}
+
+#[derive(Default)]
+pub struct GraphMutation;
+
+#[Object]
+impl GraphMutation {
+    /// Create a knowledge-graph entity, or update the one with the same type
+    /// and key.
+    async fn upsert_entity(
+        &self,
+        ctx: &Context<'_>,
+        input: UpsertEntityInput,
+    ) -> async_graphql::Result<UpsertEntityPayload> {
+        let scope = write_scope(ctx)?;
+        let (entity, created) = domain(ctx)
+            .graph
+            .upsert_entity(
+                scope,
+                NewEntity {
+                    entity_type: input.entity_type,
+                    name: input.name,
+                    key: input.key,
+                    properties: input.properties.map(|j| j.0),
+                },
+            )
+            .await
+            .gql()?;
+        Ok(UpsertEntityPayload {
+            entity: KgEntity(entity),
+            created,
+        })
+    }
+
+    /// Create or update the relation of a type between two entities.
+    async fn relate(
+        &self,
+        ctx: &Context<'_>,
+        input: RelateInput,
+    ) -> async_graphql::Result<RelatePayload> {
+        let scope = write_scope(ctx)?;
+        let (relation, created) = domain(ctx)
+            .graph
+            .relate(
+                scope,
+                NewRelation {
+                    relation_type: input.relation_type,
+                    from: entity_id(&input.from_id)?,
+                    to: entity_id(&input.to_id)?,
+                    weight: input.weight,
+                    properties: input.properties.map(|j| j.0),
+                    valid_from: input.valid_from,
+                    valid_to: input.valid_to,
+                    provenance: input.provenance,
+                },
+            )
+            .await
+            .gql()?;
+        Ok(RelatePayload {
+            relation: KgRelation(relation),
+            created,
+        })
+    }
+}
+
+/// An entity of the caller's tenant.
+pub(super) async fn entity_node(ctx: &Context<'_>, uuid: Uuid) -> async_graphql::Result<KgEntity> {
+    let scope = read_scope(ctx)?;
+    let entity = domain(ctx)
+        .graph
+        .get(scope, EntityId::from(uuid))
+        .await
+        .gql()?;
+    Ok(KgEntity(entity))
+}
+
+/// A relation of the caller's tenant.
+pub(super) async fn relation_node(
+    ctx: &Context<'_>,
+    uuid: Uuid,
+) -> async_graphql::Result<KgRelation> {
+    let scope = read_scope(ctx)?;
+    let relation = domain(ctx)
+        .graph
+        .get_relation(scope, RelationId::from(uuid))
+        .await
+        .gql()?;
+    Ok(KgRelation(relation))
+}
