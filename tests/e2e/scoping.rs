@@ -63,7 +63,7 @@ const UNSCOPED: &[(&str, &str, &str)] = &[
          it writes nothing",
     ),
     (
-        "catalogue/capabilities/mod.rs",
+        "catalogue/capabilities/subscriptions.rs",
         "expire_trials",
         "a platform maintenance pass that ends every tenant's lapsed trials; it changes \
          only the status of subscriptions whose trial has ended",
