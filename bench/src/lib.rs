@@ -8,6 +8,8 @@
 //! - `graphql`: a nested list query's throughput and latency.
 //! - `cost`: what the document limits (`brainstem_api::cost`) cost per
 //!   request, against the request itself.
+//! - `local_models`: the local MiniLM embedder's embeddings/s (batch 1 and
+//!   32) and SmolLM2's time to first token and tokens/s.
 //!
 //! Shared here: [`call`] (one GraphQL operation over HTTP) and
 //! [`seed_finished_tasks`].

@@ -1,0 +1,160 @@
+//! The local models' speed: MiniLM embeddings per second (batch 1 and
+//! batch 32), SmolLM2's time to first token and decode tokens per second.
+//! Runs the models as the server does (each on its own thread, through the
+//! `Embedder` and `LanguageModel` traits), from a fetched models directory.
+//!
+//! ```text
+//! cargo run --release -p brainstem-bench --bin local_models -- \
+//!     --models-dir /var/tmp/brainstem-cache/models
+//! ```
+
+use std::{
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+use brainstem_domain::{
+    llm::{Chunk, CompletionRequest, LanguageModel, Message},
+    memory::Embedder,
+    models::local::{MiniLmEmbedder, ModelFiles, SmolLm},
+};
+use clap::Parser;
+use futures_util::StreamExt;
+
+#[derive(Parser, Debug)]
+#[command(about = "Measure the local embedder and language model")]
+struct Args {
+    /// A directory filled by `brainstem models fetch`.
+    #[arg(long, env = "BRAINSTEM_MODELS_DIR", default_value = "models")]
+    models_dir: PathBuf,
+    /// Texts embedded one at a time.
+    #[arg(long, default_value_t = 200)]
+    single: usize,
+    /// Batches of 32 texts embedded.
+    #[arg(long, default_value_t = 20)]
+    batches: usize,
+    /// Generations measured (greedy, the same prompt each time).
+    #[arg(long, default_value_t = 3)]
+    generations: usize,
+    /// Most tokens per generation.
+    #[arg(long, default_value_t = 128)]
+    max_tokens: u32,
+}
+
+fn sentence(i: usize) -> String {
+    const SUBJECTS: [&str; 6] = [
+        "The broker",
+        "Our driver",
+        "The warehouse",
+        "Anna",
+        "The client",
+        "The fleet",
+    ];
+    const VERBS: [&str; 5] = ["prefers", "needs", "reported", "asked about", "cancelled"];
+    const OBJECTS: [&str; 7] = [
+        "email over fax",
+        "the refrigerated trucks",
+        "the quarterly tax report",
+        "a new delivery window",
+        "the invoice from March",
+        "weekend shifts",
+        "the customs declaration",
+    ];
+    format!(
+        "{} {} {} (note {i}).",
+        SUBJECTS[i % SUBJECTS.len()],
+        VERBS[i % VERBS.len()],
+        OBJECTS[i % OBJECTS.len()]
+    )
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let files = ModelFiles::find(&args.models_dir).with_context(|| {
+        format!(
+            "no local models in {}: run `brainstem models fetch --dir {}`",
+            args.models_dir.display(),
+            args.models_dir.display()
+        )
+    })?;
+
+    let started = Instant::now();
+    let embedder = MiniLmEmbedder::load(&files)?;
+    println!("embedder: loaded in {:.0} ms", ms(started.elapsed()));
+    embedder.embed(&[sentence(0)]).await?; // warm-up
+    let started = Instant::now();
+    for i in 0..args.single {
+        embedder.embed(&[sentence(i)]).await?;
+    }
+    let single = started.elapsed();
+    println!(
+        "embedder: batch 1: {:.1} embeddings/s ({:.1} ms each, {} texts)",
+        args.single as f64 / single.as_secs_f64(),
+        ms(single) / args.single as f64,
+        args.single
+    );
+    let started = Instant::now();
+    for b in 0..args.batches {
+        let texts: Vec<String> = (0..32).map(|i| sentence(b * 32 + i)).collect();
+        embedder.embed(&texts).await?;
+    }
+    let batched = started.elapsed();
+    let texts = args.batches * 32;
+    println!(
+        "embedder: batch 32: {:.1} embeddings/s ({:.1} ms per batch, {} texts)",
+        texts as f64 / batched.as_secs_f64(),
+        ms(batched) / args.batches as f64,
+        texts
+    );
+
+    let started = Instant::now();
+    let model = SmolLm::load(&files)?;
+    println!("language model: loaded in {:.0} ms", ms(started.elapsed()));
+    let request = CompletionRequest {
+        messages: vec![Message::user(
+            "Explain what a vector database is and when a team should use one.",
+        )],
+        model: SmolLm::model_name().into(),
+        max_tokens: args.max_tokens,
+        temperature: 0.0,
+    };
+    for run in 1..=args.generations {
+        let started = Instant::now();
+        let mut stream = model.stream(&request).await?;
+        let mut first: Option<Duration> = None;
+        let mut usage = None;
+        while let Some(chunk) = stream.next().await {
+            match chunk? {
+                Chunk::Delta(_) => {
+                    first.get_or_insert_with(|| started.elapsed());
+                }
+                Chunk::Usage(u) => usage = Some(u),
+            }
+        }
+        let total = started.elapsed();
+        let first = first.unwrap_or(total);
+        let usage = usage.context("no usage reported")?;
+        let decode = (total - first).as_secs_f64();
+        let rate = if decode > 0.0 {
+            usage.output_tokens.saturating_sub(1) as f64 / decode
+        } else {
+            0.0
+        };
+        println!(
+            "language model: run {run}: prompt {} tokens, first token after {:.0} ms, \
+             {} tokens in {:.2} s, decode {:.1} tokens/s",
+            usage.input_tokens,
+            ms(first),
+            usage.output_tokens,
+            total.as_secs_f64(),
+            rate
+        );
+    }
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
