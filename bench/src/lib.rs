@@ -6,17 +6,20 @@
 //! - `executor`: task throughput and latency on SQLite and PostgreSQL.
 //! - `subscribers`: WebSocket fan-out latency and memory per subscription.
 //! - `graphql`: a nested list query's throughput and latency.
+//! - `readpath`: the nested list query on Brainstem and on PostGraphile v5
+//!   over the same tables, in alternating rounds.
 //! - `cost`: what the document limits (`brainstem_api::cost`) cost per
 //!   request, against the request itself.
 //! - `local_models`: the local MiniLM embedder's embeddings/s (batch 1 and
 //!   32) and SmolLM2's time to first token and tokens/s.
 //!
-//! Shared here: [`call`] (one GraphQL operation over HTTP) and
-//! [`seed_finished_tasks`].
+//! Shared here: [`call`] (one GraphQL operation over HTTP),
+//! [`seed_four_step_tasks`], and [`fresh_database`] / [`drop_database`].
 
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
+use sea_orm::{ConnectionTrait, Database};
 use serde_json::{Value, json};
 
 /// Percentile of a sorted list of durations (`p` in 0–100).
@@ -89,5 +92,31 @@ pub async fn seed_four_step_tasks(
         )
         .await?;
     }
+    Ok(())
+}
+
+/// Creates `brainstem_bench_<id>` on the server of `url` (a superuser URL);
+/// returns `url` and the new database's URL.
+pub async fn fresh_database(url: &str) -> anyhow::Result<(String, String)> {
+    let (server, _) = url
+        .rsplit_once('/')
+        .context("the database URL ends in /<database>")?;
+    let name = format!("brainstem_bench_{}", uuid::Uuid::now_v7().simple());
+    let admin = Database::connect(url).await?;
+    admin
+        .execute_unprepared(&format!("CREATE DATABASE {name}"))
+        .await?;
+    admin.close().await?;
+    Ok((url.to_owned(), format!("{server}/{name}")))
+}
+
+/// Drops the database of `database_url`, connected through `admin_url`.
+pub async fn drop_database(admin_url: &str, database_url: &str) -> anyhow::Result<()> {
+    let name = database_url.rsplit('/').next().unwrap_or_default();
+    let admin = Database::connect(admin_url).await?;
+    admin
+        .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await?;
+    admin.close().await?;
     Ok(())
 }

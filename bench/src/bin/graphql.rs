@@ -30,16 +30,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use brainstem::{
     config::{Config, EmbeddingProvider, LlmProvider},
     startup::Application,
 };
 use brainstem_api::auth::{TokenRequest, mint_token};
-use brainstem_bench::{call, seed_four_step_tasks};
+use brainstem_bench::{call, drop_database, fresh_database, seed_four_step_tasks};
 use brainstem_domain::{Role, crypto::EncryptionKey};
 use clap::Parser;
-use sea_orm::{ConnectionTrait, Database};
 use secrecy::SecretString;
 
 #[derive(Parser, Debug)]
@@ -227,29 +226,4 @@ async fn load(
         p50_ms: at(0.50),
         p99_ms: at(0.99),
     })
-}
-
-/// Create `brainstem_bench_<id>` on the server of `url`; returns the
-/// server's URL (without database) and the new database's URL.
-async fn fresh_database(url: &str) -> anyhow::Result<(String, String)> {
-    let (server, _) = url
-        .rsplit_once('/')
-        .context("the database URL ends in /<database>")?;
-    let name = format!("brainstem_bench_{}", uuid::Uuid::now_v7().simple());
-    let admin = Database::connect(url).await?;
-    admin
-        .execute_unprepared(&format!("CREATE DATABASE {name}"))
-        .await?;
-    admin.close().await?;
-    Ok((url.to_owned(), format!("{server}/{name}")))
-}
-
-async fn drop_database(admin_url: &str, database_url: &str) -> anyhow::Result<()> {
-    let name = database_url.rsplit('/').next().unwrap_or_default();
-    let admin = Database::connect(admin_url).await?;
-    admin
-        .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .await?;
-    admin.close().await?;
-    Ok(())
 }

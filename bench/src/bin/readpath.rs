@@ -1,0 +1,861 @@
+//! `readpath`: the nested list query of a web UI on Brainstem and on
+//! PostGraphile v5 over the same tables, side by side.
+//!
+//! Run it through `scripts/bench readpath`, which builds Brainstem in
+//! release mode, provisions PostgreSQL with durability on, installs Node 22
+//! and PostGraphile (pinned in `bench/postgraphile/`) into a cache outside
+//! the clone, and passes their paths here.
+//!
+//! 1. Seeds a fresh database: one tenant, a four-step plan and `--tasks`
+//!    tasks, started over GraphQL and finished by the executor (the server
+//!    built in this process, the same code as `brainstem serve`).
+//! 2. Starts the release `brainstem serve` (`--brainstem`) and PostGraphile
+//!    (`--postgraphile`: a folder with `node_modules/` and
+//!    `graphile.config.mjs`, run by `--node`) on that database, both on
+//!    127.0.0.1, each with a pool of `--pool` connections. Both are child
+//!    processes killed when this program ends.
+//! 3. Asks both for the page and checks that they agree (same tasks in the
+//!    same order, same steps, same last five events).
+//! 4. `--rounds` rounds, alternating which server goes first: per server
+//!    `--warmup` s unmeasured, then `--seconds` s of `--connections`
+//!    closed-loop clients sending the query back to back. Every answer is
+//!    checked: HTTP 200, no errors, and the same data as the reference.
+//! 5. With `--pg-log` (the PostgreSQL server's log file): turns on
+//!    `log_statement = 'all'`, sends `--count-requests` requests to each
+//!    server one at a time, and counts the statements the server logged for
+//!    the benchmark's database (`statement:` and `execute …:` lines: every
+//!    statement a client ran, `BEGIN`/`COMMIT` included; parse and bind
+//!    messages are not statements). Brainstem's own count
+//!    (`brainstem_db_statements_total` on `/metrics`) is printed beside it.
+//! 6. Brainstem alone at each of `--page-sizes`.
+//!
+//! Brainstem's query:
+//!
+//! ```graphql
+//! { tasks(first: 50) { edges { node {
+//!     id status plan { key version }
+//!     steps { stepId status attempt durationMs }
+//!     events(last: 5) { seq kind summary } } } } }
+//! ```
+//!
+//! PostGraphile's (Amber preset): `allTasks(condition: {tenantId: …},
+//! orderBy: PRIMARY_KEY_ASC, first: 50)` with `taskStepsByTaskId(orderBy:
+//! PRIMARY_KEY_ASC)` and `taskEventsByTaskId(orderBy: SEQ_DESC, first: 5)`.
+
+use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    process::Stdio,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+use base64::Engine;
+use brainstem::{
+    config::{Config, EmbeddingProvider, LlmProvider},
+    startup::Application,
+};
+use brainstem_api::auth::{TokenRequest, mint_token};
+use brainstem_bench::{call, drop_database, fresh_database, seed_four_step_tasks};
+use brainstem_domain::{Role, crypto::EncryptionKey};
+use clap::Parser;
+use sea_orm::{ConnectionTrait, Database, Statement};
+use secrecy::SecretString;
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+
+#[derive(Parser, Debug)]
+#[command(about = "Brainstem and PostGraphile v5 on the same nested list query")]
+struct Args {
+    /// A PostgreSQL server (a superuser URL); the benchmark creates and
+    /// drops its own database there.
+    #[arg(long, env = "BENCH_DATABASE_URL")]
+    database_url: String,
+    /// The release `brainstem` binary.
+    #[arg(long)]
+    brainstem: PathBuf,
+    /// Node.js (≥ 22) to run PostGraphile with.
+    #[arg(long)]
+    node: PathBuf,
+    /// A folder holding `node_modules/postgraphile` and `graphile.config.mjs`.
+    #[arg(long)]
+    postgraphile: PathBuf,
+    /// The PostgreSQL server's log file, to count statements (optional).
+    #[arg(long)]
+    pg_log: Option<PathBuf>,
+    /// Concurrent connections of the load generator.
+    #[arg(long, default_value_t = 16)]
+    connections: usize,
+    /// Measured seconds per server per round.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Unmeasured seconds before each measured window.
+    #[arg(long, default_value_t = 2)]
+    warmup: u64,
+    /// Rounds; the server that goes first alternates.
+    #[arg(long, default_value_t = 4)]
+    rounds: usize,
+    /// Finished four-step tasks to seed.
+    #[arg(long, default_value_t = 200)]
+    tasks: usize,
+    /// Tasks per page in the comparison.
+    #[arg(long, default_value_t = 50)]
+    first: usize,
+    /// Database connections of each server.
+    #[arg(long, default_value_t = 16)]
+    pool: u32,
+    /// Requests per server in the statement-counting pass.
+    #[arg(long, default_value_t = 20)]
+    count_requests: usize,
+    /// Page sizes for Brainstem alone (one window each).
+    #[arg(long, value_delimiter = ',', default_value = "10,50,200")]
+    page_sizes: Vec<usize>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let (server, database) = fresh_database(&args.database_url).await?;
+    // On SIGINT or SIGTERM the run is dropped, which kills both servers.
+    let result = tokio::select! {
+        result = run(&args, &database) => result,
+        signal = interrupted() => signal.and_then(|name| bail!("stopped by {name}")),
+    };
+    drop_database(&server, &database).await?;
+    result
+}
+
+async fn interrupted() -> anyhow::Result<&'static str> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => Ok("SIGINT"),
+        _ = term.recv() => Ok("SIGTERM"),
+    }
+}
+
+/// What a server answered, reduced to the data both must agree on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct TaskRow {
+    id: String,
+    status: String,
+    plan: Option<(String, i64)>,
+    steps: Vec<(String, String, i64, i64)>,
+    events: Vec<(i64, String, String)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Peer {
+    Brainstem,
+    PostGraphile,
+}
+
+impl Peer {
+    fn name(self) -> &'static str {
+        match self {
+            Peer::Brainstem => "brainstem",
+            Peer::PostGraphile => "postgraphile",
+        }
+    }
+}
+
+/// One server under load: where to send what, and what it must answer.
+#[derive(Clone)]
+struct Target {
+    peer: Peer,
+    url: String,
+    token: Option<String>,
+    body: Arc<Vec<u8>>,
+    expected: Arc<Vec<TaskRow>>,
+}
+
+fn brainstem_query(first: usize) -> String {
+    format!(
+        "{{ tasks(first: {first}) {{ edges {{ node {{ \
+         id status plan {{ key version }} \
+         steps {{ stepId status attempt durationMs }} \
+         events(last: 5) {{ seq kind summary }} }} }} }} }}"
+    )
+}
+
+fn postgraphile_query(first: usize, tenant: &str) -> String {
+    format!(
+        "{{ allTasks(condition: {{tenantId: \"{tenant}\"}}, orderBy: PRIMARY_KEY_ASC, first: {first}) \
+         {{ edges {{ node {{ rowId status planKey planVersion \
+         taskStepsByTaskId(orderBy: PRIMARY_KEY_ASC) {{ nodes {{ stepId status attempt durationMs }} }} \
+         taskEventsByTaskId(orderBy: SEQ_DESC, first: 5) {{ nodes {{ seq kind summary }} }} }} }} }} }}"
+    )
+}
+
+async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
+    let jwt_secret = uuid::Uuid::now_v7().to_string();
+    let encryption_key = EncryptionKey::generate_base64();
+    let admin = seed(args, database_url, &jwt_secret, &encryption_key).await?;
+    let tenant = tenant_id(database_url).await?;
+
+    let brainstem_port = free_port()?;
+    let mut brainstem = Command::new(&args.brainstem)
+        .arg("serve")
+        .env("BRAINSTEM_BIND", format!("127.0.0.1:{brainstem_port}"))
+        .env("BRAINSTEM_DATABASE_URL", database_url)
+        .env("BRAINSTEM_DATABASE_MAX_CONNECTIONS", args.pool.to_string())
+        .env("BRAINSTEM_JWT_SECRET", &jwt_secret)
+        .env("BRAINSTEM_CONNECTION_ENCRYPTION_KEY", &encryption_key)
+        .env("BRAINSTEM_WORKERS", "0")
+        .env("BRAINSTEM_RATE_LIMIT_PER_KEY_RPS", "0")
+        .env("BRAINSTEM_RATE_LIMIT_PER_TENANT_RPS", "0")
+        .env("BRAINSTEM_MEMORY_MAINTENANCE_INTERVAL_SECS", "0")
+        .env("BRAINSTEM_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", args.brainstem.display()))?;
+    let postgraphile_port = free_port()?;
+    let cli = args
+        .postgraphile
+        .join("node_modules/postgraphile/dist/cli-run.js");
+    // PostGraphile warns at start about types it does not map (pgvector's
+    // `vector`); its output goes to a log file beside its install.
+    let postgraphile_log = args.postgraphile.join("postgraphile.log");
+    let log_file = std::fs::File::create(&postgraphile_log)
+        .with_context(|| format!("creating {}", postgraphile_log.display()))?;
+    let mut postgraphile = Command::new(&args.node)
+        .arg(&cli)
+        .arg("-C")
+        .arg(args.postgraphile.join("graphile.config.mjs"))
+        .current_dir(&args.postgraphile)
+        .env("DATABASE_URL", database_url)
+        .env("PORT", postgraphile_port.to_string())
+        .env("PG_POOL", args.pool.to_string())
+        .env("NODE_ENV", "production")
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone()?)
+        .stderr(log_file)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {} {}", args.node.display(), cli.display()))?;
+
+    let result = measure(
+        args,
+        database_url,
+        &tenant,
+        &admin,
+        brainstem_port,
+        postgraphile_port,
+    )
+    .await;
+    stop(&mut brainstem).await;
+    stop(&mut postgraphile).await;
+    result
+}
+
+async fn stop(child: &mut Child) {
+    let _ = child.start_kill();
+    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+}
+
+/// Seeds the tenant `bench` and its finished tasks with a server built in
+/// this process; returns a `bench` admin's token, valid for the servers
+/// started later with the same secret.
+async fn seed(
+    args: &Args,
+    database_url: &str,
+    jwt_secret: &str,
+    encryption_key: &str,
+) -> anyhow::Result<String> {
+    let config = Config {
+        bind: "127.0.0.1:0".into(),
+        database_url: database_url.to_owned(),
+        database_max_connections: args.pool,
+        jwt_secret: Some(SecretString::from(jwt_secret.to_owned())),
+        connection_encryption_key: Some(SecretString::from(encryption_key.to_owned())),
+        workers: 0,
+        rate_limit_per_key_rps: 0.0,
+        rate_limit_per_tenant_rps: 0.0,
+        log: "warn".into(),
+        llm_provider: LlmProvider::Offline,
+        embedding_provider: EmbeddingProvider::Offline,
+        ..Config::default()
+    };
+    brainstem::telemetry::init(&config);
+    let app = Application::build(&config).await?;
+    let url = format!("http://{}/graphql", app.local_addr());
+    let domain = app.domain().clone();
+    let executor = app.executor().clone();
+    let auth = brainstem::startup::auth_config(&config, &domain).await?;
+    let token = |tenant: Option<&str>, role: Role| {
+        mint_token(
+            &auth,
+            TokenRequest {
+                subject: "bench",
+                tenant,
+                roles: &[role],
+                ttl: chrono::Duration::hours(2),
+            },
+        )
+    };
+    let platform = token(None, Role::PlatformAdmin)?;
+    let admin = token(Some("bench"), Role::TenantAdmin)?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.run_until(async {
+        let _ = stopped.await;
+    }));
+    let http = reqwest::Client::new();
+    seed_four_step_tasks(&http, &url, &platform, &admin, args.tasks).await?;
+    executor.run_until_idle().await?;
+    let _ = stop.send(());
+    server.await??;
+    Ok(admin)
+}
+
+async fn tenant_id(database_url: &str) -> anyhow::Result<String> {
+    let db = Database::connect(database_url).await?;
+    let row = db
+        .query_one_raw(Statement::from_string(
+            db.get_database_backend(),
+            "SELECT id::text AS id FROM tenants WHERE slug = 'bench'",
+        ))
+        .await?
+        .context("no tenant `bench` after seeding")?;
+    let id: String = row.try_get("", "id")?;
+    db.close().await?;
+    Ok(id)
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let socket = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(socket.local_addr()?.port())
+}
+
+/// Waits until `target` answers its query correctly (at most `limit`).
+async fn wait_ready(
+    http: &reqwest::Client,
+    target: &Target,
+    limit: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    loop {
+        match send(http, target).await {
+            Ok(_) => return Ok(()),
+            Err(err) if Instant::now() >= deadline => {
+                return Err(err.context(format!(
+                    "{} did not answer within {} s",
+                    target.peer.name(),
+                    limit.as_secs()
+                )));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+}
+
+/// One request; the answer checked against `target.expected` (when set).
+async fn send(http: &reqwest::Client, target: &Target) -> anyhow::Result<Duration> {
+    let sent = Instant::now();
+    let mut request = http
+        .post(&target.url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .header(reqwest::header::ACCEPT, "application/json")
+        .body(target.body.as_ref().clone());
+    if let Some(token) = &target.token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await?;
+    let status = response.status();
+    let bytes = response.bytes().await?;
+    let took = sent.elapsed();
+    let body: Value = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{}: not JSON ({status})", target.peer.name()))?;
+    if !status.is_success() || body.get("errors").is_some() {
+        bail!("{}: {status}: {body}", target.peer.name());
+    }
+    if !target.expected.is_empty() {
+        let rows = rows(target.peer, &body)?;
+        if rows != *target.expected {
+            bail!(
+                "{}: the answer differs from the reference: {body}",
+                target.peer.name()
+            );
+        }
+    }
+    Ok(took)
+}
+
+/// The task rows of an answer, in a form both servers share: ids as UUIDs
+/// (Brainstem's global id decoded), enum values upper case without
+/// separators (`STEP_STARTED` and the stored `StepStarted` agree),
+/// numbers as numbers (PostGraphile sends `bigint` as a string), events
+/// oldest first.
+fn rows(peer: Peer, body: &Value) -> anyhow::Result<Vec<TaskRow>> {
+    let (edges, id_key) = match peer {
+        Peer::Brainstem => (&body["data"]["tasks"]["edges"], "id"),
+        Peer::PostGraphile => (&body["data"]["allTasks"]["edges"], "rowId"),
+    };
+    let edges = edges.as_array().context("no edges in the answer")?;
+    let mut out = Vec::with_capacity(edges.len());
+    for edge in edges {
+        let node = &edge["node"];
+        let raw_id = text(&node[id_key])?;
+        let (plan, steps, mut events, id) = match peer {
+            Peer::Brainstem => (
+                match &node["plan"] {
+                    Value::Null => None,
+                    plan => Some((text(&plan["key"])?, number(&plan["version"])?)),
+                },
+                &node["steps"],
+                events_of(&node["events"])?,
+                global_uuid(&raw_id)?,
+            ),
+            Peer::PostGraphile => (
+                match &node["planKey"] {
+                    Value::Null => None,
+                    key => Some((text(key)?, number(&node["planVersion"])?)),
+                },
+                &node["taskStepsByTaskId"]["nodes"],
+                events_of(&node["taskEventsByTaskId"]["nodes"])?,
+                raw_id,
+            ),
+        };
+        if peer == Peer::PostGraphile {
+            events.reverse();
+        }
+        let steps = steps
+            .as_array()
+            .context("no steps")?
+            .iter()
+            .map(|s| {
+                Ok((
+                    text(&s["stepId"])?,
+                    enum_value(&s["status"])?,
+                    number(&s["attempt"])?,
+                    number(&s["durationMs"])?,
+                ))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        if steps.len() != 4 || events.len() > 5 {
+            bail!(
+                "task {id}: {} steps and {} events (expected 4 and at most 5)",
+                steps.len(),
+                events.len()
+            );
+        }
+        out.push(TaskRow {
+            id,
+            status: enum_value(&node["status"])?,
+            plan,
+            steps,
+            events,
+        });
+    }
+    Ok(out)
+}
+
+fn events_of(events: &Value) -> anyhow::Result<Vec<(i64, String, String)>> {
+    events
+        .as_array()
+        .context("no events")?
+        .iter()
+        .map(|e| {
+            Ok((
+                number(&e["seq"])?,
+                enum_value(&e["kind"])?,
+                text(&e["summary"])?,
+            ))
+        })
+        .collect()
+}
+
+fn text(value: &Value) -> anyhow::Result<String> {
+    value
+        .as_str()
+        .map(str::to_owned)
+        .with_context(|| format!("expected a string, got {value}"))
+}
+
+fn number(value: &Value) -> anyhow::Result<i64> {
+    match value {
+        Value::Number(n) => n.as_i64().with_context(|| format!("not an integer: {n}")),
+        Value::String(s) => s.parse().with_context(|| format!("not an integer: {s}")),
+        other => bail!("expected a number, got {other}"),
+    }
+}
+
+fn enum_value(value: &Value) -> anyhow::Result<String> {
+    Ok(text(value)?
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_uppercase())
+        .collect())
+}
+
+fn global_uuid(id: &str) -> anyhow::Result<String> {
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(id.trim_end_matches('='))
+        .with_context(|| format!("not a global id: {id}"))?;
+    let decoded = String::from_utf8(bytes)?;
+    let (kind, uuid) = decoded
+        .split_once(':')
+        .with_context(|| format!("not a global id: {decoded}"))?;
+    if kind != "Task" {
+        bail!("not a task id: {decoded}");
+    }
+    Ok(uuid.to_owned())
+}
+
+#[derive(Default)]
+struct Window {
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+}
+
+impl Window {
+    fn per_second(&self) -> f64 {
+        self.latencies.len() as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// `connections` clients send the query back to back for `duration`; each
+/// answer is checked. Every client stops at the deadline.
+async fn load(
+    http: &reqwest::Client,
+    target: &Arc<Target>,
+    connections: usize,
+    duration: Duration,
+) -> anyhow::Result<Window> {
+    let started = Instant::now();
+    let deadline = started + duration;
+    let mut clients = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        let http = http.clone();
+        let target = target.clone();
+        clients.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            while Instant::now() < deadline {
+                latencies.push(send(&http, &target).await?);
+            }
+            anyhow::Ok(latencies)
+        }));
+    }
+    let mut window = Window::default();
+    for client in clients {
+        window.latencies.extend(client.await??);
+    }
+    window.elapsed = started.elapsed();
+    Ok(window)
+}
+
+/// Brainstem's `brainstem_db_statements_total` from `/metrics`.
+async fn brainstem_statements(http: &reqwest::Client, port: u16) -> anyhow::Result<f64> {
+    let text = http
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    text.lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(' ')?;
+            name.ends_with("db_statements_total")
+                .then(|| value.trim().parse::<f64>().ok())
+                .flatten()
+        })
+        .context("no db_statements_total on /metrics")
+}
+
+fn pct(sorted: &[Duration], q: f64) -> f64 {
+    brainstem_bench::ms(brainstem_bench::percentile(sorted, q))
+}
+
+async fn measure(
+    args: &Args,
+    database_url: &str,
+    tenant: &str,
+    admin: &str,
+    brainstem_port: u16,
+    postgraphile_port: u16,
+) -> anyhow::Result<()> {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.connections.max(1) * 2)
+        .timeout(Duration::from_secs(30))
+        .build()?;
+    let body = |query: String| Arc::new(json!({ "query": query }).to_string().into_bytes());
+    let mut brainstem = Target {
+        peer: Peer::Brainstem,
+        url: format!("http://127.0.0.1:{brainstem_port}/graphql"),
+        token: Some(admin.to_owned()),
+        body: body(brainstem_query(args.first)),
+        expected: Arc::new(Vec::new()),
+    };
+    let mut postgraphile = Target {
+        peer: Peer::PostGraphile,
+        url: format!("http://127.0.0.1:{postgraphile_port}/graphql"),
+        token: None,
+        body: body(postgraphile_query(args.first, tenant)),
+        expected: Arc::new(Vec::new()),
+    };
+    wait_ready(&http, &brainstem, Duration::from_secs(60)).await?;
+    wait_ready(&http, &postgraphile, Duration::from_secs(120))
+        .await
+        .context("see postgraphile.log in the --postgraphile folder")?;
+
+    // The reference: both servers' answers, which must agree.
+    let first_of = |target: &Target| {
+        let http = http.clone();
+        let url = target.url.clone();
+        let token = target.token.clone();
+        let body = target.body.clone();
+        async move {
+            let mut request = http
+                .post(&url)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.as_ref().clone());
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            anyhow::Ok(request.send().await?.json::<Value>().await?)
+        }
+    };
+    let reference = rows(Peer::Brainstem, &first_of(&brainstem).await?)?;
+    let theirs = rows(Peer::PostGraphile, &first_of(&postgraphile).await?)?;
+    if reference != theirs {
+        let at = reference
+            .iter()
+            .zip(&theirs)
+            .position(|(a, b)| a != b)
+            .unwrap_or(reference.len().min(theirs.len()));
+        bail!(
+            "the servers disagree ({} and {} tasks; first difference at task {at}: {:?} vs {:?})",
+            reference.len(),
+            theirs.len(),
+            reference.get(at),
+            theirs.get(at)
+        );
+    }
+    let expected_tasks = args.first.min(args.tasks);
+    if reference.len() != expected_tasks {
+        bail!(
+            "expected {expected_tasks} tasks in a page, got {}",
+            reference.len()
+        );
+    }
+    let events: usize = reference.iter().map(|t| t.events.len()).sum();
+    println!(
+        "readpath: {} finished four-step tasks of one tenant; page of {}; {} connections; \
+         {} rounds of {} s (+{} s warm-up) per server; pool {} per server",
+        args.tasks, args.first, args.connections, args.rounds, args.seconds, args.warmup, args.pool
+    );
+    println!(
+        "answers agree: {} tasks, {} steps, {} events, same ids, order and values",
+        reference.len(),
+        reference.iter().map(|t| t.steps.len()).sum::<usize>(),
+        events
+    );
+    let reference = Arc::new(reference);
+    brainstem.expected = reference.clone();
+    postgraphile.expected = reference.clone();
+    let brainstem = Arc::new(brainstem);
+    let postgraphile = Arc::new(postgraphile);
+
+    let mut totals: BTreeMap<&str, (Window, Vec<f64>)> = BTreeMap::new();
+    let mut brainstem_counted = (0.0, 0usize);
+    for round in 1..=args.rounds {
+        let order = if round % 2 == 1 {
+            [&brainstem, &postgraphile]
+        } else {
+            [&postgraphile, &brainstem]
+        };
+        for target in order {
+            load(
+                &http,
+                target,
+                args.connections,
+                Duration::from_secs(args.warmup),
+            )
+            .await?;
+            let before = match target.peer {
+                Peer::Brainstem => Some(brainstem_statements(&http, brainstem_port).await?),
+                Peer::PostGraphile => None,
+            };
+            let mut window = load(
+                &http,
+                target,
+                args.connections,
+                Duration::from_secs(args.seconds),
+            )
+            .await?;
+            if let Some(before) = before {
+                let after = brainstem_statements(&http, brainstem_port).await?;
+                brainstem_counted.0 += after - before;
+                brainstem_counted.1 += window.latencies.len();
+            }
+            window.latencies.sort();
+            println!(
+                "round {round} {:<12} {:>7.1} req/s  p50 {:>7.2} ms  p99 {:>7.2} ms  ({} requests, all checked)",
+                target.peer.name(),
+                window.per_second(),
+                pct(&window.latencies, 50.0),
+                pct(&window.latencies, 99.0),
+                window.latencies.len(),
+            );
+            let total = totals.entry(target.peer.name()).or_default();
+            total.1.push(window.per_second());
+            total.0.latencies.extend(window.latencies);
+            total.0.elapsed += window.elapsed;
+        }
+    }
+
+    // Statements per request, as PostgreSQL logged them.
+    let logged = match &args.pg_log {
+        Some(log) => {
+            Some(count_statements(args, log, database_url, &http, &brainstem, &postgraphile).await?)
+        }
+        None => None,
+    };
+
+    println!();
+    println!(
+        "| server | req/s (all rounds) | req/s per round | p50 | p99 | SQL statements/request |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for peer in [Peer::Brainstem, Peer::PostGraphile] {
+        let Some((window, rounds)) = totals.get_mut(peer.name()) else {
+            continue;
+        };
+        window.latencies.sort();
+        let per_round = rounds
+            .iter()
+            .map(|r| format!("{r:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let logged = logged
+            .as_ref()
+            .map(|l| match peer {
+                Peer::Brainstem => l.0,
+                Peer::PostGraphile => l.1,
+            })
+            .map(|n| format!("{n:.1} (logged by PostgreSQL)"))
+            .unwrap_or_else(|| "not counted (no --pg-log)".into());
+        let own = match peer {
+            Peer::Brainstem => format!(
+                "; {:.1} by its own counter",
+                brainstem_counted.0 / brainstem_counted.1.max(1) as f64
+            ),
+            Peer::PostGraphile => String::new(),
+        };
+        println!(
+            "| {} | {:.1} | {} | {:.2} ms | {:.2} ms | {logged}{own} |",
+            peer.name(),
+            window.per_second(),
+            per_round,
+            pct(&window.latencies, 50.0),
+            pct(&window.latencies, 99.0),
+        );
+    }
+    let rate = |peer: Peer| {
+        totals
+            .get(peer.name())
+            .map(|(w, _)| w.per_second())
+            .unwrap_or(0.0)
+    };
+    println!(
+        "brainstem/postgraphile req/s ratio: {:.2}",
+        rate(Peer::Brainstem) / rate(Peer::PostGraphile).max(1e-9)
+    );
+
+    // Brainstem alone at other page sizes.
+    println!();
+    println!(
+        "brainstem alone, {} connections, {} s per page size:",
+        args.connections, args.seconds
+    );
+    for &size in &args.page_sizes {
+        let answer = match call(&http, &brainstem.url, admin, &brainstem_query(size)).await {
+            Ok(answer) => answer,
+            Err(err) => {
+                println!("page {size:>3}: rejected by the server: {err}");
+                continue;
+            }
+        };
+        let page = rows(Peer::Brainstem, &answer)?;
+        if page.len() != size.min(args.tasks) {
+            bail!("page {size}: {} tasks in the answer", page.len());
+        }
+        let target = Arc::new(Target {
+            body: body(brainstem_query(size)),
+            expected: Arc::new(page),
+            ..Target::clone(&brainstem)
+        });
+        load(
+            &http,
+            &target,
+            args.connections,
+            Duration::from_secs(args.warmup),
+        )
+        .await?;
+        let mut window = load(
+            &http,
+            &target,
+            args.connections,
+            Duration::from_secs(args.seconds),
+        )
+        .await?;
+        window.latencies.sort();
+        println!(
+            "page {size:>3}: {:>7.1} req/s  p50 {:>7.2} ms  p99 {:>7.2} ms  ({} requests, all checked)",
+            window.per_second(),
+            pct(&window.latencies, 50.0),
+            pct(&window.latencies, 99.0),
+            window.latencies.len(),
+        );
+    }
+    Ok(())
+}
+
+/// Turns on `log_statement = 'all'`, sends `count_requests` requests to
+/// each server one at a time, and counts the statements logged for the
+/// benchmark's database; returns statements per request (Brainstem,
+/// PostGraphile).
+async fn count_statements(
+    args: &Args,
+    log: &std::path::Path,
+    database_url: &str,
+    http: &reqwest::Client,
+    brainstem: &Target,
+    postgraphile: &Target,
+) -> anyhow::Result<(f64, f64)> {
+    let database = database_url.rsplit('/').next().unwrap_or_default();
+    let admin = Database::connect(&args.database_url).await?;
+    admin
+        .execute_unprepared("ALTER SYSTEM SET log_statement = 'all'")
+        .await?;
+    admin.execute_unprepared("SELECT pg_reload_conf()").await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut per_request = Vec::new();
+    for target in [brainstem, postgraphile] {
+        let start = tokio::fs::metadata(log).await?.len();
+        for _ in 0..args.count_requests {
+            send(http, target).await?;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let bytes = tokio::fs::read(log).await?;
+        let text = String::from_utf8_lossy(bytes.get(start as usize..).unwrap_or_default());
+        let marker = format!("@{database} LOG:  ");
+        let statements = text
+            .lines()
+            .filter_map(|line| line.split_once(&marker).map(|(_, rest)| rest))
+            .filter(|rest| rest.starts_with("statement: ") || rest.starts_with("execute "))
+            .count();
+        per_request.push(statements as f64 / args.count_requests.max(1) as f64);
+    }
+    admin
+        .execute_unprepared("ALTER SYSTEM RESET log_statement")
+        .await?;
+    admin.execute_unprepared("SELECT pg_reload_conf()").await?;
+    admin.close().await?;
+    Ok((
+        per_request.first().copied().unwrap_or_default(),
+        per_request.get(1).copied().unwrap_or_default(),
+    ))
+}
