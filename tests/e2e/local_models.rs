@@ -2,7 +2,7 @@
 //! vectors mean, a labelled paraphrase set, a paraphrase found through the
 //! server's search, and a local-model step streaming over a WebSocket.
 //!
-//! The models directory comes from `BRAINSTEM_MODELS_DIR`, else
+//! The models directory comes from `BRAINSTEM_TEST_MODELS_DIR`, else
 //! `$BRAINSTEM_CACHE_DIR/models`, else `/var/tmp/brainstem-cache/models`;
 //! `scripts/test` fetches it there (`brainstem models fetch`) before the
 //! tests run. The rest of the suite uses the offline providers (helpers.rs).
@@ -28,7 +28,7 @@ use crate::{
 };
 
 fn models() -> ModelFiles {
-    let dir = std::env::var_os("BRAINSTEM_MODELS_DIR")
+    let dir = std::env::var_os("BRAINSTEM_TEST_MODELS_DIR")
         .map(PathBuf::from)
         .or_else(|| {
             std::env::var_os("BRAINSTEM_CACHE_DIR").map(|d| PathBuf::from(d).join("models"))

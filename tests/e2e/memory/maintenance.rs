@@ -104,6 +104,9 @@ async fn the_cli_runs_memory_maintenance_once(backend: Backend) {
         .env("BRAINSTEM_DATABASE_URL", &app.config.database_url)
         .env("BRAINSTEM_MEMORY_TENANT_INDEX_ROWS", "30")
         .env("BRAINSTEM_LOG", "warn")
+        // The embedder the app wrote with, whatever models this machine has.
+        .env("BRAINSTEM_EMBEDDING_PROVIDER", "offline")
+        .env("BRAINSTEM_LLM_PROVIDER", "offline")
         .output()
         .await
         .unwrap();
