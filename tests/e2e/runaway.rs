@@ -250,6 +250,8 @@ async fn sigterm_during_a_long_request_exits_within_the_grace_period(backend: Ba
         .current_dir(dir.path())
         .env("BRAINSTEM_BIND", "127.0.0.1:0")
         .env("BRAINSTEM_DATABASE_URL", &database_url)
+        // The offline providers: no models fetched at start.
+        .env("BRAINSTEM_LLM_PROVIDER", "offline")
         .env("BRAINSTEM_JWT_SECRET", &jwt_secret)
         .env(
             "BRAINSTEM_CONNECTION_ENCRYPTION_KEY",

