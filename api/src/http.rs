@@ -9,7 +9,7 @@
 //! - Response bodies keep the selection set's order (aliases and fragments
 //!   included); a body over the size limit is replaced by one
 //!   `RESPONSE_TOO_LARGE` error, and an operation past its time limit is
-//!   `503` with code `TIMEOUT` (see `schema::limits::Deadline`). A request
+//!   `503` with code `TIMEOUT` (see `schema::operation`). A request
 //!   whose client goes away is dropped with its connection: its resolvers
 //!   stop at their next `await`.
 //! - `Accept: application/graphql-response+json` gets that media type, and a

@@ -39,8 +39,8 @@ const API: &[&[&str]] = &[
         "schema::loaders",
         "schema::order",
     ],
-    &["schema::limits"],
-    &["schema::extensions"],
+    &["schema::limits", "schema::admission"],
+    &["schema::operation"],
     // The schema's areas.
     &["schema::identity"],
     &["schema::plans", "schema::graph"],

@@ -12,7 +12,7 @@
 //! resolving the page takes. Otherwise batching is by time: a batch is
 //! queried `graphql_batch_delay_ms` after its first key.
 //!
-//! Each operation gets a loader of its own (see `schema::RequestLoader`)
+//! Each operation gets a loader of its own (see `schema::operation`)
 //! whose cache lives as long as the operation, so batches never mix
 //! operations and nothing is stale; keys of tenant data carry the caller's
 //! [`TenantScope`], and every batch is read through that scope.
@@ -47,7 +47,7 @@ impl Loaders {
 
 /// The operation's loader.
 pub fn loader<'a>(ctx: &'a async_graphql::Context<'_>) -> &'a BrainstemLoader {
-    // Every operation gets one before it runs (see `schema::build`).
+    // Every operation gets one before it runs (see `schema::operation`).
     ctx.data_unchecked::<BrainstemLoader>()
 }
 

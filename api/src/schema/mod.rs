@@ -6,9 +6,10 @@
 //! 1. Plumbing every area uses: [`context`] (the caller and the domain),
 //!    [`ids`] (opaque global ids and cursors), [`page`] (Relay connections),
 //!    [`loaders`] (DataLoader batching of the relations lists fan out to),
-//!    and the extensions: [`limits`] (document limits and the time limit),
-//!    [`order`] (each response's fields in selection order), [`extensions`]
-//!    (error codes, one loader per operation, rate limits before parsing).
+//!    and what runs around each operation: [`limits`] (document limits and
+//!    the time limit), [`order`] (each response's fields in selection
+//!    order), [`admission`] (persisted queries, rate limits before parsing)
+//!    and [`operation`], which runs them in order around the schema.
 //! 2. [`identity`]: the viewer, tenants and API keys.
 //! 3. [`plans`] (plans and tools) and [`graph`] (the knowledge graph).
 //! 4. [`tasks`]: tasks, their steps, reviews, artifacts and events.
@@ -20,12 +21,13 @@
 //!
 //! Every operation passes automatic persisted queries (an in-memory LRU of
 //! parsed documents by SHA-256) and the rate limiter, which runs before
-//! parsing on HTTP and WebSocket alike.
+//! parsing on HTTP and WebSocket alike. The schema itself has no
+//! async-graphql extensions (see [`operation`] for why).
 
 pub mod admin;
+pub mod admission;
 pub mod capabilities;
 pub mod context;
-pub mod extensions;
 pub mod graph;
 pub mod identity;
 pub mod ids;
@@ -33,6 +35,7 @@ pub mod limits;
 pub mod loaders;
 pub mod memory;
 pub mod node;
+pub mod operation;
 pub mod order;
 pub mod page;
 pub mod plans;
@@ -42,15 +45,14 @@ pub mod tasks;
 use std::sync::Arc;
 
 use async_graphql::{
-    Schema,
-    extensions::apollo_persisted_queries::{ApolloPersistedQueries, LruCacheStorage},
+    Data, Request, Response, Schema, extensions::apollo_persisted_queries::LruCacheStorage,
 };
 use brainstem_domain::{Domain, rate_limit::RateLimiter};
+use futures_util::stream::BoxStream;
 
 pub use self::context::{
     Caller, CallerExpiry, CallerRateLimit, ClientAddress, caller_data, domain, principal,
 };
-use self::extensions::{ErrorCodes, RateLimit, RequestLoader};
 use crate::cost::DocumentLimits;
 
 // The query root: one object per area, merged. An area adds its own
@@ -81,7 +83,36 @@ pub struct Mutation(
     capabilities::CapabilityMutation,
 );
 
-pub type BrainstemSchema = Schema<Query, Mutation, subscription::Subscription>;
+/// The schema and what runs around each of its operations
+/// ([`operation::Pipeline`]). Cheap to clone.
+#[derive(Clone)]
+pub struct BrainstemSchema {
+    schema: Schema<Query, Mutation, subscription::Subscription>,
+    pipeline: Arc<operation::Pipeline>,
+}
+
+impl BrainstemSchema {
+    /// Runs a query or mutation: one response.
+    pub async fn execute(&self, request: impl Into<Request>) -> Response {
+        self.pipeline.execute(&self.schema, request.into()).await
+    }
+
+    /// Runs any operation with no connection data (a fan-out render).
+    pub fn execute_stream(&self, request: impl Into<Request>) -> BoxStream<'static, Response> {
+        self.pipeline
+            .execute_stream(&self.schema, request.into(), None)
+    }
+
+    /// Runs any operation with a WebSocket connection's data.
+    pub fn execute_stream_with_session_data(
+        &self,
+        request: impl Into<Request>,
+        session: Arc<Data>,
+    ) -> BoxStream<'static, Response> {
+        self.pipeline
+            .execute_stream(&self.schema, request.into(), Some(session))
+    }
+}
 
 /// Limits every operation must stay within, and how execution batches.
 #[derive(Clone, Copy, Debug)]
@@ -142,7 +173,7 @@ impl Surface {
 pub fn build(domain: Domain, limits: GraphqlLimits, surface: &Surface) -> BrainstemSchema {
     let entities = graph::entity_loader(&domain);
     let mentions = memory::mention_loader(&domain);
-    Schema::build(
+    let schema = Schema::build(
         Query::default(),
         Mutation::default(),
         subscription::Subscription,
@@ -151,23 +182,20 @@ pub fn build(domain: Domain, limits: GraphqlLimits, surface: &Surface) -> Brains
     .data(entities)
     .data(mentions)
     .limit_depth(limits.max_depth)
-    // Extensions run outermost first: codes are added last, to everything.
-    // Each document's text is checked before anything parses it, and its
-    // expanded cost before anything walks the expansion (`limits`).
-    .extension(ErrorCodes::default())
-    .extension(order::SelectionOrder::default())
-    .extension(limits::ScanDocument(limits.document))
-    .extension(ApolloPersistedQueries::new(
+    .finish();
+    let pipeline = operation::Pipeline::new(
+        bare,
+        limits.document,
+        limits.request_timeout,
+        limits.batch_delay,
+        surface.limiter.clone(),
         surface.persisted_queries.clone(),
-    ))
-    .extension(RateLimit(surface.limiter.clone()))
-    .extension(limits::MeasureDocument(limits.document))
-    .extension(limits::Deadline(limits.request_timeout))
-    .extension(RequestLoader {
         domain,
-        delay: limits.batch_delay,
-    })
-    .finish()
+    );
+    BrainstemSchema {
+        schema,
+        pipeline: Arc::new(pipeline),
+    }
 }
 
 /// The SDL of the schema, as checked in at `schema.graphql`.

@@ -3,10 +3,10 @@
 //!
 //! async-graphql resolves a query's fields concurrently and writes each
 //! object's fields in the order they finish, so a field that waits on the
-//! database lands after one that does not. [`SelectionOrder`] keeps the
-//! operation's parsed document and, once an operation has run (over HTTP or
-//! WebSocket, and for each event of a subscription), moves each object's
-//! fields back into place.
+//! database lands after one that does not. Once an operation has run (over
+//! HTTP or WebSocket, and for each event of a subscription),
+//! [`in_selection_order`] moves each object's fields back into place, from
+//! the operation's parsed document (see `super::operation`).
 //!
 //! Invariants:
 //! - A response key's place is that of its first occurrence in the
@@ -18,80 +18,15 @@
 //! - The work is linear in the response: each list's items share one plan
 //!   of their selection, and an object already in order is left as it is.
 
-use std::{collections::HashSet, sync::Arc, sync::OnceLock};
+use std::collections::HashSet;
 
 use async_graphql::{
-    Name, Response, ServerResult, Value, Variables,
-    extensions::{
-        Extension, ExtensionContext, ExtensionFactory, NextExecute, NextParseQuery, NextSubscribe,
-    },
+    Name, Value,
     parser::types::{DocumentOperations, ExecutableDocument, Selection, SelectionSet},
 };
-use futures_util::{StreamExt, stream::BoxStream};
-
-/// Puts every response's fields in selection order.
-#[derive(Default)]
-pub struct SelectionOrder {
-    document: OnceLock<Arc<ExecutableDocument>>,
-}
-
-impl ExtensionFactory for SelectionOrder {
-    fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(SelectionOrder::default())
-    }
-}
-
-#[async_graphql::async_trait::async_trait]
-impl Extension for SelectionOrder {
-    async fn parse_query(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        query: &str,
-        variables: &Variables,
-        next: NextParseQuery<'_>,
-    ) -> ServerResult<ExecutableDocument> {
-        let document = next.run(ctx, query, variables).await?;
-        let _ = self.document.set(Arc::new(document.clone()));
-        Ok(document)
-    }
-
-    async fn execute(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        operation_name: Option<&str>,
-        next: NextExecute<'_>,
-    ) -> Response {
-        let mut response = next.run(ctx, operation_name).await;
-        if let Some(document) = self.document.get() {
-            in_selection_order(&mut response.data, document, operation_name);
-        }
-        response
-    }
-
-    fn subscribe<'s>(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        stream: BoxStream<'s, Response>,
-        next: NextSubscribe<'_>,
-    ) -> BoxStream<'s, Response> {
-        let stream = next.run(ctx, stream);
-        let Some(document) = self.document.get().cloned() else {
-            return stream;
-        };
-        // A document with several operations reaches here only with its
-        // one subscription selected; with one operation, the name is moot.
-        let operation = subscription_name(&document);
-        stream
-            .map(move |mut response| {
-                in_selection_order(&mut response.data, &document, operation.as_deref());
-                response
-            })
-            .boxed()
-    }
-}
 
 /// The name of the document's subscription operation, if it names one.
-fn subscription_name(document: &ExecutableDocument) -> Option<String> {
+pub(crate) fn subscription_name(document: &ExecutableDocument) -> Option<String> {
     use async_graphql::parser::types::OperationType;
     match &document.operations {
         DocumentOperations::Single(_) => None,

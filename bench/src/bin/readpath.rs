@@ -108,8 +108,9 @@ struct Args {
     /// Requests per server in the statement-counting pass.
     #[arg(long, default_value_t = 20)]
     count_requests: usize,
-    /// Page sizes for Brainstem alone (one window each).
-    #[arg(long, value_delimiter = ',', default_value = "10,50,200")]
+    /// Page sizes for Brainstem alone (one window each); `first` is at
+    /// most 100 (`MAX_PAGE_SIZE`), so the largest page is 100.
+    #[arg(long, value_delimiter = ',', default_value = "10,50,100")]
     page_sizes: Vec<usize>,
 }
 

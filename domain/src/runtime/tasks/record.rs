@@ -155,6 +155,14 @@ pub struct Task {
     pub completed_at: Option<DateTime<Utc>>,
 }
 
+/// A stored JSON object, moved out (anything else reads as empty).
+fn into_map(v: Value) -> serde_json::Map<String, Value> {
+    match v {
+        Value::Object(map) => map,
+        _ => serde_json::Map::new(),
+    }
+}
+
 pub(super) fn strings(v: &Value) -> Vec<String> {
     v.as_array()
         .map(|a| {
@@ -190,10 +198,10 @@ impl TryFrom<task::Model> for Task {
                 .map_err(|e| Error::internal(format!("task plan is unreadable: {e}")))?,
             settled_step_ids: strings(&m.settled_step_ids),
             reviewed_step_ids: strings(&m.reviewed_step_ids),
-            attempts: m.attempts.as_object().cloned().unwrap_or_default(),
+            attempts: into_map(m.attempts),
             current_step_id: m.current_step_id,
             state: m.state,
-            step_outputs: m.step_outputs.as_object().cloned().unwrap_or_default(),
+            step_outputs: into_map(m.step_outputs),
             max_steps: u32::try_from(m.max_steps).unwrap_or(DEFAULT_MAX_STEPS),
             error: m.error_message,
             trace_id: m.trace_id,
