@@ -13,6 +13,7 @@ use crate::{
 for_both_backends!(
     listing_tasks_runs_the_same_statements_for_10_and_50_tasks,
     listing_capabilities_batches_their_plans_and_tools,
+    a_tokens_tenant_is_looked_up_once,
 );
 
 /// The default configuration: list resolvers prefetch what their items
@@ -43,9 +44,14 @@ async fn statements(app: &TestApp) -> u64 {
         .unwrap()
 }
 
-/// Run `query` as acme's admin; return the data and the statements it took.
+/// Run `query` as acme's admin; return the data and the statements it took
+/// (the token's tenant is looked up before, see
+/// [`a_tokens_tenant_is_looked_up_once`]).
 async fn measured(app: &TestApp, query: &str) -> (Value, u64) {
     let token = app.admin_token("acme");
+    app.graphql(Some(&token), "{ __typename }", json!({}))
+        .await
+        .data();
     let before = statements(app).await;
     let res = app.graphql(Some(&token), query, json!({})).await;
     let after = statements(app).await;
@@ -138,4 +144,32 @@ async fn listing_capabilities_batches_their_plans_and_tools(backend: Backend) {
         assert_eq!(c["tools"][0]["key"], format!("partner.cap{n}"));
     }
     assert_eq!(with_3, with_12, "{with_3} vs {with_12}");
+}
+
+/// A token names its tenant by slug: the first request looks it up, later
+/// ones find it resolved (tenants are never renamed or deleted). A tenant
+/// created after a token for it failed is found at once.
+async fn a_tokens_tenant_is_looked_up_once(backend: Backend) {
+    let app = app(backend).await;
+    let token = app.admin_token("acme");
+    let mut costs = Vec::new();
+    for _ in 0..2 {
+        let before = statements(&app).await;
+        let res = app.graphql(Some(&token), "{ __typename }", json!({})).await;
+        assert_eq!(res.data()["__typename"], "Query");
+        costs.push(statements(&app).await - before);
+    }
+    assert_eq!(
+        costs,
+        [1, 0],
+        "the tenant is looked up by the first request only"
+    );
+
+    let early = app.admin_token("later");
+    let query = "{ viewer { subject } }";
+    let refused = app.graphql(Some(&early), query, json!({})).await;
+    assert_eq!(refused.error_code(), "UNAUTHENTICATED");
+    app.create_tenant("later").await;
+    let accepted = app.graphql(Some(&early), query, json!({})).await;
+    assert_eq!(accepted.data()["viewer"]["subject"], "tester");
 }

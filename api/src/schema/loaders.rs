@@ -17,7 +17,7 @@
 //! operations and nothing is stale; keys of tenant data carry the caller's
 //! [`TenantScope`], and every batch is read through that scope.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
 use brainstem_domain::{
@@ -158,17 +158,20 @@ impl Loader<TaskKey> for Loaders {
 pub struct TaskStepsKey(pub TenantScope, pub TaskId);
 
 impl Loader<TaskStepsKey> for Loaders {
-    type Value = Vec<StepAttempt>;
+    type Value = Vec<Arc<StepAttempt>>;
     type Error = async_graphql::Error;
 
     async fn load(
         &self,
         keys: &[TaskStepsKey],
-    ) -> Result<HashMap<TaskStepsKey, Vec<StepAttempt>>, Self::Error> {
+    ) -> Result<HashMap<TaskStepsKey, Vec<Arc<StepAttempt>>>, Self::Error> {
         let mut out = HashMap::new();
         for (scope, ids) in by_scope(keys.iter().map(|k| (k.0, k.1))) {
             for (id, steps) in self.domain.tasks.steps_of_many(scope, &ids).await.gql()? {
-                out.insert(TaskStepsKey(scope, id), steps);
+                out.insert(
+                    TaskStepsKey(scope, id),
+                    steps.into_iter().map(Arc::new).collect(),
+                );
             }
         }
         Ok(out)
@@ -180,13 +183,13 @@ impl Loader<TaskStepsKey> for Loaders {
 pub struct TaskEventsKey(pub TenantScope, pub TaskId, pub EventWindow);
 
 impl Loader<TaskEventsKey> for Loaders {
-    type Value = Vec<TaskEvent>;
+    type Value = Vec<Arc<TaskEvent>>;
     type Error = async_graphql::Error;
 
     async fn load(
         &self,
         keys: &[TaskEventsKey],
-    ) -> Result<HashMap<TaskEventsKey, Vec<TaskEvent>>, Self::Error> {
+    ) -> Result<HashMap<TaskEventsKey, Vec<Arc<TaskEvent>>>, Self::Error> {
         let mut by: HashMap<TenantScope, Vec<(TaskId, EventWindow)>> = HashMap::new();
         for key in keys {
             by.entry(key.0).or_default().push((key.1, key.2));
@@ -200,7 +203,10 @@ impl Loader<TaskEventsKey> for Loaders {
                 .await
                 .gql()?
             {
-                out.insert(TaskEventsKey(scope, id, window), events);
+                out.insert(
+                    TaskEventsKey(scope, id, window),
+                    events.into_iter().map(Arc::new).collect(),
+                );
             }
         }
         Ok(out)

@@ -117,7 +117,7 @@ impl Subscription {
         // Rendering one event for the WebSocket fan-out (see `crate::fanout`):
         // the subscription's checks were done when it started.
         if let Some(one) = ctx.data_opt::<RenderOne>() {
-            let event = TaskEvent::from((*one.0).clone());
+            let event = TaskEvent::from(one.0.clone());
             return Ok(futures_util::stream::once(async move { event }).boxed());
         }
         let principal = principal(ctx)?;

@@ -1,5 +1,16 @@
 //! Tenants: creating them (platform admins only), reading one's own, and
 //! resolving the `tenant` claim of a credential.
+//!
+//! Invariant: a tenant is never renamed or deleted, so a claim once
+//! resolved resolves the same for the life of the process; resolved claims
+//! are kept in memory (at most [`RESOLVED_CLAIMS`]), and a request
+//! authenticated by a token costs no statement for its tenant. A claim that
+//! names no tenant is not kept: a tenant created later is found.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, RwLock},
+};
 
 use brainstem_entity::{TenantId, TenantScope, tenant};
 use chrono::{DateTime, Utc};
@@ -62,14 +73,22 @@ impl From<tenant::Model> for Tenant {
     }
 }
 
+/// How many resolved claims are kept; past it, the map starts over.
+pub const RESOLVED_CLAIMS: usize = 10_000;
+
 #[derive(Clone)]
 pub struct Tenants {
     db: DatabaseConnection,
+    /// Claims resolved so far (slug or id) and their tenant.
+    resolved: Arc<RwLock<HashMap<String, Tenant>>>,
 }
 
 impl Tenants {
     pub fn new(db: DatabaseConnection) -> Self {
-        Self { db }
+        Self {
+            db,
+            resolved: Arc::default(),
+        }
     }
 
     /// Create a tenant (platform admins, through an audited scope).
@@ -132,6 +151,11 @@ impl Tenants {
     /// Resolve a credential's `tenant` claim, a tenant id or slug. Used only
     /// while authenticating; an unknown tenant means the credential is bad.
     pub async fn resolve_claim(&self, claim: &str) -> Result<Tenant> {
+        if let Ok(resolved) = self.resolved.read()
+            && let Some(tenant) = resolved.get(claim)
+        {
+            return Ok(tenant.clone());
+        }
         let found = match Uuid::parse_str(claim) {
             Ok(id) => tenant::Entity::find_by_id(id).one(&self.db).await?,
             Err(_) => {
@@ -141,9 +165,16 @@ impl Tenants {
                     .await?
             }
         };
-        found
+        let tenant = found
             .map(Tenant::from)
-            .ok_or_else(|| Error::Unauthenticated(format!("unknown tenant `{claim}`")))
+            .ok_or_else(|| Error::Unauthenticated(format!("unknown tenant `{claim}`")))?;
+        if let Ok(mut resolved) = self.resolved.write() {
+            if resolved.len() >= RESOLVED_CLAIMS {
+                resolved.clear();
+            }
+            resolved.insert(claim.to_owned(), tenant.clone());
+        }
+        Ok(tenant)
     }
 
     /// On a store with no tenants at all, create the `demo` tenant so that a

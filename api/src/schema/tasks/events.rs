@@ -1,6 +1,8 @@
 //! Task events on the wire: one GraphQL type per kind of event, all behind
 //! the `TaskEvent` interface, which carries `seq`.
 
+use std::sync::Arc;
+
 use async_graphql::{ID, Interface, Json, Object};
 use brainstem_domain::tasks;
 use chrono::{DateTime, Utc};
@@ -14,7 +16,7 @@ macro_rules! event_types {
         $(
             $(#[$doc])*
             #[derive(Clone)]
-            pub struct $name(pub tasks::TaskEvent);
+            pub struct $name(pub Arc<tasks::TaskEvent>);
 
             #[Object]
             impl $name {
@@ -39,15 +41,15 @@ macro_rules! event_types {
                 pub async fn status(&self) -> Option<String> {
                     self.0.status.clone()
                 }
-                pub async fn summary(&self) -> String {
-                    self.0.summary.clone()
+                pub async fn summary(&self) -> &str {
+                    &self.0.summary
                 }
                 pub async fn error(&self) -> Option<String> {
                     self.0.error.clone()
                 }
                 /// Keys of the data the step produced (values are not logged).
-                pub async fn data_keys(&self) -> Vec<String> {
-                    self.0.data_keys.clone()
+                pub async fn data_keys(&self) -> &[String] {
+                    &self.0.data_keys
                 }
                 /// Details, PII redacted.
                 pub async fn data(&self) -> Json<Value> {
@@ -79,11 +81,17 @@ macro_rules! event_types {
             $($name($name)),*
         }
 
-        impl From<tasks::TaskEvent> for TaskEvent {
-            fn from(e: tasks::TaskEvent) -> Self {
+        impl From<Arc<tasks::TaskEvent>> for TaskEvent {
+            fn from(e: Arc<tasks::TaskEvent>) -> Self {
                 match e.kind {
                     $(tasks::EventKind::$name => TaskEvent::$name($name(e))),*
                 }
+            }
+        }
+
+        impl From<tasks::TaskEvent> for TaskEvent {
+            fn from(e: tasks::TaskEvent) -> Self {
+                Arc::new(e).into()
             }
         }
     };

@@ -30,7 +30,7 @@ impl From<DomainUsage> for Usage {
 
 /// One attempt of one step.
 #[derive(Clone)]
-pub struct TaskStep(pub tasks::StepAttempt);
+pub struct TaskStep(pub std::sync::Arc<tasks::StepAttempt>);
 
 #[Object]
 impl TaskStep {

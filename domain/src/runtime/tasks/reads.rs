@@ -194,15 +194,25 @@ impl Tasks {
             .await?;
         for row in rows {
             let event = TaskEvent::try_from(row)?;
-            // Windows of one task may overlap; an event goes to each.
-            for (task, window) in &windows {
-                if *task == event.task_id
-                    && event.seq > window.after
-                    && event.seq <= window.until
-                    && let Some(list) = out.get_mut(&(*task, *window))
-                {
+            // Windows of one task may overlap; an event goes to each (the
+            // last one takes it, the others a copy).
+            let mut targets: Vec<(TaskId, EventWindow)> = windows
+                .iter()
+                .filter(|(task, window)| {
+                    *task == event.task_id && event.seq > window.after && event.seq <= window.until
+                })
+                .map(|w| **w)
+                .collect();
+            let Some(last) = targets.pop() else {
+                continue;
+            };
+            for target in targets {
+                if let Some(list) = out.get_mut(&target) {
                     list.push(event.clone());
                 }
+            }
+            if let Some(list) = out.get_mut(&last) {
+                list.push(event);
             }
         }
         Ok(out)
