@@ -14,6 +14,7 @@ for_both_backends!(
     listing_tasks_runs_the_same_statements_for_10_and_50_tasks,
     listing_capabilities_batches_their_plans_and_tools,
     a_tokens_tenant_is_looked_up_once,
+    a_page_reads_steps_and_events_as_far_as_it_shows_them,
 );
 
 /// The default configuration: list resolvers prefetch what their items
@@ -65,6 +66,20 @@ const TASKS_QUERY: &str = "{ tasks(first: 100) { edges { node { \
     reviews { id } pendingReview { id } artifacts { kind } parent { id } \
 } } } }";
 
+/// Acme's plan `three`: three `set_state` steps (`a`, `b`, `c`).
+async fn publish_three(app: &TestApp) {
+    app.publish_plan(
+        "acme",
+        json!({"key": "three", "intent": "t.three", "steps": [
+            {"id": "a", "tool": "set_state", "args": {"a": 1}},
+            {"id": "b", "tool": "set_state", "args": {"b": 2}},
+            {"id": "c", "tool": "set_state", "args": {"c": 3}},
+        ]}),
+    )
+    .await
+    .data();
+}
+
 async fn start_and_run(app: &TestApp, n: usize) {
     for i in 0..n {
         app.start_task(
@@ -78,16 +93,7 @@ async fn start_and_run(app: &TestApp, n: usize) {
 
 async fn listing_tasks_runs_the_same_statements_for_10_and_50_tasks(backend: Backend) {
     let app = app(backend).await;
-    app.publish_plan(
-        "acme",
-        json!({"key": "three", "intent": "t.three", "steps": [
-            {"id": "a", "tool": "set_state", "args": {"a": 1}},
-            {"id": "b", "tool": "set_state", "args": {"b": 2}},
-            {"id": "c", "tool": "set_state", "args": {"c": 3}},
-        ]}),
-    )
-    .await
-    .data();
+    publish_three(&app).await;
     start_and_run(&app, 10).await;
     let (ten, with_10) = measured(&app, TASKS_QUERY).await;
     start_and_run(&app, 40).await;
@@ -172,4 +178,102 @@ async fn a_tokens_tenant_is_looked_up_once(backend: Backend) {
     app.create_tenant("later").await;
     let accepted = app.graphql(Some(&early), query, json!({})).await;
     assert_eq!(accepted.data()["viewer"]["subject"], "tester");
+}
+
+/// A page that shows no task, step or event JSON reads summaries of their
+/// rows; one that does reads them whole. Both in one query (under
+/// aliases), each list is what a single task's read returns; and a page
+/// that shows a task's JSON (under `nodes` too) shows all of it.
+async fn a_page_reads_steps_and_events_as_far_as_it_shows_them(backend: Backend) {
+    let app = app(backend).await;
+    publish_three(&app).await;
+    start_and_run(&app, 3).await;
+    let (page, _) = measured(
+        &app,
+        "{ tasks(first: 10) { edges { node { id \
+           brief: steps { stepId status } \
+           whole: steps { stepId status args output } \
+           recent: events(last: 3) { seq summary } \
+           detailed: events(last: 3) { seq summary dataKeys data } } } } }",
+    )
+    .await;
+    let edges = page["tasks"]["edges"].as_array().unwrap();
+    assert_eq!(edges.len(), 3);
+    let token = app.admin_token("acme");
+    for edge in edges {
+        let node = &edge["node"];
+        let one = app
+            .graphql(
+                Some(&token),
+                "query($id: ID!) { task(id: $id) { \
+                   steps { stepId status args output } \
+                   events(last: 3) { seq summary dataKeys data } } }",
+                json!({"id": node["id"]}),
+            )
+            .await;
+        let one = &one.data()["task"];
+        assert_eq!(node["whole"], one["steps"], "{node}");
+        assert_eq!(node["detailed"], one["events"], "{node}");
+        assert_eq!(node["whole"][0]["args"], json!({"a": 1}), "{node}");
+        let brief: Vec<Value> = one["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| json!({"stepId": s["stepId"], "status": s["status"]}))
+            .collect();
+        assert_eq!(node["brief"], json!(brief), "{node}");
+        let recent: Vec<Value> = one["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| json!({"seq": e["seq"], "summary": e["summary"]}))
+            .collect();
+        assert_eq!(node["recent"], json!(recent), "{node}");
+    }
+}
+
+for_both_backends!(a_page_that_shows_task_json_reads_it_whole);
+
+async fn a_page_that_shows_task_json_reads_it_whole(backend: Backend) {
+    let app = app(backend).await;
+    app.publish_plan(
+        "acme",
+        json!({"key": "one", "intent": "t.one", "steps": [
+            {"id": "a", "tool": "set_state", "args": {"a": 1}},
+        ]}),
+    )
+    .await
+    .data();
+    app.start_task(
+        "acme",
+        json!({"planKey": "one", "payload": {"order": 7}, "idempotencyKey": "j-1"}),
+    )
+    .await;
+    app.run_tasks().await;
+    let fields = "id payload state settledStepIds frozenPlan { id tool } usage { inputTokens }";
+    let token = app.admin_token("acme");
+    for list in [
+        format!("{{ tasks(first: 5) {{ nodes {{ {fields} }} }} }}"),
+        format!("{{ tasks(first: 5) {{ edges {{ node {{ {fields} }} }} }} }}"),
+    ] {
+        let page = app.graphql(Some(&token), &list, json!({})).await;
+        let tasks = &page.data()["tasks"];
+        let task = if tasks["nodes"].is_array() {
+            tasks["nodes"][0].clone()
+        } else {
+            tasks["edges"][0]["node"].clone()
+        };
+        assert_eq!(task["payload"], json!({"order": 7}), "{task}");
+        assert_eq!(task["state"]["a"], 1, "{task}");
+        assert_eq!(task["settledStepIds"], json!(["a"]), "{task}");
+        assert_eq!(task["frozenPlan"][0]["tool"], "set_state", "{task}");
+        let one = app
+            .graphql(
+                Some(&token),
+                &format!("query($id: ID!) {{ task(id: $id) {{ {fields} }} }}"),
+                json!({"id": task["id"]}),
+            )
+            .await;
+        assert_eq!(task, one.data()["task"], "{list}");
+    }
 }

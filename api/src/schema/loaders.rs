@@ -24,7 +24,7 @@ use brainstem_domain::{
     CapabilityId, Domain, TaskId, TenantScope,
     capabilities::{Capability, PartnerToolDef},
     plans::Plan,
-    tasks::{Artifact, EventWindow, Review, StepAttempt, Task, TaskEvent},
+    tasks::{Artifact, Detail, EventWindow, Review, StepAttempt, Task, TaskEvent},
 };
 
 use crate::error::ResultExt;
@@ -153,9 +153,10 @@ impl Loader<TaskKey> for Loaders {
     }
 }
 
-/// Every attempt of every step of a task.
+/// Every attempt of every step of a task, read to the [`Detail`] its
+/// selection shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct TaskStepsKey(pub TenantScope, pub TaskId);
+pub struct TaskStepsKey(pub TenantScope, pub TaskId, pub Detail);
 
 impl Loader<TaskStepsKey> for Loaders {
     type Value = Vec<Arc<StepAttempt>>;
@@ -166,12 +167,21 @@ impl Loader<TaskStepsKey> for Loaders {
         keys: &[TaskStepsKey],
     ) -> Result<HashMap<TaskStepsKey, Vec<Arc<StepAttempt>>>, Self::Error> {
         let mut out = HashMap::new();
-        for (scope, ids) in by_scope(keys.iter().map(|k| (k.0, k.1))) {
-            for (id, steps) in self.domain.tasks.steps_of_many(scope, &ids).await.gql()? {
-                out.insert(
-                    TaskStepsKey(scope, id),
-                    steps.into_iter().map(Arc::new).collect(),
-                );
+        for detail in [Detail::Full, Detail::Summary] {
+            let keys = keys.iter().filter(|k| k.2 == detail).map(|k| (k.0, k.1));
+            for (scope, ids) in by_scope(keys) {
+                for (id, steps) in self
+                    .domain
+                    .tasks
+                    .steps_of_many(scope, &ids, detail)
+                    .await
+                    .gql()?
+                {
+                    out.insert(
+                        TaskStepsKey(scope, id, detail),
+                        steps.into_iter().map(Arc::new).collect(),
+                    );
+                }
             }
         }
         Ok(out)
@@ -180,7 +190,7 @@ impl Loader<TaskStepsKey> for Loaders {
 
 /// A window of a task's events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct TaskEventsKey(pub TenantScope, pub TaskId, pub EventWindow);
+pub struct TaskEventsKey(pub TenantScope, pub TaskId, pub EventWindow, pub Detail);
 
 impl Loader<TaskEventsKey> for Loaders {
     type Value = Vec<Arc<TaskEvent>>;
@@ -190,21 +200,21 @@ impl Loader<TaskEventsKey> for Loaders {
         &self,
         keys: &[TaskEventsKey],
     ) -> Result<HashMap<TaskEventsKey, Vec<Arc<TaskEvent>>>, Self::Error> {
-        let mut by: HashMap<TenantScope, Vec<(TaskId, EventWindow)>> = HashMap::new();
+        let mut by: HashMap<(TenantScope, Detail), Vec<(TaskId, EventWindow)>> = HashMap::new();
         for key in keys {
-            by.entry(key.0).or_default().push((key.1, key.2));
+            by.entry((key.0, key.3)).or_default().push((key.1, key.2));
         }
         let mut out = HashMap::new();
-        for (scope, windows) in by {
+        for ((scope, detail), windows) in by {
             for ((id, window), events) in self
                 .domain
                 .tasks
-                .events_of_many(scope, &windows)
+                .events_of_many(scope, &windows, detail)
                 .await
                 .gql()?
             {
                 out.insert(
-                    TaskEventsKey(scope, id, window),
+                    TaskEventsKey(scope, id, window, detail),
                     events.into_iter().map(Arc::new).collect(),
                 );
             }

@@ -46,6 +46,15 @@ impl<T> Page<T> {
             has_previous_page: self.has_previous_page,
         }
     }
+
+    /// [`Page::map`] with a conversion that may fail.
+    pub fn try_map<U>(self, f: impl FnMut(T) -> Result<U>) -> Result<Page<U>> {
+        Ok(Page {
+            items: self.items.into_iter().map(f).collect::<Result<_>>()?,
+            has_next_page: self.has_next_page,
+            has_previous_page: self.has_previous_page,
+        })
+    }
 }
 
 /// Fetch one page of `select`, ordered by `id_column`.
@@ -59,17 +68,50 @@ where
     E: EntityTrait,
     C: ConnectionTrait,
 {
+    let (select, size) = page_of(select, id_column, request)?;
+    let items = select.all(db).await?;
+    Ok(cut(items, size, request))
+}
+
+/// [`fetch`] of a `select` narrowed to some columns (`select_only`), read
+/// as `M`.
+pub async fn fetch_as<E, C, M>(
+    db: &C,
+    select: Select<E>,
+    id_column: E::Column,
+    request: PageRequest,
+) -> Result<Page<M>>
+where
+    E: EntityTrait,
+    C: ConnectionTrait,
+    M: sea_orm::FromQueryResult,
+{
+    let (select, size) = page_of(select, id_column, request)?;
+    let items = select.into_model::<M>().all(db).await?;
+    Ok(cut(items, size, request))
+}
+
+/// `select` ordered by id, after the cursor, one row past the page (which
+/// says whether there is a next one); and the page's size.
+fn page_of<E: EntityTrait>(
+    select: Select<E>,
+    id_column: E::Column,
+    request: PageRequest,
+) -> Result<(Select<E>, u64)> {
     let size = request.size()?;
     let mut select = select.order_by_asc(id_column);
     if let Some(after) = request.after {
         select = select.filter(id_column.gt(after));
     }
-    let mut items = select.limit(size + 1).all(db).await?;
+    Ok((select.limit(size + 1), size))
+}
+
+fn cut<T>(mut items: Vec<T>, size: u64, request: PageRequest) -> Page<T> {
     let has_next_page = items.len() as u64 > size;
     items.truncate(size as usize);
-    Ok(Page {
+    Page {
         items,
         has_next_page,
         has_previous_page: request.after.is_some(),
-    })
+    }
 }

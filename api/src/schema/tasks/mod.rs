@@ -17,7 +17,7 @@ use async_graphql::{
 };
 use brainstem_domain::{
     Error, TaskId, TenantScope,
-    tasks::{self, EventWindow, TaskFilter as DomainFilter},
+    tasks::{self, Detail, EventWindow, TaskFilter as DomainFilter},
 };
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -229,6 +229,7 @@ impl Task {
                     ..DomainFilter::default()
                 },
                 page_request(first, after)?,
+                page_detail(ctx),
             )
             .await
             .gql()?;
@@ -238,7 +239,11 @@ impl Task {
     /// Every attempt of every step, in the order they ran.
     async fn steps(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<TaskStep>> {
         Ok(loader(ctx)
-            .load_one(TaskStepsKey(self.0.scope(), self.0.id))
+            .load_one(TaskStepsKey(
+                self.0.scope(),
+                self.0.id,
+                step_detail(|f| ctx.look_ahead().field(f).exists()),
+            ))
             .await?
             .unwrap_or_default()
             .into_iter()
@@ -256,7 +261,12 @@ impl Task {
     ) -> async_graphql::Result<Vec<TaskEvent>> {
         let window = event_window(&self.0, after, first, last).gql()?;
         Ok(loader(ctx)
-            .load_one(TaskEventsKey(self.0.scope(), self.0.id, window))
+            .load_one(TaskEventsKey(
+                self.0.scope(),
+                self.0.id,
+                window,
+                event_detail(|f| ctx.look_ahead().field(f).exists()),
+            ))
             .await?
             .unwrap_or_default()
             .into_iter()
@@ -310,6 +320,37 @@ fn event_window(
     }
 }
 
+/// A selection of steps that shows none of their JSON needs only a
+/// summary of each row.
+/// A page of tasks that shows none of a task's JSON (`payload`,
+/// `frozenPlan`, `settledStepIds`, `state`, `usage`), under `edges.node` or
+/// `nodes`, reads summaries.
+fn page_detail(ctx: &Context<'_>) -> Detail {
+    let look = ctx.look_ahead();
+    let shows = |f: &str| {
+        look.field("edges").field("node").field(f).exists() || look.field("nodes").field(f).exists()
+    };
+    detail(
+        ["payload", "frozenPlan", "settledStepIds", "state", "usage"]
+            .into_iter()
+            .any(shows),
+    )
+}
+
+/// `shows(field)` says whether the selection names a field.
+fn step_detail(shows: impl Fn(&str) -> bool) -> Detail {
+    detail(["args", "output", "usage"].into_iter().any(shows))
+}
+
+/// The same for events (`data`, `dataKeys`).
+fn event_detail(shows: impl Fn(&str) -> bool) -> Detail {
+    detail(["data", "dataKeys"].into_iter().any(shows))
+}
+
+fn detail(full: bool) -> Detail {
+    if full { Detail::Full } else { Detail::Summary }
+}
+
 /// Load what the operation selects of every task of a page (steps, event
 /// windows, reviews, artifacts, parents), one batch per relation, before
 /// the items resolve; each item then finds its rows in the operation's
@@ -322,9 +363,11 @@ async fn prefetch(ctx: &Context<'_>, page: &[tasks::Task]) -> async_graphql::Res
     }
     let loader = loader(ctx);
     let steps = async {
-        if node.field("steps").exists() {
+        let steps = node.field("steps");
+        if steps.exists() {
+            let detail = step_detail(|f| steps.field(f).exists());
             loader
-                .load_many(page.iter().map(|t| TaskStepsKey(t.scope(), t.id)))
+                .load_many(page.iter().map(|t| TaskStepsKey(t.scope(), t.id, detail)))
                 .await?;
         }
         Ok::<_, async_graphql::Error>(())
@@ -368,11 +411,12 @@ async fn prefetch(ctx: &Context<'_>, page: &[tasks::Task]) -> async_graphql::Res
                 })
             };
             let first = int("first").unwrap_or(100) as i32;
+            let detail = event_detail(|f| field.selection_set().any(|c| c.name() == f));
             let last = int("last").map(|n| n as i32);
             for task in page {
                 // Bad arguments are reported by the field itself.
                 if let Ok(window) = event_window(task, int("after"), first, last) {
-                    keys.push(TaskEventsKey(task.scope(), task.id, window));
+                    keys.push(TaskEventsKey(task.scope(), task.id, window, detail));
                 }
             }
         }
@@ -428,7 +472,7 @@ impl TaskQuery {
             .unwrap_or_default();
         let page = domain(ctx)
             .tasks
-            .list(scope, filter, page_request(first, after)?)
+            .list(scope, filter, page_request(first, after)?, page_detail(ctx))
             .await
             .gql()?;
         prefetch(ctx, &page.items).await?;

@@ -3,6 +3,208 @@
 
 use super::*;
 
+/// How much of a task, step or event row a read decodes. `Summary` leaves
+/// the JSON columns empty (a task's `payload`, `frozen_plan`, step ids,
+/// `attempts`, `state`, `step_outputs` and `usage`; a step's `args`,
+/// `output` and `usage`; an event's `data` and `data_keys`): for a reader
+/// that shows none of them, such as a dashboard's page of tasks, which
+/// would otherwise parse them for every row and throw them away. A summary
+/// is for showing only; nothing that changes a task reads one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Detail {
+    Full,
+    Summary,
+}
+
+/// A task without its JSON columns ([`Detail::Summary`]).
+#[derive(sea_orm::FromQueryResult)]
+struct TaskSummaryRow {
+    id: Uuid,
+    tenant_id: Uuid,
+    parent_task_id: Option<Uuid>,
+    channel: String,
+    status: String,
+    idempotency_key: Option<String>,
+    input_text: String,
+    subject_id: Option<Uuid>,
+    intent: Option<String>,
+    confidence: f64,
+    confidence_threshold: f64,
+    intent_reviewed: bool,
+    plan_id: Option<Uuid>,
+    plan_key: Option<String>,
+    plan_version: Option<i32>,
+    current_step_id: Option<String>,
+    max_steps: i32,
+    error_message: Option<String>,
+    trace_id: String,
+    lease_owner: Option<String>,
+    lease_expires_at: Option<DateTime<Utc>>,
+    run_after: DateTime<Utc>,
+    cancel_requested: bool,
+    last_seq: i64,
+    created_by: String,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    started_at: Option<DateTime<Utc>>,
+    completed_at: Option<DateTime<Utc>>,
+}
+
+/// The columns of [`TaskSummaryRow`].
+const TASK_SUMMARY: [task::Column; 29] = [
+    task::Column::Id,
+    task::Column::TenantId,
+    task::Column::ParentTaskId,
+    task::Column::Channel,
+    task::Column::Status,
+    task::Column::IdempotencyKey,
+    task::Column::InputText,
+    task::Column::SubjectId,
+    task::Column::Intent,
+    task::Column::Confidence,
+    task::Column::ConfidenceThreshold,
+    task::Column::IntentReviewed,
+    task::Column::PlanId,
+    task::Column::PlanKey,
+    task::Column::PlanVersion,
+    task::Column::CurrentStepId,
+    task::Column::MaxSteps,
+    task::Column::ErrorMessage,
+    task::Column::TraceId,
+    task::Column::LeaseOwner,
+    task::Column::LeaseExpiresAt,
+    task::Column::RunAfter,
+    task::Column::CancelRequested,
+    task::Column::LastSeq,
+    task::Column::CreatedBy,
+    task::Column::CreatedAt,
+    task::Column::UpdatedAt,
+    task::Column::StartedAt,
+    task::Column::CompletedAt,
+];
+
+impl TryFrom<TaskSummaryRow> for Task {
+    type Error = Error;
+
+    fn try_from(r: TaskSummaryRow) -> Result<Self> {
+        Ok(Self {
+            id: r.id.into(),
+            tenant: r.tenant_id.into(),
+            parent: r.parent_task_id.map(TaskId::from),
+            channel: r.channel.parse()?,
+            status: r.status.parse()?,
+            idempotency_key: r.idempotency_key,
+            input: r.input_text,
+            payload: Value::Null,
+            subject_id: r.subject_id,
+            intent: r.intent,
+            confidence: r.confidence,
+            confidence_threshold: r.confidence_threshold,
+            intent_reviewed: r.intent_reviewed,
+            plan_id: r.plan_id.map(PlanId::from),
+            plan_key: r.plan_key,
+            plan_version: r.plan_version,
+            frozen_plan: Vec::new(),
+            settled_step_ids: Vec::new(),
+            reviewed_step_ids: Vec::new(),
+            attempts: Map::new(),
+            current_step_id: r.current_step_id,
+            state: Value::Null,
+            step_outputs: Map::new(),
+            max_steps: u32::try_from(r.max_steps).unwrap_or(DEFAULT_MAX_STEPS),
+            error: r.error_message,
+            trace_id: r.trace_id,
+            lease_owner: r.lease_owner,
+            lease_expires_at: r.lease_expires_at,
+            run_after: r.run_after,
+            cancel_requested: r.cancel_requested,
+            last_seq: r.last_seq,
+            usage: Usage::default(),
+            created_by: r.created_by,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            started_at: r.started_at,
+            completed_at: r.completed_at,
+        })
+    }
+}
+
+/// A step attempt without its JSON columns ([`Detail::Summary`]).
+#[derive(sea_orm::FromQueryResult)]
+struct StepSummaryRow {
+    id: Uuid,
+    task_id: Uuid,
+    step_id: String,
+    tool: String,
+    attempt: i32,
+    status: String,
+    summary: String,
+    error: Option<String>,
+    idempotency_key: String,
+    started_at: DateTime<Utc>,
+    finished_at: DateTime<Utc>,
+    duration_ms: i64,
+}
+
+impl From<StepSummaryRow> for StepAttempt {
+    fn from(r: StepSummaryRow) -> Self {
+        Self {
+            id: r.id,
+            step_id: r.step_id,
+            tool: r.tool,
+            attempt: r.attempt,
+            status: r.status,
+            args: Value::Null,
+            output: Value::Null,
+            summary: r.summary,
+            error: r.error,
+            idempotency_key: r.idempotency_key,
+            usage: Usage::default(),
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            duration_ms: r.duration_ms,
+        }
+    }
+}
+
+/// An event without its JSON columns ([`Detail::Summary`]).
+#[derive(sea_orm::FromQueryResult)]
+struct EventSummaryRow {
+    id: Uuid,
+    tenant_id: Uuid,
+    task_id: Uuid,
+    seq: i64,
+    kind: String,
+    step_id: Option<String>,
+    tool: Option<String>,
+    status: Option<String>,
+    summary: String,
+    error: Option<String>,
+    created_at: DateTime<Utc>,
+}
+
+impl TryFrom<EventSummaryRow> for TaskEvent {
+    type Error = Error;
+
+    fn try_from(r: EventSummaryRow) -> Result<Self> {
+        Ok(Self {
+            id: r.id,
+            tenant: r.tenant_id.into(),
+            task_id: r.task_id.into(),
+            seq: r.seq,
+            kind: r.kind.parse()?,
+            step_id: r.step_id,
+            tool: r.tool,
+            status: r.status,
+            summary: r.summary,
+            error: r.error,
+            data_keys: Vec::new(),
+            data: Value::Null,
+            created_at: r.created_at,
+        })
+    }
+}
+
 impl Tasks {
     pub async fn get(&self, scope: TenantScope, id: TaskId) -> Result<Task> {
         get_task(&self.db, scope, id).await
@@ -24,6 +226,7 @@ impl Tasks {
         scope: TenantScope,
         filter: TaskFilter,
         request: PageRequest,
+        detail: Detail,
     ) -> Result<Page<Task>> {
         let mut select = task::Entity::find_in(scope);
         if !filter.statuses.is_empty() {
@@ -46,17 +249,23 @@ impl Tasks {
         if let Some(parent) = filter.parent {
             select = select.filter(task::Column::ParentTaskId.eq(parent.uuid()));
         }
-        let page = page::fetch(&self.db, select, task::Column::Id, request).await?;
-        let items = page
-            .items
-            .into_iter()
-            .map(Task::try_from)
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Page {
-            items,
-            has_next_page: page.has_next_page,
-            has_previous_page: page.has_previous_page,
-        })
+        match detail {
+            Detail::Full => {
+                let page = page::fetch(&self.db, select, task::Column::Id, request).await?;
+                page.try_map(Task::try_from)
+            }
+            Detail::Summary => {
+                let select = select.select_only().columns(TASK_SUMMARY);
+                let page = page::fetch_as::<_, _, TaskSummaryRow>(
+                    &self.db,
+                    select,
+                    task::Column::Id,
+                    request,
+                )
+                .await?;
+                page.try_map(Task::try_from)
+            }
+        }
     }
 
     /// Stored events with `seq > after`, oldest first, at most `limit`.
@@ -169,6 +378,7 @@ impl Tasks {
         &self,
         scope: TenantScope,
         windows: &[(TaskId, EventWindow)],
+        detail: Detail,
     ) -> Result<HashMap<(TaskId, EventWindow), Vec<TaskEvent>>> {
         let mut out: HashMap<(TaskId, EventWindow), Vec<TaskEvent>> =
             windows.iter().map(|w| (*w, Vec::new())).collect();
@@ -186,14 +396,43 @@ impl Tasks {
                     .add(task_event::Column::Seq.lte(window.until)),
             );
         }
-        let rows = task_event::Entity::find_in(scope)
+        let select = task_event::Entity::find_in(scope)
             .filter(any)
             .order_by_asc(task_event::Column::TaskId)
-            .order_by_asc(task_event::Column::Seq)
-            .all(&self.db)
-            .await?;
-        for row in rows {
-            let event = TaskEvent::try_from(row)?;
+            .order_by_asc(task_event::Column::Seq);
+        let events: Vec<TaskEvent> = match detail {
+            Detail::Full => select
+                .all(&self.db)
+                .await?
+                .into_iter()
+                .map(TaskEvent::try_from)
+                .collect::<Result<_>>()?,
+            Detail::Summary => {
+                use task_event::Column as C;
+                select
+                    .select_only()
+                    .columns([
+                        C::Id,
+                        C::TenantId,
+                        C::TaskId,
+                        C::Seq,
+                        C::Kind,
+                        C::StepId,
+                        C::Tool,
+                        C::Status,
+                        C::Summary,
+                        C::Error,
+                        C::CreatedAt,
+                    ])
+                    .into_model::<EventSummaryRow>()
+                    .all(&self.db)
+                    .await?
+                    .into_iter()
+                    .map(TaskEvent::try_from)
+                    .collect::<Result<_>>()?
+            }
+        };
+        for event in events {
             // Windows of one task may overlap; an event goes to each (the
             // last one takes it, the others a copy).
             let mut targets: Vec<(TaskId, EventWindow)> = windows
@@ -223,13 +462,40 @@ impl Tasks {
         &self,
         scope: TenantScope,
         ids: &[TaskId],
+        detail: Detail,
     ) -> Result<HashMap<TaskId, Vec<StepAttempt>>> {
-        let rows = task_step::Entity::find_in(scope)
+        let select = task_step::Entity::find_in(scope)
             .filter(task_step::Column::TaskId.is_in(ids.iter().map(|i| i.uuid())))
-            .order_by_asc(task_step::Column::Id)
-            .all(&self.db)
-            .await?;
-        Ok(group(ids, rows, |r| r.task_id.into(), StepAttempt::from))
+            .order_by_asc(task_step::Column::Id);
+        Ok(match detail {
+            Detail::Full => {
+                let rows = select.all(&self.db).await?;
+                group(ids, rows, |r| r.task_id.into(), StepAttempt::from)
+            }
+            Detail::Summary => {
+                use task_step::Column as C;
+                let rows = select
+                    .select_only()
+                    .columns([
+                        C::Id,
+                        C::TaskId,
+                        C::StepId,
+                        C::Tool,
+                        C::Attempt,
+                        C::Status,
+                        C::Summary,
+                        C::Error,
+                        C::IdempotencyKey,
+                        C::StartedAt,
+                        C::FinishedAt,
+                        C::DurationMs,
+                    ])
+                    .into_model::<StepSummaryRow>()
+                    .all(&self.db)
+                    .await?;
+                group(ids, rows, |r| r.task_id.into(), StepAttempt::from)
+            }
+        })
     }
 
     /// The reviews of several tasks at once, by task.

@@ -50,8 +50,9 @@ use std::{
     time::{Duration, Instant},
 };
 
+mod answers;
+
 use anyhow::{Context, bail};
-use base64::Engine;
 use brainstem::{
     config::{Config, EmbeddingProvider, LlmProvider},
     startup::Application,
@@ -64,6 +65,8 @@ use sea_orm::{ConnectionTrait, Database, Statement};
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
+
+use self::answers::{Peer, TaskRow, rows};
 
 #[derive(Parser, Debug)]
 #[command(about = "Brainstem and PostGraphile v5 on the same nested list query")]
@@ -132,31 +135,6 @@ async fn interrupted() -> anyhow::Result<&'static str> {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => Ok("SIGINT"),
         _ = term.recv() => Ok("SIGTERM"),
-    }
-}
-
-/// What a server answered, reduced to the data both must agree on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct TaskRow {
-    id: String,
-    status: String,
-    plan: Option<(String, i64)>,
-    steps: Vec<(String, String, i64, i64)>,
-    events: Vec<(i64, String, String)>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Peer {
-    Brainstem,
-    PostGraphile,
-}
-
-impl Peer {
-    fn name(self) -> &'static str {
-        match self {
-            Peer::Brainstem => "brainstem",
-            Peer::PostGraphile => "postgraphile",
-        }
     }
 }
 
@@ -381,127 +359,6 @@ async fn send(http: &reqwest::Client, target: &Target) -> anyhow::Result<Duratio
         }
     }
     Ok(took)
-}
-
-/// The task rows of an answer, in a form both servers share: ids as UUIDs
-/// (Brainstem's global id decoded), enum values upper case without
-/// separators (`STEP_STARTED` and the stored `StepStarted` agree),
-/// numbers as numbers (PostGraphile sends `bigint` as a string), events
-/// oldest first.
-fn rows(peer: Peer, body: &Value) -> anyhow::Result<Vec<TaskRow>> {
-    let (edges, id_key) = match peer {
-        Peer::Brainstem => (&body["data"]["tasks"]["edges"], "id"),
-        Peer::PostGraphile => (&body["data"]["allTasks"]["edges"], "rowId"),
-    };
-    let edges = edges.as_array().context("no edges in the answer")?;
-    let mut out = Vec::with_capacity(edges.len());
-    for edge in edges {
-        let node = &edge["node"];
-        let raw_id = text(&node[id_key])?;
-        let (plan, steps, mut events, id) = match peer {
-            Peer::Brainstem => (
-                match &node["plan"] {
-                    Value::Null => None,
-                    plan => Some((text(&plan["key"])?, number(&plan["version"])?)),
-                },
-                &node["steps"],
-                events_of(&node["events"])?,
-                global_uuid(&raw_id)?,
-            ),
-            Peer::PostGraphile => (
-                match &node["planKey"] {
-                    Value::Null => None,
-                    key => Some((text(key)?, number(&node["planVersion"])?)),
-                },
-                &node["taskStepsByTaskId"]["nodes"],
-                events_of(&node["taskEventsByTaskId"]["nodes"])?,
-                raw_id,
-            ),
-        };
-        if peer == Peer::PostGraphile {
-            events.reverse();
-        }
-        let steps = steps
-            .as_array()
-            .context("no steps")?
-            .iter()
-            .map(|s| {
-                Ok((
-                    text(&s["stepId"])?,
-                    enum_value(&s["status"])?,
-                    number(&s["attempt"])?,
-                    number(&s["durationMs"])?,
-                ))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        if steps.len() != 4 || events.len() > 5 {
-            bail!(
-                "task {id}: {} steps and {} events (expected 4 and at most 5)",
-                steps.len(),
-                events.len()
-            );
-        }
-        out.push(TaskRow {
-            id,
-            status: enum_value(&node["status"])?,
-            plan,
-            steps,
-            events,
-        });
-    }
-    Ok(out)
-}
-
-fn events_of(events: &Value) -> anyhow::Result<Vec<(i64, String, String)>> {
-    events
-        .as_array()
-        .context("no events")?
-        .iter()
-        .map(|e| {
-            Ok((
-                number(&e["seq"])?,
-                enum_value(&e["kind"])?,
-                text(&e["summary"])?,
-            ))
-        })
-        .collect()
-}
-
-fn text(value: &Value) -> anyhow::Result<String> {
-    value
-        .as_str()
-        .map(str::to_owned)
-        .with_context(|| format!("expected a string, got {value}"))
-}
-
-fn number(value: &Value) -> anyhow::Result<i64> {
-    match value {
-        Value::Number(n) => n.as_i64().with_context(|| format!("not an integer: {n}")),
-        Value::String(s) => s.parse().with_context(|| format!("not an integer: {s}")),
-        other => bail!("expected a number, got {other}"),
-    }
-}
-
-fn enum_value(value: &Value) -> anyhow::Result<String> {
-    Ok(text(value)?
-        .chars()
-        .filter(char::is_ascii_alphanumeric)
-        .map(|c| c.to_ascii_uppercase())
-        .collect())
-}
-
-fn global_uuid(id: &str) -> anyhow::Result<String> {
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(id.trim_end_matches('='))
-        .with_context(|| format!("not a global id: {id}"))?;
-    let decoded = String::from_utf8(bytes)?;
-    let (kind, uuid) = decoded
-        .split_once(':')
-        .with_context(|| format!("not a global id: {decoded}"))?;
-    if kind != "Task" {
-        bail!("not a task id: {decoded}");
-    }
-    Ok(uuid.to_owned())
 }
 
 #[derive(Default)]
