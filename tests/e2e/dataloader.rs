@@ -255,6 +255,9 @@ async fn a_page_that_shows_task_json_reads_it_whole(backend: Backend) {
     for list in [
         format!("{{ tasks(first: 5) {{ nodes {{ {fields} }} }} }}"),
         format!("{{ tasks(first: 5) {{ edges {{ node {{ {fields} }} }} }} }}"),
+        format!(
+            "{{ tasks(first: 5) {{ edges {{ node {{ ...T }} }} }} }} fragment T on Task {{ {fields} }}"
+        ),
     ] {
         let page = app.graphql(Some(&token), &list, json!({})).await;
         let tasks = &page.data()["tasks"];

@@ -56,14 +56,14 @@ pub struct Pipeline {
     /// type registry (see [`registry_of`]).
     twin: Box<dyn Fn() -> BoxFuture<'static, Option<SchemaEnv>> + Send + Sync>,
     registry: OnceCell<Option<SchemaEnv>>,
-    pub document: DocumentLimits,
+    document: DocumentLimits,
     /// Longest a query or mutation may run.
-    pub request_timeout: Duration,
+    request_timeout: Duration,
     /// How long the loader gathers keys before it queries.
-    pub batch_delay: Duration,
-    pub limiter: Arc<RateLimiter>,
-    pub persisted_queries: LruCacheStorage,
-    pub domain: Domain,
+    batch_delay: Duration,
+    limiter: Arc<RateLimiter>,
+    persisted_queries: LruCacheStorage,
+    domain: Domain,
 }
 
 /// An operation admitted to run.

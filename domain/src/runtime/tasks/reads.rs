@@ -435,22 +435,18 @@ impl Tasks {
         for event in events {
             // Windows of one task may overlap; an event goes to each (the
             // last one takes it, the others a copy).
-            let mut targets: Vec<(TaskId, EventWindow)> = windows
-                .iter()
-                .filter(|(task, window)| {
-                    *task == event.task_id && event.seq > window.after && event.seq <= window.until
-                })
-                .map(|w| **w)
-                .collect();
-            let Some(last) = targets.pop() else {
+            let holds = |(task, window): &(TaskId, EventWindow)| {
+                *task == event.task_id && event.seq > window.after && event.seq <= window.until
+            };
+            let Some(last) = windows.iter().rposition(|w| holds(w)) else {
                 continue;
             };
-            for target in targets {
-                if let Some(list) = out.get_mut(&target) {
+            for target in windows[..last].iter().filter(|w| holds(w)) {
+                if let Some(list) = out.get_mut(target) {
                     list.push(event.clone());
                 }
             }
-            if let Some(list) = out.get_mut(&last) {
+            if let Some(list) = out.get_mut(windows[last]) {
                 list.push(event);
             }
         }
