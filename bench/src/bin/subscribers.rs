@@ -375,7 +375,7 @@ fn delta_text(message: &str) -> Option<&str> {
 async fn client(args: Args) -> anyhow::Result<()> {
     let ids: Vec<String> = args.task_ids.split(',').map(str::to_owned).collect();
     let n = args.subscribers.first().copied().unwrap_or(1);
-    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(n);
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let mut clients = Vec::with_capacity(n);
     for i in 0..n {
         let url = args.url.clone();
@@ -383,6 +383,9 @@ async fn client(args: Args) -> anyhow::Result<()> {
         let uuid = ids[i % ids.len()].clone();
         let ready = ready_tx.clone();
         clients.push(tokio::spawn(async move {
+            // Announces readiness when dropped unannounced too, so a
+            // connection that fails cannot stall the start.
+            let mut ready = Announce(Some(ready));
             // Latencies in microseconds, kept by each connection and
             // gathered at the end.
             let mut latencies: Vec<u64> = Vec::new();
@@ -399,11 +402,20 @@ async fn client(args: Args) -> anyhow::Result<()> {
                     .await
                     .ok()?;
             ws.send(Message::Text(json!({"type": "connection_init", "payload": {"Authorization": format!("Bearer {token}")}}).to_string().into())).await.ok()?;
+            // The protocol lets a client subscribe only once the server
+            // acknowledged its credential.
+            loop {
+                let Message::Text(text) = ws.next().await?.ok()? else {
+                    continue;
+                };
+                if text.as_str().contains(r#""type":"connection_ack""#) {
+                    break;
+                }
+            }
             let global = base64_task_id(&uuid);
             ws.send(Message::Text(json!({"id": "1", "type": "subscribe", "payload": {
                 "query": "subscription($id: ID!) { taskEvents(taskId: $id) { __typename seq ... on TokenDelta { text } } }",
                 "variables": {"id": global}}}).to_string().into())).await.ok()?;
-            let mut announced = false;
             while let Some(Ok(msg)) = ws.next().await {
                 let Message::Text(text) = msg else { continue };
                 let text = text.as_str();
@@ -418,10 +430,7 @@ async fn client(args: Args) -> anyhow::Result<()> {
                 }
                 let v: Value = serde_json::from_str(text).ok()?;
                 if v["type"] == "next" {
-                    if !announced {
-                        announced = true;
-                        let _ = ready.send(()).await;
-                    }
+                    ready.announce();
                 } else if v["type"] == "complete" {
                     break;
                 }
@@ -461,6 +470,24 @@ async fn client(args: Args) -> anyhow::Result<()> {
         json!({"count": latencies.len(), "failed": failed, "client_cpu_s": cpu_seconds() - cpu_before, "p50_ms": pct(50.0), "p99_ms": pct(99.0), "max_ms": pct(100.0)})
     );
     Ok(())
+}
+
+/// A subscriber's "I am subscribed" signal, sent once: on its first event,
+/// or when it ends without one.
+struct Announce(Option<tokio::sync::mpsc::UnboundedSender<()>>);
+
+impl Announce {
+    fn announce(&mut self) {
+        if let Some(ready) = self.0.take() {
+            let _ = ready.send(());
+        }
+    }
+}
+
+impl Drop for Announce {
+    fn drop(&mut self) {
+        self.announce();
+    }
 }
 
 fn base64_task_id(uuid: &str) -> String {
