@@ -244,6 +244,7 @@ pub fn executor(
         public_url: config.public_url(),
         http: http_client::client(Duration::from_secs(10)),
         llm: model_client(config)?,
+        policy: Default::default(),
     };
     Ok(Executor::new(
         domain.clone(),

@@ -49,6 +49,8 @@ pub struct Model {
     /// Sequence number of the task's latest event.
     pub last_seq: i64,
     pub usage: Json,
+    /// What an agent step concluded (see the runtime's `TaskResult`).
+    pub result: Option<Json>,
     pub created_by: String,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,

@@ -15,6 +15,7 @@ mod m20261122_090000_create_capabilities;
 mod m20261122_100000_index_tasks_by_plan;
 mod m20261123_090000_index_tasks_by_subject;
 mod m20261124_090000_tenant_in_search_tsv;
+mod m20261125_090000_task_results;
 
 pub struct Migrator;
 
@@ -32,6 +33,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_100000_index_tasks_by_plan::Migration),
             Box::new(m20261123_090000_index_tasks_by_subject::Migration),
             Box::new(m20261124_090000_tenant_in_search_tsv::Migration),
+            Box::new(m20261125_090000_task_results::Migration),
         ]
     }
 }

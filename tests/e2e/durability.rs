@@ -117,6 +117,41 @@ async fn start_server(database_url: &str, secret: &str) -> Server {
     Server { child, url }
 }
 
+/// A token signed with `secret`, as the servers started here check them.
+fn mint(secret: &str, tenant: Option<&str>, role: Role) -> String {
+    let auth = brainstem_api::AuthConfig {
+        issuer: "brainstem".into(),
+        audience: "brainstem".into(),
+        hs256_secret: Some(secrecy::SecretString::from(secret.to_owned())),
+        rs256_public_key_pem: None,
+        leeway_secs: 30,
+    };
+    brainstem_api::auth::mint_token(
+        &auth,
+        brainstem_api::auth::TokenRequest {
+            subject: "kill-test",
+            tenant,
+            roles: &[role],
+            ttl: chrono::Duration::hours(1),
+        },
+    )
+    .unwrap()
+}
+
+/// Start a server on `database_url` and create the tenant `acme` in it;
+/// returns the server and a token of acme's admin.
+async fn start_with_tenant(database_url: &str, secret: &str) -> (Server, String) {
+    let server = start_server(database_url, secret).await;
+    gql(
+        &server.url,
+        &mint(secret, None, Role::PlatformAdmin),
+        "mutation { createTenant(input: {slug: \"acme\", name: \"Acme\"}) { tenant { id } } }",
+        json!({}),
+    )
+    .await;
+    (server, mint(secret, Some("acme"), Role::TenantAdmin))
+}
+
 async fn gql(url: &str, token: &str, query: &str, variables: Value) -> Value {
     let body: Value = crate::helpers::http_client()
         .post(format!("{url}/graphql"))
@@ -139,35 +174,7 @@ async fn sigkilled_server_loses_no_step_and_repeats_no_effect_postgres() {
     let database_url = fresh_postgres_database().await;
     let secret = uuid::Uuid::now_v7().to_string();
     let (ledger, effects_url) = start_ledger().await;
-    let auth = brainstem_api::AuthConfig {
-        issuer: "brainstem".into(),
-        audience: "brainstem".into(),
-        hs256_secret: Some(secrecy::SecretString::from(secret.clone())),
-        rs256_public_key_pem: None,
-        leeway_secs: 30,
-    };
-    let mint = |tenant: Option<&str>, role: Role| {
-        brainstem_api::auth::mint_token(
-            &auth,
-            brainstem_api::auth::TokenRequest {
-                subject: "kill-test",
-                tenant,
-                roles: &[role],
-                ttl: chrono::Duration::hours(1),
-            },
-        )
-        .unwrap()
-    };
-
-    let mut first = start_server(&database_url, &secret).await;
-    gql(
-        &first.url,
-        &mint(None, Role::PlatformAdmin),
-        "mutation { createTenant(input: {slug: \"acme\", name: \"Acme\"}) { tenant { id } } }",
-        json!({}),
-    )
-    .await;
-    let admin = mint(Some("acme"), Role::TenantAdmin);
+    let (mut first, admin) = start_with_tenant(&database_url, &secret).await;
     let steps: Vec<Value> = (1..=STEPS)
         .map(|i| {
             json!({
@@ -329,4 +336,133 @@ async fn two_workers_never_run_one_step_at_once_postgres() {
         calls.values().all(|n| *n == 1),
         "each step ran exactly once"
     );
+}
+
+/// Requests by idempotency key; while `hold` is set, the first request of
+/// a key ending in `hold_suffix` waits forever (the test kills the server
+/// meanwhile).
+#[derive(Default)]
+struct CallLog {
+    by_key: Mutex<HashMap<String, u32>>,
+    hold: std::sync::atomic::AtomicBool,
+    hold_suffix: &'static str,
+    seen: Notify,
+}
+
+async fn log_call(State(log): State<Arc<CallLog>>, headers: HeaderMap) -> Json<Value> {
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let held = key.ends_with(log.hold_suffix);
+    let first_time = {
+        let mut by_key = log.by_key.lock().unwrap();
+        let n = by_key.entry(key).or_insert(0);
+        *n += 1;
+        *n == 1
+    };
+    log.seen.notify_waiters();
+    if held && first_time && log.hold.load(std::sync::atomic::Ordering::SeqCst) {
+        std::future::pending::<()>().await;
+    }
+    Json(json!({"ok": true}))
+}
+
+/// An agent loop whose model (the offline one) calls two tools in one
+/// turn: the process is killed while the second call runs, and the
+/// restarted one finishes the loop without repeating the first call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkilled_agent_loop_repeats_no_completed_tool_call_postgres() {
+    let database_url = fresh_postgres_database().await;
+    let secret = uuid::Uuid::now_v7().to_string();
+    let log = Arc::new(CallLog {
+        hold_suffix: ":answer:1.2",
+        ..CallLog::default()
+    });
+    let router = Router::new()
+        .route("/calls", post(log_call))
+        .with_state(log.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let calls_url = format!("http://{}/calls", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let (mut first, admin) = start_with_tenant(&database_url, &secret).await;
+    gql(
+        &first.url,
+        &admin,
+        "mutation($input: PublishPlanInput!) { publishPlan(input: $input) { plan { version } } }",
+        json!({"input": {"key": "agent", "intent": "t.agent",
+               "steps": [{"id": "answer", "tool": "agent", "args": {"tools": ["http_request"]}}]}}),
+    )
+    .await;
+    log.hold.store(true, std::sync::atomic::Ordering::SeqCst);
+    let input = format!(
+        "Call both.\ncall http_request {{\"url\": \"{calls_url}\", \"method\": \"POST\", \"body\": {{\"n\": 1}}}}\ncall http_request {{\"url\": \"{calls_url}\", \"method\": \"POST\", \"body\": {{\"n\": 2}}}}"
+    );
+    let data = gql(
+        &first.url,
+        &admin,
+        "mutation($input: String!) { startTask(input: {planKey: \"agent\", input: $input}) { task { id } } }",
+        json!({"input": input}),
+    )
+    .await;
+    let id = data["startTask"]["task"]["id"].as_str().unwrap().to_owned();
+    let task_uuid = uuid_of(&id);
+
+    // Kill the process while the second call waits for its answer.
+    let second_key = format!("{task_uuid}:answer:1.2");
+    loop {
+        let seen = log.seen.notified();
+        if log.by_key.lock().unwrap().contains_key(&second_key) {
+            break;
+        }
+        tokio::time::timeout(WAIT, seen)
+            .await
+            .expect("the loop reaches its second call");
+    }
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+    log.hold.store(false, std::sync::atomic::Ordering::SeqCst);
+
+    let second = start_server(&database_url, &secret).await;
+    let started = std::time::Instant::now();
+    let task = loop {
+        let data = gql(
+            &second.url,
+            &admin,
+            "query($id: ID!) { task(id: $id) { status result { content finishReason toolCalls } steps { stepId status } } }",
+            json!({"id": id}),
+        )
+        .await;
+        if data["task"]["status"] == "COMPLETED" {
+            break data["task"].clone();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the loop did not finish after the restart: {data}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let by_key = log.by_key.lock().unwrap().clone();
+    assert_eq!(
+        by_key.get(&format!("{task_uuid}:answer:1.1")),
+        Some(&1),
+        "the completed call ran once: {by_key:?}"
+    );
+    assert!(
+        by_key.get(&second_key).is_some_and(|n| *n >= 2),
+        "the interrupted call ran again, with the same key: {by_key:?}"
+    );
+    assert_eq!(by_key.len(), 2, "no other call: {by_key:?}");
+    assert_eq!(task["result"]["finishReason"], "COMPLETE");
+    assert_eq!(task["result"]["toolCalls"], 2);
+    let steps: Vec<&str> = task["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["status"] == "COMPLETED")
+        .map(|s| s["stepId"].as_str().unwrap())
+        .collect();
+    assert_eq!(steps, ["answer", "answer:1.1", "answer:1.2", "answer:2"]);
+    drop(second);
 }

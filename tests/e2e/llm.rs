@@ -138,7 +138,7 @@ async fn fake_model(answer: Answer) -> (Fake, String) {
 }
 
 /// Point the app at the fake server, with a price for its model.
-fn use_fake(config: &mut Config, base_url: &str) {
+pub(crate) fn use_fake(config: &mut Config, base_url: &str) {
     config.llm_provider = LlmProvider::Openai;
     config.llm_base_url = base_url.to_owned();
     config.llm_model = Some("fake-model".into());
@@ -593,15 +593,7 @@ async fn token_deltas_reach_a_websocket_subscriber_in_order(backend: Backend) {
         .as_str()
         .unwrap()
         .to_owned();
-    let mut ws = crate::streams::connect(&app, "acme").await;
-    ws.subscribe("1", crate::streams::EVENTS, json!({"id": id}))
-        .await;
-    // The subscription is live before the step runs: it first replays the
-    // stored `PENDING` event.
-    let first = ws.next_payload().await.unwrap();
-    assert_eq!(first["data"]["taskEvents"]["seq"], 1);
-    app.run_tasks().await;
-    let events = ws.events_until_complete().await;
+    let events = crate::streams::watch_run(&app, "acme", &id).await;
     let mut text = String::new();
     for e in events.iter().filter(|e| e["__typename"] == "TokenDelta") {
         assert_eq!(

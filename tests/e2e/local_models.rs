@@ -260,13 +260,7 @@ async fn a_local_model_step_streams_tokens_over_a_websocket(backend: Backend) {
         .as_str()
         .unwrap()
         .to_owned();
-    let mut ws = crate::streams::connect(&app, "acme").await;
-    ws.subscribe("1", crate::streams::EVENTS, json!({"id": id}))
-        .await;
-    let first = ws.next_payload().await.unwrap();
-    assert_eq!(first["data"]["taskEvents"]["seq"], 1);
-    app.run_tasks().await;
-    let events = ws.events_until_complete().await;
+    let events = crate::streams::watch_run(&app, "acme", &id).await;
     let deltas: Vec<&Value> = events
         .iter()
         .filter(|e| e["__typename"] == "TokenDelta")
@@ -308,6 +302,7 @@ async fn greedy_generation_is_reproducible_and_the_chat_markup_tokenizes_right()
         model: SmolLm::model_name().into(),
         max_tokens: 40,
         temperature: 0.0,
+        tools: Vec::new(),
     };
     let mut answers = Vec::new();
     for _ in 0..2 {
@@ -322,7 +317,7 @@ async fn greedy_generation_is_reproducible_and_the_chat_markup_tokenizes_right()
             .iter()
             .filter_map(|c| match c {
                 Chunk::Delta(d) => Some(d.as_str()),
-                Chunk::Usage(_) => None,
+                _ => None,
             })
             .collect();
         let Some(Chunk::Usage(usage)) = chunks.last() else {

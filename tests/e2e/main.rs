@@ -8,6 +8,7 @@
 mod helpers;
 
 mod admin;
+mod agent;
 mod api_keys;
 mod architecture;
 mod auth;

@@ -39,6 +39,18 @@ impl Tool for Gate {
     }
 }
 
+/// Subscribe to the task `id` of `tenant` before it runs (the subscription
+/// first replays its stored `PENDING` event), run the tasks, and return
+/// every event up to `complete`.
+pub(crate) async fn watch_run(app: &TestApp, tenant: &str, id: &str) -> Vec<Value> {
+    let mut ws = connect(app, tenant).await;
+    ws.subscribe("1", EVENTS, json!({"id": id})).await;
+    let first = ws.next_payload().await.unwrap();
+    assert_eq!(first["data"]["taskEvents"]["seq"], 1);
+    app.run_tasks().await;
+    ws.events_until_complete().await
+}
+
 pub(crate) async fn connect(app: &TestApp, tenant: &str) -> WsClient {
     let mut ws = app.ws_connect("graphql-transport-ws").await;
     ws.init(Some(&app.admin_token(tenant))).await;

@@ -119,6 +119,7 @@ async fn main() -> anyhow::Result<()> {
         model: SmolLm::model_name().into(),
         max_tokens: args.max_tokens,
         temperature: 0.0,
+        tools: Vec::new(),
     };
     for run in 1..=args.generations {
         let started = Instant::now();
@@ -131,6 +132,7 @@ async fn main() -> anyhow::Result<()> {
                     first.get_or_insert_with(|| started.elapsed());
                 }
                 Chunk::Usage(u) => usage = Some(u),
+                Chunk::ToolCall(_) | Chunk::Finish(_) => {}
             }
         }
         let total = started.elapsed();

@@ -15,4 +15,5 @@
 pub mod capabilities;
 pub mod connections;
 pub mod plans;
+pub mod policy;
 pub mod tool;

@@ -519,6 +519,18 @@ impl Plans {
             .ok_or_else(|| Error::not_found(format!("tool `{key}`")))
     }
 
+    /// Every tool the scope's tenant may run at `now`: the registered ones
+    /// and the partner tools of the capabilities it subscribes to.
+    pub async fn tools_of_tenant(
+        &self,
+        scope: TenantScope,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Arc<dyn Tool>>> {
+        let mut tools: Vec<Arc<dyn Tool>> = self.registry.list().cloned().collect();
+        tools.extend(capabilities::subscribed_tools(&self.db, scope, now).await?);
+        Ok(tools)
+    }
+
     /// The latest version of every plan of the tenant (for intent detection
     /// and plan resolution).
     pub async fn all_latest(&self, scope: TenantScope) -> Result<Vec<Plan>> {

@@ -114,8 +114,11 @@ pub struct ToolSettings {
     /// The server's public base URL, for callback links.
     pub public_url: String,
     pub http: reqwest::Client,
-    /// The language model `llm.generate` (and LLM intent detection) call.
+    /// The language model `llm.generate`, agent steps (and LLM intent
+    /// detection) call.
     pub llm: crate::models::llm::ModelClient,
+    /// The limits agent steps run under.
+    pub policy: crate::catalogue::policy::ExecutorPolicy,
 }
 
 impl Default for ToolSettings {
@@ -126,6 +129,7 @@ impl Default for ToolSettings {
             public_url: String::new(),
             http: crate::kernel::http_client::client(Duration::from_secs(10)),
             llm: crate::models::llm::ModelClient::default(),
+            policy: Default::default(),
         }
     }
 }
@@ -147,6 +151,9 @@ pub struct ToolOutput {
     /// Memories the step used; the executor records them as one
     /// `MemoryRecalled` event (`data.memory_ids`) in the step's commit.
     pub recalled: Vec<MemoryId>,
+    /// The task's result, set in the step's commit (an agent step's
+    /// conclusion).
+    pub result: Option<Value>,
 }
 
 impl ToolOutput {

@@ -1,6 +1,6 @@
 //! Built-in tools: `set_state`, `http_request`, `request_review`,
-//! `delegate`, `spawn_task`, `llm.generate` ([`super::generate`]) and the
-//! memory tools ([`super::memory`]).
+//! `delegate`, `spawn_task`, `llm.generate` ([`super::generate`]), `agent`
+//! ([`super::agent`]) and the memory tools ([`super::memory`]).
 
 use std::{sync::Arc, time::Duration};
 
@@ -18,6 +18,7 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
         Arc::new(Delegate),
         Arc::new(SpawnTask),
         Arc::new(super::generate::Generate),
+        Arc::new(super::agent::Agent),
     ];
     tools.into_iter().chain(super::memory::all()).collect()
 }

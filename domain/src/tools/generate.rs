@@ -28,7 +28,31 @@ pub const FRAME_INTERVAL: Duration = Duration::from_millis(50);
 
 pub struct Generate;
 
-fn arg_u64(args: &Value, key: &str) -> Option<u64> {
+/// Refuse a call that could take the task or the tenant past its token
+/// budget: `estimate` is the call's most expensive case, `max_task_tokens`
+/// a step's own, tighter, budget for the task.
+pub(super) async fn check_budget(
+    ctx: &ToolContext,
+    estimate: u64,
+    max_task_tokens: Option<u64>,
+) -> Result<(), ToolError> {
+    let scope = TenantScope::new(ctx.tenant);
+    let domain = platform(ctx)?;
+    let task_usage = async { Ok(domain.tasks.get(scope, ctx.task_id).await?.usage) };
+    budget::check(
+        &domain.db,
+        ctx.settings.llm.settings().budgets,
+        scope,
+        task_usage,
+        max_task_tokens,
+        estimate,
+    )
+    .await
+    .map_err(|e| ToolError::retryable(format!("cannot check the token budget: {e}")))?
+    .map_err(ToolError::fatal)
+}
+
+pub(super) fn arg_u64(args: &Value, key: &str) -> Option<u64> {
     args.get(key).and_then(Value::as_f64).map(|f| f as u64)
 }
 
@@ -85,21 +109,12 @@ impl Tool for Generate {
                 .map(|t| t as f32),
         );
 
-        let estimate = request.estimated_max_tokens();
-        let scope = TenantScope::new(ctx.tenant);
-        let domain = platform(&ctx)?;
-        let task_usage = async { Ok(domain.tasks.get(scope, ctx.task_id).await?.usage) };
-        budget::check(
-            &domain.db,
-            client.settings().budgets,
-            scope,
-            task_usage,
+        check_budget(
+            &ctx,
+            request.estimated_max_tokens(),
             arg_u64(&args, "max_task_tokens"),
-            estimate,
         )
-        .await
-        .map_err(|e| ToolError::retryable(format!("cannot check the token budget: {e}")))?
-        .map_err(ToolError::fatal)?;
+        .await?;
 
         let mut generation = client.start(request).await?;
         frames::relay(&mut generation, FRAME_INTERVAL, |frame| {

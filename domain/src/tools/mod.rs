@@ -12,6 +12,7 @@
 //! - A tool reaches tenant data only through the scope of the task it runs
 //!   for (`TenantScope::new(ctx.tenant)`).
 
+pub mod agent;
 pub mod builtin;
 pub mod generate;
 pub mod memory;
@@ -28,6 +29,19 @@ impl WithBuiltins for ToolRegistryBuilder {
     fn with_builtins(self) -> crate::Result<Self> {
         self.register_all(builtin::all())
     }
+}
+
+/// The strings of the array at `key` of `args` (anything else: none).
+pub(crate) fn string_list(args: &serde_json::Value, key: &str) -> Vec<String> {
+    args.get(key)
+        .and_then(serde_json::Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(serde_json::Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The platform a step runs in (see [`ToolContext::platform`]).

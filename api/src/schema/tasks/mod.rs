@@ -7,9 +7,11 @@
 //! - [`steps`]: what a run records: step attempts, reviews, artifacts, usage.
 //! - [`events`]: one GraphQL type per kind of task event.
 //! - [`mutation`]: start, cancel, retry, resume, reject, complete a delegation.
+//! - [`result`]: what an agent step concluded (`Task.result`).
 
 pub mod events;
 pub mod mutation;
+pub mod result;
 pub mod steps;
 
 use async_graphql::{
@@ -188,6 +190,10 @@ impl Task {
     async fn usage(&self) -> Usage {
         self.0.usage.into()
     }
+    /// What the task's agent step concluded; null until one did.
+    async fn result(&self) -> Option<result::TaskResult> {
+        self.0.result.as_ref().map(result::TaskResult::from_stored)
+    }
     async fn created_by(&self) -> &str {
         &self.0.created_by
     }
@@ -323,17 +329,24 @@ fn event_window(
 /// A selection of steps that shows none of their JSON needs only a
 /// summary of each row.
 /// A page of tasks that shows none of a task's JSON (`payload`,
-/// `frozenPlan`, `settledStepIds`, `state`, `usage`), under `edges.node` or
-/// `nodes`, reads summaries.
+/// `frozenPlan`, `settledStepIds`, `state`, `usage`, `result`), under
+/// `edges.node` or `nodes`, reads summaries.
 fn page_detail(ctx: &Context<'_>) -> Detail {
     let look = ctx.look_ahead();
     let shows = |f: &str| {
         look.field("edges").field("node").field(f).exists() || look.field("nodes").field(f).exists()
     };
     detail(
-        ["payload", "frozenPlan", "settledStepIds", "state", "usage"]
-            .into_iter()
-            .any(shows),
+        [
+            "payload",
+            "frozenPlan",
+            "settledStepIds",
+            "state",
+            "usage",
+            "result",
+        ]
+        .into_iter()
+        .any(shows),
     )
 }
 

@@ -343,6 +343,36 @@ pub(crate) async fn partner_tools(
     Ok(tools)
 }
 
+/// The partner tools of every capability the scope's tenant subscribes to
+/// at `now`, by key.
+pub(crate) async fn subscribed_tools(
+    db: &DatabaseConnection,
+    scope: TenantScope,
+    now: DateTime<Utc>,
+) -> Result<Vec<Arc<dyn Tool>>> {
+    let owners = subscribed(db, scope, now).await?;
+    if owners.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = capability_tool::Entity::find()
+        .filter(capability_tool::Column::CapabilityId.is_in(owners.iter().map(|c| c.id)))
+        .order_by_asc(capability_tool::Column::Key)
+        .all(db)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| {
+            let owner = owners.iter().find(|c| c.id == row.capability_id)?;
+            let tool: Arc<dyn Tool> = Arc::new(partner::PartnerTool::new(
+                PartnerToolDef::from(row),
+                owner.id.into(),
+                owner.key.clone(),
+            ));
+            Some(tool)
+        })
+        .collect())
+}
+
 /// Every partner tool of the catalogue (for the startup check).
 pub(crate) async fn all_partner_tools(db: &DatabaseConnection) -> Result<Vec<Arc<dyn Tool>>> {
     let keys: Vec<String> = capability_tool::Entity::find()

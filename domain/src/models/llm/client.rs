@@ -21,7 +21,8 @@ use tokio::time::Instant;
 
 use super::{
     Breaker, BreakerConfig, BreakerState, Budgets, Chunk, ChunkStream, CompletionRequest,
-    ErrorKind, LanguageModel, LlmError, Message, Prices, TokenUsage, estimate_tokens, offline,
+    ErrorKind, FinishReason, LanguageModel, LlmError, Message, Prices, TokenUsage, ToolCall,
+    ToolCallDelta, estimate_tokens, offline,
 };
 use crate::models::usage::Usage;
 
@@ -161,6 +162,7 @@ impl ModelClient {
             model: model.unwrap_or(&s.default_model).to_owned(),
             max_tokens: max_tokens.unwrap_or(s.max_tokens),
             temperature: temperature.unwrap_or(s.temperature),
+            tools: Vec::new(),
         }
     }
 
@@ -235,6 +237,8 @@ impl ModelClient {
             deadline,
             last_chunk: Instant::now(),
             text: String::new(),
+            tool_calls: Vec::new(),
+            finish: None,
             usage: None,
             ended: false,
         })
@@ -258,6 +262,9 @@ pub struct Generation {
     deadline: Instant,
     last_chunk: Instant,
     text: String,
+    /// The tool calls so far, by their index in the turn.
+    tool_calls: Vec<ToolCall>,
+    finish: Option<FinishReason>,
     usage: Option<TokenUsage>,
     ended: bool,
 }
@@ -300,9 +307,35 @@ impl Generation {
                     return Ok(Some(delta));
                 }
                 Some(Ok(Chunk::Usage(usage))) => self.usage = Some(usage),
+                Some(Ok(Chunk::ToolCall(delta))) => self.add_tool_call(delta),
+                Some(Ok(Chunk::Finish(reason))) => self.finish = Some(reason),
                 Some(Err(err)) => return Err(self.fail(err)),
             }
         }
+    }
+
+    /// Fold a piece of a tool call into the call at its index. A piece
+    /// for a later index than any so far starts a new call; ids and
+    /// names are taken from the first piece that has them.
+    fn add_tool_call(&mut self, delta: ToolCallDelta) {
+        let position = if delta.index < self.tool_calls.len() {
+            delta.index
+        } else {
+            self.tool_calls.push(ToolCall {
+                id: String::new(),
+                name: String::new(),
+                arguments: String::new(),
+            });
+            self.tool_calls.len() - 1
+        };
+        let call = &mut self.tool_calls[position];
+        if let Some(id) = delta.id.filter(|_| call.id.is_empty()) {
+            call.id = id;
+        }
+        if let Some(name) = delta.name.filter(|_| call.name.is_empty()) {
+            call.name = name;
+        }
+        call.arguments.push_str(&delta.arguments);
     }
 
     fn fail(&mut self, err: LlmError) -> LlmError {
@@ -337,12 +370,31 @@ impl Generation {
             .settings
             .prices
             .cost_micros(&self.model, usage);
+        let finish = match self.finish {
+            Some(reason) => reason,
+            None if self.tool_calls.is_empty() => FinishReason::Complete,
+            None => FinishReason::ToolUse,
+        };
+        // A call without an id still needs one to be answered.
+        let tool_calls = self
+            .tool_calls
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut call)| {
+                if call.id.is_empty() {
+                    call.id = format!("call_{}", i + 1);
+                }
+                call
+            })
+            .collect();
         Completion {
             text: self.text,
             model: self.model,
             usage,
             usage_estimated,
             cost_micros,
+            tool_calls,
+            finish,
         }
     }
 }
@@ -356,6 +408,9 @@ pub struct Completion {
     /// Whether `usage` is our estimate (the provider reported none).
     pub usage_estimated: bool,
     pub cost_micros: u64,
+    /// The tools the model called, in order.
+    pub tool_calls: Vec<ToolCall>,
+    pub finish: FinishReason,
 }
 
 impl Completion {

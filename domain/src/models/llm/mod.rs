@@ -53,6 +53,8 @@ pub enum Role {
     System,
     User,
     Assistant,
+    /// The result of a tool call the model made.
+    Tool,
 }
 
 impl Role {
@@ -61,6 +63,7 @@ impl Role {
             Role::System => "system",
             Role::User => "user",
             Role::Assistant => "assistant",
+            Role::Tool => "tool",
         }
     }
 }
@@ -69,22 +72,99 @@ impl Role {
 pub struct Message {
     pub role: Role,
     pub content: String,
+    /// The tools an assistant message calls (empty for any other message).
+    pub tool_calls: Vec<ToolCall>,
+    /// The call a tool message answers.
+    pub tool_call_id: Option<String>,
 }
 
 impl Message {
-    pub fn system(content: impl Into<String>) -> Self {
+    fn new(role: Role, content: String) -> Self {
         Self {
-            role: Role::System,
-            content: content.into(),
+            role,
+            content,
+            tool_calls: Vec::new(),
+            tool_call_id: None,
         }
     }
 
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new(Role::System, content.into())
+    }
+
     pub fn user(content: impl Into<String>) -> Self {
+        Self::new(Role::User, content.into())
+    }
+
+    /// The model's turn: its text and the tools it called.
+    pub fn assistant(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
         Self {
-            role: Role::User,
-            content: content.into(),
+            tool_calls,
+            ..Self::new(Role::Assistant, content.into())
         }
     }
+
+    /// The result (or error) of the call `call_id`.
+    pub fn tool(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            tool_call_id: Some(call_id.into()),
+            ..Self::new(Role::Tool, content.into())
+        }
+    }
+
+    /// Estimated tokens of the message (see [`estimate_tokens`]), with 4
+    /// for the chat template's framing.
+    fn estimated_tokens(&self) -> u64 {
+        estimate_tokens(&self.content)
+            + self
+                .tool_calls
+                .iter()
+                .map(|c| estimate_tokens(&c.name) + estimate_tokens(&c.arguments))
+                .sum::<u64>()
+            + 4
+    }
+}
+
+/// A tool offered to the model: a name of letters, digits, `_` and `-`
+/// (at most 64, as OpenAI-compatible servers require), what it does, and
+/// the JSON Schema of its arguments.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub parameters: serde_json::Value,
+}
+
+/// A call the model made: its id (for the result's message), the tool's
+/// name, and the arguments as the JSON text the model wrote (not yet
+/// parsed: a model may write invalid JSON, which is fed back to it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// A piece of a streamed tool call: the call at `index` of the turn, with
+/// its id and name on the first piece and its arguments spread over any
+/// number of pieces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolCallDelta {
+    pub index: usize,
+    pub id: Option<String>,
+    pub name: Option<String>,
+    pub arguments: String,
+}
+
+/// Why the model stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// It finished its answer.
+    Complete,
+    /// It called tools and waits for their results.
+    ToolUse,
+    /// It reached `max_tokens`.
+    MaxTokens,
 }
 
 /// One streaming completion to run.
@@ -96,16 +176,28 @@ pub struct CompletionRequest {
     /// The most output tokens the model may produce.
     pub max_tokens: u32,
     pub temperature: f32,
+    /// The tools the model may call (none: it can only answer).
+    pub tools: Vec<ToolSpec>,
 }
 
 impl CompletionRequest {
-    /// Estimated prompt tokens (see [`estimate_tokens`]), plus 4 per message
-    /// for the chat template's framing.
+    /// Estimated prompt tokens (see [`estimate_tokens`]): the messages with
+    /// 4 each for the chat template's framing, and the tools offered.
     pub fn estimated_prompt_tokens(&self) -> u64 {
+        let tools: u64 = self
+            .tools
+            .iter()
+            .map(|t| {
+                estimate_tokens(&t.name)
+                    + estimate_tokens(&t.description)
+                    + estimate_tokens(&t.parameters.to_string())
+            })
+            .sum();
         self.messages
             .iter()
-            .map(|m| estimate_tokens(&m.content) + 4)
-            .sum()
+            .map(Message::estimated_tokens)
+            .sum::<u64>()
+            + tools
     }
 
     /// The most this call can use, for budgets checked before it runs
@@ -135,6 +227,10 @@ pub struct TokenUsage {
 pub enum Chunk {
     /// More generated text (never empty).
     Delta(String),
+    /// A piece of a tool call.
+    ToolCall(ToolCallDelta),
+    /// Why the model stopped, when the provider says.
+    Finish(FinishReason),
     /// The call's token counts, usually last.
     Usage(TokenUsage),
 }
@@ -244,6 +340,7 @@ mod tests {
             model: "m".into(),
             max_tokens: 100,
             temperature: 0.0,
+            tools: Vec::new(),
         };
         assert_eq!(request.estimated_prompt_tokens(), (1 + 4) + (2 + 4));
         assert_eq!(request.estimated_max_tokens(), 111);

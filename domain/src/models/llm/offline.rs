@@ -4,6 +4,16 @@
 //! stream) on a bare machine and in tests. It is not a language model: the
 //! answer says so.
 //!
+//! **Tools.** When the request offers tools, the offline model calls them
+//! as the last user message tells it to, so that agent steps run end to end
+//! without a network: each line of that message of the form
+//! `call <tool name> <arguments>` (the name as offered, the arguments the
+//! rest of the line, passed on as written, valid JSON or not) becomes one
+//! tool call, in order. Once results of its calls follow that message, it
+//! answers with them: `[offline model] Tool results: <name>: <result>; …`
+//! (each result cut to 200 characters). A line naming a tool that is not
+//! offered is ignored.
+//!
 //! Token counts are estimates ([`super::estimate_tokens`]: a quarter of the
 //! characters, rounded up, plus 4 per message for the prompt), and the
 //! answer stops before it would pass `max_tokens`.
@@ -12,8 +22,8 @@ use async_trait::async_trait;
 use futures_util::stream;
 
 use super::{
-    Chunk, ChunkStream, CompletionRequest, LanguageModel, LlmError, Role, TokenUsage,
-    estimate_tokens,
+    Chunk, ChunkStream, CompletionRequest, FinishReason, LanguageModel, LlmError, Role, TokenUsage,
+    ToolCall, ToolCallDelta, estimate_tokens,
 };
 
 /// The provider's name and its one model.
@@ -25,14 +35,68 @@ const QUOTED_WORDS: usize = 12;
 
 pub struct Offline;
 
+/// How much of each tool result the answer quotes.
+const QUOTED_RESULT_CHARS: usize = 200;
+
+/// The tool calls the last user message asks for (see the module's
+/// documentation), if the request offers tools and no result of a call
+/// follows that message yet.
+pub fn tool_calls(request: &CompletionRequest) -> Vec<ToolCall> {
+    let Some(last_user) = request.messages.iter().rposition(|m| m.role == Role::User) else {
+        return Vec::new();
+    };
+    if request.tools.is_empty()
+        || request.messages[last_user..]
+            .iter()
+            .any(|m| m.role == Role::Tool)
+    {
+        return Vec::new();
+    }
+    request.messages[last_user]
+        .content
+        .lines()
+        .filter_map(|line| {
+            let rest = line.trim().strip_prefix("call ")?.trim_start();
+            let (name, arguments) = rest.split_once(char::is_whitespace).unwrap_or((rest, "{}"));
+            request
+                .tools
+                .iter()
+                .any(|t| t.name == name)
+                .then(|| (name.to_owned(), arguments.trim().to_owned()))
+        })
+        .enumerate()
+        .map(|(i, (name, arguments))| ToolCall {
+            id: format!("call_{}", i + 1),
+            name,
+            arguments,
+        })
+        .collect()
+}
+
 /// The answer to `request`: the same every time.
 pub fn answer(request: &CompletionRequest) -> String {
-    let prompt = request
-        .messages
+    let last_user = request.messages.iter().rposition(|m| m.role == Role::User);
+    let results: Vec<String> = last_user
+        .map(|at| &request.messages[at..])
+        .unwrap_or_default()
         .iter()
-        .rev()
-        .find(|m| m.role == Role::User)
-        .map(|m| m.content.as_str())
+        .filter(|m| m.role == Role::Tool)
+        .map(|m| {
+            let name = request
+                .messages
+                .iter()
+                .flat_map(|m| &m.tool_calls)
+                .find(|c| Some(&c.id) == m.tool_call_id.as_ref())
+                .map_or("?", |c| c.name.as_str());
+            let quoted: String = m.content.chars().take(QUOTED_RESULT_CHARS).collect();
+            format!("{name}: {quoted}")
+        })
+        .collect();
+    if !results.is_empty() {
+        return format!("[offline model] Tool results: {}", results.join("; "));
+    }
+    let prompt = last_user
+        .map(|at| request.messages[at].content.as_str())
         .unwrap_or_default();
     let words: Vec<&str> = prompt.split_whitespace().collect();
     if words.is_empty() {
@@ -62,6 +126,31 @@ impl LanguageModel for Offline {
     }
 
     async fn stream(&self, request: &CompletionRequest) -> Result<ChunkStream, LlmError> {
+        let calls = tool_calls(request);
+        if !calls.is_empty() {
+            let output: u64 = calls
+                .iter()
+                .map(|c| estimate_tokens(&c.name) + estimate_tokens(&c.arguments))
+                .sum();
+            let mut chunks: Vec<Result<Chunk, LlmError>> = calls
+                .into_iter()
+                .enumerate()
+                .map(|(index, c)| {
+                    Ok(Chunk::ToolCall(ToolCallDelta {
+                        index,
+                        id: Some(c.id),
+                        name: Some(c.name),
+                        arguments: c.arguments,
+                    }))
+                })
+                .collect();
+            chunks.push(Ok(Chunk::Finish(FinishReason::ToolUse)));
+            chunks.push(Ok(Chunk::Usage(TokenUsage {
+                input_tokens: request.estimated_prompt_tokens(),
+                output_tokens: output,
+            })));
+            return Ok(Box::pin(stream::iter(chunks)));
+        }
         let limit = u64::from(request.max_tokens);
         let mut text = String::new();
         let mut chunks = Vec::new();
@@ -98,6 +187,7 @@ mod tests {
             model: MODEL.into(),
             max_tokens,
             temperature: 0.7,
+            tools: Vec::new(),
         }
     }
 
@@ -115,7 +205,7 @@ mod tests {
             .iter()
             .filter_map(|c| match c {
                 Chunk::Delta(d) => Some(d.as_str()),
-                Chunk::Usage(_) => None,
+                _ => None,
             })
             .collect();
         assert_eq!(
@@ -148,5 +238,57 @@ mod tests {
         };
         assert!(usage.output_tokens <= 5 && usage.output_tokens > 0);
         assert!(answer(&req).ends_with("…\""));
+    }
+
+    fn offering(prompt: &str) -> CompletionRequest {
+        CompletionRequest {
+            tools: vec![crate::models::llm::ToolSpec {
+                name: "memory_search".into(),
+                description: "search".into(),
+                parameters: serde_json::json!({"type": "object"}),
+            }],
+            ..request(prompt, 1000)
+        }
+    }
+
+    #[test]
+    fn calls_the_offered_tools_the_user_names_line_by_line() {
+        let req = offering(
+            "Look this up.\ncall memory_search {\"query\": \"visits\"}\ncall unknown {}\n  call memory_search not json",
+        );
+        let calls = tool_calls(&req);
+        assert_eq!(
+            calls,
+            vec![
+                ToolCall {
+                    id: "call_1".into(),
+                    name: "memory_search".into(),
+                    arguments: "{\"query\": \"visits\"}".into()
+                },
+                ToolCall {
+                    id: "call_2".into(),
+                    name: "memory_search".into(),
+                    arguments: "not json".into()
+                },
+            ]
+        );
+        assert!(
+            tool_calls(&request("call memory_search {}", 100)).is_empty(),
+            "no tools offered, no calls"
+        );
+    }
+
+    #[test]
+    fn answers_with_the_results_once_they_follow_the_question() {
+        let mut req = offering("call memory_search {}");
+        let calls = tool_calls(&req);
+        req.messages.push(Message::assistant("", calls));
+        req.messages
+            .push(Message::tool("call_1", "{\"hits\":[\"morning visits\"]}"));
+        assert!(tool_calls(&req).is_empty(), "results are in: no more calls");
+        assert_eq!(
+            answer(&req),
+            "[offline model] Tool results: memory_search: {\"hits\":[\"morning visits\"]}"
+        );
     }
 }

@@ -4,6 +4,14 @@
 //! one `chat.completion.chunk` JSON per `data:` line, then `data: [DONE]`.
 //! With `include_usage` the last chunk carries `usage` (and no choices).
 //!
+//! **Tools.** Offered tools go out as `tools: [{type: "function", function:
+//! {name, description, parameters}}]`; the model's calls stream back as
+//! `delta.tool_calls` pieces (`index`, then `id` and `function.name` on the
+//! first piece, `function.arguments` spread over any number), and
+//! `finish_reason` says `tool_calls`, `stop` or `length`. An assistant turn
+//! that called tools is sent back with its `tool_calls`, and each result as
+//! a `tool` message naming its `tool_call_id`.
+//!
 //! Answers map to errors as: 429 → `RATE_LIMITED`, 408 → `TIMEOUT`, 5xx →
 //! `MODEL_ERROR` (retryable), any other non-2xx → `MODEL_ERROR` (not
 //! retryable: the same request will be refused again). The provider's own
@@ -18,8 +26,8 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 
 use super::{
-    Chunk, ChunkStream, CompletionRequest, ErrorKind, LanguageModel, LlmError, TokenUsage,
-    sse::SseParser,
+    Chunk, ChunkStream, CompletionRequest, ErrorKind, FinishReason, LanguageModel, LlmError,
+    Message, Role, TokenUsage, ToolCallDelta, sse::SseParser,
 };
 
 pub struct OpenAiCompatible {
@@ -40,19 +48,55 @@ impl OpenAiCompatible {
     }
 
     fn body(request: &CompletionRequest) -> Value {
-        let messages: Vec<Value> = request
-            .messages
-            .iter()
-            .map(|m| json!({"role": m.role.as_str(), "content": m.content}))
-            .collect();
-        json!({
+        let messages: Vec<Value> = request.messages.iter().map(message).collect();
+        let mut body = json!({
             "model": request.model,
             "messages": messages,
             "max_tokens": request.max_tokens,
             "temperature": request.temperature,
             "stream": true,
             "stream_options": {"include_usage": true},
-        })
+        });
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({"type": "function", "function": {
+                        "name": t.name, "description": t.description, "parameters": t.parameters,
+                    }})
+                })
+                .collect();
+        }
+        body
+    }
+}
+
+/// One message as the chat API takes it.
+fn message(m: &Message) -> Value {
+    match m.role {
+        Role::Assistant if !m.tool_calls.is_empty() => {
+            let calls: Vec<Value> = m
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    json!({"id": c.id, "type": "function",
+                           "function": {"name": c.name, "arguments": c.arguments}})
+                })
+                .collect();
+            let content = if m.content.is_empty() {
+                Value::Null
+            } else {
+                Value::String(m.content.clone())
+            };
+            json!({"role": "assistant", "content": content, "tool_calls": calls})
+        }
+        Role::Tool => json!({
+            "role": "tool",
+            "tool_call_id": m.tool_call_id.as_deref().unwrap_or_default(),
+            "content": m.content,
+        }),
+        _ => json!({"role": m.role.as_str(), "content": m.content}),
     }
 }
 
@@ -208,18 +252,45 @@ pub(crate) fn parse_chunk(data: &str) -> Result<Vec<Chunk>, LlmError> {
         ));
     }
     let mut out = Vec::new();
-    let content = value
+    let choice = value
         .get("choices")
         .and_then(Value::as_array)
         .and_then(|choices| {
             choices
                 .iter()
                 .find(|c| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0)
-        })
+        });
+    let content = choice
         .and_then(|c| c.pointer("/delta/content"))
         .and_then(Value::as_str);
     if let Some(text) = content.filter(|t| !t.is_empty()) {
         out.push(Chunk::Delta(text.to_owned()));
+    }
+    let calls = choice
+        .and_then(|c| c.pointer("/delta/tool_calls"))
+        .and_then(Value::as_array);
+    for (position, call) in calls.into_iter().flatten().enumerate() {
+        let text = |pointer: &str| call.pointer(pointer).and_then(Value::as_str);
+        out.push(Chunk::ToolCall(ToolCallDelta {
+            index: call
+                .get("index")
+                .and_then(Value::as_u64)
+                .map_or(position, |i| i as usize),
+            id: text("/id").map(str::to_owned),
+            name: text("/function/name").map(str::to_owned),
+            arguments: text("/function/arguments").unwrap_or_default().to_owned(),
+        }));
+    }
+    let finish = choice
+        .and_then(|c| c.get("finish_reason"))
+        .and_then(Value::as_str)
+        .map(|reason| match reason {
+            "tool_calls" | "function_call" => FinishReason::ToolUse,
+            "length" => FinishReason::MaxTokens,
+            _ => FinishReason::Complete,
+        });
+    if let Some(reason) = finish {
+        out.push(Chunk::Finish(reason));
     }
     if let Some(usage) = value.get("usage").filter(|u| u.is_object()) {
         let n = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0);
@@ -243,6 +314,7 @@ mod tests {
             model: "gpt-4o".into(),
             max_tokens: 64,
             temperature: 0.5,
+            tools: Vec::new(),
         });
         assert_eq!(
             body,
@@ -329,6 +401,81 @@ mod tests {
         assert_eq!(
             got[1].as_ref().unwrap_err().kind,
             ErrorKind::InvalidResponse
+        );
+    }
+
+    #[test]
+    fn tools_and_a_turn_that_called_them_are_sent_as_the_chat_api_takes_them() {
+        use crate::models::llm::{ToolCall, ToolSpec};
+        let call = ToolCall {
+            id: "call_1".into(),
+            name: "memory_search".into(),
+            arguments: r#"{"q":"x"}"#.into(),
+        };
+        let body = OpenAiCompatible::body(&CompletionRequest {
+            messages: vec![
+                Message::user("find x"),
+                Message::assistant("", vec![call]),
+                Message::tool("call_1", "[]"),
+            ],
+            model: "m".into(),
+            max_tokens: 10,
+            temperature: 0.0,
+            tools: vec![ToolSpec {
+                name: "memory_search".into(),
+                description: "search".into(),
+                parameters: json!({"type": "object"}),
+            }],
+        });
+        assert_eq!(
+            body["messages"][1],
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "memory_search", "arguments": "{\"q\":\"x\"}"}}
+            ]})
+        );
+        assert_eq!(
+            body["messages"][2],
+            json!({"role": "tool", "tool_call_id": "call_1", "content": "[]"})
+        );
+        assert_eq!(
+            body["tools"],
+            json!([{"type": "function", "function": {
+                "name": "memory_search", "description": "search", "parameters": {"type": "object"}}}])
+        );
+    }
+
+    #[test]
+    fn streamed_tool_call_pieces_and_the_finish_reason_are_read() {
+        let first = r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_9","type":"function","function":{"name":"memory_search","arguments":""}}]}}]}"#;
+        assert_eq!(
+            parse_chunk(first).unwrap(),
+            vec![Chunk::ToolCall(ToolCallDelta {
+                index: 0,
+                id: Some("call_9".into()),
+                name: Some("memory_search".into()),
+                arguments: String::new(),
+            })]
+        );
+        let more = r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"q\":"}}]}}]}"#;
+        assert_eq!(
+            parse_chunk(more).unwrap(),
+            vec![Chunk::ToolCall(ToolCallDelta {
+                index: 0,
+                id: None,
+                name: None,
+                arguments: "{\"q\":".into(),
+            })]
+        );
+        let end = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#;
+        assert_eq!(
+            parse_chunk(end).unwrap(),
+            vec![Chunk::Finish(FinishReason::ToolUse)]
+        );
+        let length = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}"#;
+        assert_eq!(
+            parse_chunk(length).unwrap(),
+            vec![Chunk::Finish(FinishReason::MaxTokens)]
         );
     }
 

@@ -485,6 +485,7 @@ impl Executor {
             frozen_plan: (!injected.is_empty()).then_some(frozen),
             usage: Some(usage),
             current_step_id: Some(None),
+            result: out.result,
             ..TaskChanges::default()
         };
         let extra = Extra {

@@ -24,6 +24,8 @@ pub struct TaskChanges {
     pub run_after: Option<DateTime<Utc>>,
     pub cancel_requested: Option<bool>,
     pub usage: Option<Usage>,
+    /// Set the task's result.
+    pub result: Option<Value>,
     pub started_at: Option<DateTime<Utc>>,
     pub completed_at: Option<DateTime<Utc>>,
 }
@@ -144,6 +146,9 @@ pub async fn mutate_with<C: ConnectionTrait>(
     }
     if let Some(v) = changes.usage {
         set(C::Usage, Expr::value(v.to_json()));
+    }
+    if let Some(v) = changes.result {
+        set(C::Result, Expr::value(v));
     }
     if let Some(v) = changes.started_at {
         set(C::StartedAt, Expr::value(v));

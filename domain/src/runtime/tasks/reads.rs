@@ -5,7 +5,7 @@ use super::*;
 
 /// How much of a task, step or event row a read decodes. `Summary` leaves
 /// the JSON columns empty (a task's `payload`, `frozen_plan`, step ids,
-/// `attempts`, `state`, `step_outputs` and `usage`; a step's `args`,
+/// `attempts`, `state`, `step_outputs`, `usage` and `result`; a step's `args`,
 /// `output` and `usage`; an event's `data` and `data_keys`): for a reader
 /// that shows none of them, such as a dashboard's page of tasks, which
 /// would otherwise parse them for every row and throw them away. A summary
@@ -120,6 +120,7 @@ impl TryFrom<TaskSummaryRow> for Task {
             cancel_requested: r.cancel_requested,
             last_seq: r.last_seq,
             usage: Usage::default(),
+            result: None,
             created_by: r.created_by,
             created_at: r.created_at,
             updated_at: r.updated_at,

@@ -148,6 +148,8 @@ pub struct Task {
     pub cancel_requested: bool,
     pub last_seq: i64,
     pub usage: Usage,
+    /// What an agent step concluded, as stored (`None` until one did).
+    pub result: Option<Value>,
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -211,6 +213,7 @@ impl TryFrom<task::Model> for Task {
             cancel_requested: m.cancel_requested,
             last_seq: m.last_seq,
             usage: Usage::from_json(&m.usage),
+            result: m.result,
             created_by: m.created_by,
             created_at: m.created_at,
             updated_at: m.updated_at,

@@ -111,17 +111,7 @@ fn required_subject(ctx: &ToolContext, args: &Value) -> Result<EntityId, ToolErr
     })
 }
 
-fn strings(args: &Value, key: &str) -> Vec<String> {
-    args.get(key)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
-}
+use super::string_list as strings;
 
 fn tier(raw: &str) -> Result<Tier, ToolError> {
     Tier::parse(raw).map_err(|_| ToolError::fatal(format!("unknown memory tier `{raw}`")))

@@ -1,0 +1,329 @@
+//! `agent`: a step in which the model chooses the tools, in a bounded loop.
+//!
+//! Each iteration is one step of the task. It calls the model with the
+//! conversation so far and the tools the tenant may use (built-in ones and
+//! the partner tools of the capabilities it subscribes to; the step's
+//! `tools` narrows them). If the model calls tools, the step adds one step
+//! per call, then one step for the next iteration, to the task's plan; the
+//! executor runs them like any other step (idempotency key, audit,
+//! redaction, events, timeouts, crash recovery). The next iteration answers
+//! the model with each call's output or error and calls it again. When the
+//! model answers without calling a tool, that answer is the task's result.
+//!
+//! Invariants:
+//! - A tool call is a step: a worker killed mid-loop resumes at the first
+//!   step not committed, so a completed call never runs twice, and the
+//!   loop's conversation is read back from the task (the iteration step's
+//!   output), never from a worker's memory.
+//! - Nothing the model writes is rendered as a template (see [`calls`]).
+//! - Every call is answered: with its step's output, with its error (a
+//!   failure or a timeout does not stop the task), or, for a call refused
+//!   before running (unknown or unoffered tool, arguments that fail the
+//!   tool's schema, past `max_tool_calls`), with a typed error and no step.
+//! - At most `max_iterations` model calls. The iteration after the last
+//!   ends the loop without calling the model, with the specification's
+//!   message and `ITERATION_LIMIT`. Once `max_tool_calls` calls have run,
+//!   further calls are refused and no tools are offered, so the model must
+//!   answer (a graceful end rather than the specification's hard error).
+//! - Every model call passes the token budget check first; the result's
+//!   token usage sums every iteration.
+//!
+//! Step ids: the first iteration is the plan's step (say `answer`);
+//! iteration n is `answer:n`, and the k-th call of iteration n `answer:n.k`.
+//!
+//! Arguments: `prompt` (default: the task's input text), `system` (the
+//! step's instructions), `tools` (tool keys to offer instead of all),
+//! `model`, and limits that can only tighten the [`ExecutorPolicy`]:
+//! `max_iterations`, `max_tool_calls`, `max_tokens` (per model call),
+//! `temperature`, `max_task_tokens`. `continues` is the loop's own (the
+//! previous iteration's step).
+//!
+//! [`ExecutorPolicy`]: crate::catalogue::policy::ExecutorPolicy
+
+pub mod answer;
+pub mod calls;
+pub mod prompt;
+pub mod transcript;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use brainstem_entity::TenantScope;
+use chrono::Utc;
+use serde_json::{Value, json};
+
+use super::{
+    Tool, ToolContext, ToolError, ToolOutput,
+    generate::{FRAME_INTERVAL, arg_u64, check_budget},
+    platform,
+};
+use crate::{
+    catalogue::{plans::StepDef, policy::ExecutorPolicy},
+    models::llm::{FinishReason, Message, frames},
+};
+use answer::Finish;
+use transcript::{Limits, LoopState, StoredMessage, Tokens};
+
+/// The tool's key.
+pub const KEY: &str = "agent";
+
+pub struct Agent;
+
+#[async_trait]
+impl Tool for Agent {
+    fn key(&self) -> &str {
+        KEY
+    }
+
+    fn description(&self) -> &str {
+        "Let the model answer, calling the tenant's tools in a bounded loop."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "prompt": {"type": "string", "minLength": 1},
+                "system": {"type": "string"},
+                "tools": {"type": "array", "items": {"type": "string", "minLength": 1}},
+                "model": {"type": "string", "minLength": 1},
+                "max_iterations": {"type": "integer", "minimum": 1},
+                "max_tool_calls": {"type": "integer", "minimum": 0},
+                "max_tokens": {"type": "integer", "minimum": 1},
+                "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+                "max_task_tokens": {"type": "integer", "minimum": 1},
+                "continues": {"type": "string", "minLength": 1}
+            }
+        })
+    }
+
+    /// A backstop only: the model client bounds each call itself.
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(300)
+    }
+
+    async fn call(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let policy = ctx.settings.policy;
+        let mut state = match args.get("continues").and_then(Value::as_str) {
+            Some(previous) => resume(&ctx, previous).await?,
+            None => start(&ctx, &args, &policy)?,
+        };
+        if state.iteration > state.limits.max_iterations {
+            return Ok(finished(
+                &state,
+                answer::ITERATION_LIMIT_MESSAGE,
+                Vec::new(),
+                "",
+                Finish::IterationLimit,
+                Default::default(),
+            ));
+        }
+        let elapsed_ms = Utc::now().timestamp_millis() - state.started_at_ms;
+        if elapsed_ms > (state.limits.loop_timeout_secs * 1000) as i64 {
+            return Err(ToolError::fatal(format!(
+                "TIMEOUT: the agent loop ran longer than {} s",
+                state.limits.loop_timeout_secs
+            )));
+        }
+
+        let domain = platform(&ctx)?;
+        let scope = TenantScope::new(ctx.tenant);
+        let menu = if state.tool_calls_made >= state.limits.max_tool_calls {
+            calls::Menu::new(Vec::new(), None)
+        } else {
+            let tools = domain
+                .plans
+                .tools_of_tenant(scope, Utc::now())
+                .await
+                .map_err(|e| ToolError::retryable(format!("cannot list the tools: {e}")))?;
+            calls::Menu::new(tools, state.allowed.as_deref())
+        };
+        let client = &ctx.settings.llm;
+        let mut request = client.request(
+            prompt::for_call(state.messages(), !menu.is_empty()),
+            state.model.as_deref(),
+            Some(state.limits.max_output_tokens),
+            Some(state.limits.temperature),
+        );
+        request.tools = menu.specs();
+        check_budget(&ctx, request.estimated_max_tokens(), state.max_task_tokens).await?;
+
+        let mut generation = client.start(request).await?;
+        frames::relay(&mut generation, FRAME_INTERVAL, |frame| {
+            ctx.token_delta(frame.offset, &frame.text)
+        })
+        .await?;
+        let done = generation.finish();
+        state.tokens.input += done.usage.input_tokens;
+        state.tokens.output += done.usage.output_tokens;
+        let usage = done.step_usage();
+
+        if done.tool_calls.is_empty() {
+            let (content, suggestions) = answer::split_suggestions(&done.text);
+            let finish = match done.finish {
+                FinishReason::MaxTokens => Finish::MaxTokens,
+                FinishReason::Complete | FinishReason::ToolUse => Finish::Complete,
+            };
+            return Ok(finished(
+                &state,
+                &content,
+                suggestions,
+                &done.model,
+                finish,
+                usage,
+            ));
+        }
+
+        let (root, iteration) = (state.root.clone(), state.iteration);
+        let resolved = calls::resolve(
+            &menu,
+            &done.tool_calls,
+            &ctx.step_id,
+            |k| format!("{root}:{iteration}.{k}"),
+            &mut state.tool_calls_made,
+            &state.limits,
+        );
+        state.messages.push(StoredMessage::from(&Message::assistant(
+            done.text,
+            done.tool_calls,
+        )));
+        state.calls = resolved.calls;
+        let refused = state.calls.iter().filter(|c| c.refused.is_some()).count();
+        let mut new_steps = resolved.steps;
+        new_steps.push(StepDef {
+            id: state.iteration_step(iteration + 1),
+            tool: KEY.to_owned(),
+            args: json!({"continues": ctx.step_id}),
+            condition: None,
+            stop_on_failure: true,
+            retry: None,
+            requires_review: false,
+            timeout_secs: None,
+        });
+        let output = serde_json::to_value(&state)
+            .map_err(|e| ToolError::fatal(format!("cannot store the agent loop: {e}")))?;
+        Ok(ToolOutput {
+            output,
+            summary: format!(
+                "iteration {iteration}: the model called {} tool(s), {refused} refused",
+                state.calls.len()
+            ),
+            new_steps,
+            usage,
+            ..ToolOutput::default()
+        })
+    }
+}
+
+/// The first iteration's loop: the prompt's layers and the limits.
+fn start(ctx: &ToolContext, args: &Value, policy: &ExecutorPolicy) -> Result<LoopState, ToolError> {
+    let prompt = args
+        .get("prompt")
+        .and_then(Value::as_str)
+        .or_else(|| ctx.input.get("text").and_then(Value::as_str))
+        .filter(|p| !p.trim().is_empty())
+        .ok_or_else(|| {
+            ToolError::fatal("the agent has no prompt: give `prompt`, or start the task with text")
+        })?;
+    let tighten = |key: &str, most: u64| arg_u64(args, key).map_or(most, |n| n.min(most));
+    let limits = Limits {
+        max_iterations: tighten("max_iterations", policy.max_iterations.into()) as u32,
+        max_tool_calls: tighten("max_tool_calls", policy.max_tool_calls.into()) as u32,
+        tool_call_timeout_secs: policy.tool_call_timeout.as_secs(),
+        loop_timeout_secs: policy.loop_timeout.as_secs(),
+        max_output_tokens: tighten("max_tokens", policy.max_output_tokens.into()) as u32,
+        temperature: args
+            .get("temperature")
+            .and_then(Value::as_f64)
+            .map_or(policy.temperature, |t| t as f32),
+    };
+    let allowed = args
+        .get("tools")
+        .is_some()
+        .then(|| super::string_list(args, "tools"));
+    let messages = prompt::first_messages(args.get("system").and_then(Value::as_str), prompt);
+    Ok(LoopState {
+        root: ctx.step_id.clone(),
+        iteration: 1,
+        started_at_ms: Utc::now().timestamp_millis(),
+        model: args.get("model").and_then(Value::as_str).map(str::to_owned),
+        limits,
+        allowed,
+        max_task_tokens: arg_u64(args, "max_task_tokens"),
+        tool_calls_made: 0,
+        tokens: Tokens::default(),
+        messages: messages.iter().map(StoredMessage::from).collect(),
+        calls: Vec::new(),
+    })
+}
+
+/// The loop as the previous iteration left it, its calls answered.
+async fn resume(ctx: &ToolContext, previous: &str) -> Result<LoopState, ToolError> {
+    let stored = ctx
+        .steps
+        .get(previous)
+        .and_then(|s| s.get("output"))
+        .filter(|o| !o.is_null())
+        .cloned()
+        .ok_or_else(|| ToolError::fatal(format!("the agent step `{previous}` left no output")))?;
+    let mut state: LoopState = serde_json::from_value(stored)
+        .map_err(|e| ToolError::fatal(format!("the agent step `{previous}` left no loop: {e}")))?;
+    let unanswered = state.calls.iter().any(|c| {
+        c.step.as_ref().is_some_and(|step| {
+            ctx.steps
+                .get(step)
+                .and_then(|s| s.get("output"))
+                .is_none_or(Value::is_null)
+        })
+    });
+    let attempts = if unanswered {
+        platform(ctx)?
+            .tasks
+            .steps(TenantScope::new(ctx.tenant), ctx.task_id)
+            .await
+            .map_err(|e| ToolError::retryable(format!("cannot read the calls' errors: {e}")))?
+    } else {
+        Vec::new()
+    };
+    state.answer_calls(&ctx.steps, &attempts);
+    state.iteration += 1;
+    Ok(state)
+}
+
+/// The loop's end: the task's result, as the step's output too.
+fn finished(
+    state: &LoopState,
+    content: &str,
+    suggestions: Vec<String>,
+    model: &str,
+    finish: Finish,
+    usage: crate::models::usage::Usage,
+) -> ToolOutput {
+    let model = if model.is_empty() {
+        state.model.as_deref().unwrap_or_default()
+    } else {
+        model
+    };
+    let iterations = state.iteration.min(state.limits.max_iterations);
+    let result = answer::result(
+        content,
+        model,
+        state.tokens,
+        finish,
+        &suggestions,
+        state.tool_calls_made,
+        iterations,
+    );
+    ToolOutput {
+        output: result.clone(),
+        summary: format!(
+            "{} after {iterations} iteration(s) and {} tool call(s)",
+            finish.as_str(),
+            state.tool_calls_made
+        ),
+        usage,
+        result: Some(result),
+        ..ToolOutput::default()
+    }
+}
