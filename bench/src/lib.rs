@@ -12,6 +12,8 @@
 //!   request, against the request itself.
 //! - `local_models`: the local MiniLM embedder's embeddings/s (batch 1 and
 //!   32) and SmolLM2's time to first token and tokens/s.
+//! - `agent_loop`: what an agent loop's iteration costs beyond its model,
+//!   against a plain plan of as many steps.
 //!
 //! Shared here: [`call`] (one GraphQL operation over HTTP),
 //! [`seed_four_step_tasks`], and [`fresh_database`] / [`drop_database`].
