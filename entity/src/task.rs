@@ -12,6 +12,9 @@ pub struct Model {
     pub tenant_id: Uuid,
     pub parent_task_id: Option<Uuid>,
     pub channel: String,
+    /// How the client asked it to run: `ENQUEUE`, `ENQUEUE_AND_WAIT`,
+    /// `PLAN` or `ANSWER`.
+    pub mode: String,
     pub status: String,
     pub idempotency_key: Option<String>,
     pub input_text: String,

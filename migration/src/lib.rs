@@ -16,6 +16,7 @@ mod m20261122_100000_index_tasks_by_plan;
 mod m20261123_090000_index_tasks_by_subject;
 mod m20261124_090000_tenant_in_search_tsv;
 mod m20261125_090000_task_results;
+mod m20261125_100000_task_modes;
 
 pub struct Migrator;
 
@@ -34,6 +35,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261123_090000_index_tasks_by_subject::Migration),
             Box::new(m20261124_090000_tenant_in_search_tsv::Migration),
             Box::new(m20261125_090000_task_results::Migration),
+            Box::new(m20261125_100000_task_modes::Migration),
         ]
     }
 }

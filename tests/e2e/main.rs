@@ -29,6 +29,7 @@ mod llm;
 mod local_models;
 mod memory;
 mod memory_tools;
+mod modes;
 mod partner_tools;
 mod persisted_queries;
 mod ranking;

@@ -18,7 +18,7 @@ use crate::{
 pub(crate) const EVENTS: &str = "subscription($id: ID!, $after: Int) { taskEvents(taskId: $id, after: $after) { __typename seq kind stepId status ... on TokenDelta { offset text } } }";
 
 /// Waits for a permit before finishing: lets a test hold a task mid-run.
-struct Gate(Arc<Semaphore>);
+pub(crate) struct Gate(pub(crate) Arc<Semaphore>);
 
 #[async_trait]
 impl Tool for Gate {

@@ -24,6 +24,11 @@ pub struct CallerExpiry(pub Option<chrono::DateTime<chrono::Utc>>);
 #[derive(Clone, Copy, Debug)]
 pub struct CallerRateLimit(pub Option<Rate>);
 
+/// How long a query or mutation may run (the schema's limit), for a
+/// resolver that waits to stay inside it.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestTimeout(pub std::time::Duration);
+
 /// The address the request came from, when the transport knows it: what
 /// anonymous callers are rate-limited by.
 #[derive(Clone, Copy, Debug)]

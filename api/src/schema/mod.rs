@@ -179,6 +179,7 @@ pub fn build(domain: Domain, limits: GraphqlLimits, surface: &Surface) -> Brains
         subscription::Subscription,
     )
     .data(domain.clone())
+    .data(context::RequestTimeout(limits.request_timeout))
     .data(entities)
     .data(mentions)
     .limit_depth(limits.max_depth)

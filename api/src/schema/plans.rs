@@ -199,29 +199,31 @@ pub struct PublishPlanInput {
     pub steps: Vec<PlanStepInput>,
 }
 
+impl From<PlanStepInput> for StepDef {
+    fn from(s: PlanStepInput) -> Self {
+        StepDef {
+            id: s.id,
+            tool: s.tool,
+            args: s
+                .args
+                .map(|j| j.0)
+                .unwrap_or_else(|| Value::Object(Default::default())),
+            condition: s.condition,
+            stop_on_failure: s.stop_on_failure,
+            retry: s.retry.map(|r| RetryPolicy {
+                max_attempts: r.max_attempts,
+                initial_backoff_ms: r.initial_backoff_ms,
+                max_backoff_ms: r.max_backoff_ms,
+            }),
+            requires_review: s.requires_review,
+            timeout_secs: s.timeout_secs,
+        }
+    }
+}
+
 impl From<PublishPlanInput> for PlanDef {
     fn from(input: PublishPlanInput) -> Self {
-        let steps = input
-            .steps
-            .into_iter()
-            .map(|s| StepDef {
-                id: s.id,
-                tool: s.tool,
-                args: s
-                    .args
-                    .map(|j| j.0)
-                    .unwrap_or_else(|| Value::Object(Default::default())),
-                condition: s.condition,
-                stop_on_failure: s.stop_on_failure,
-                retry: s.retry.map(|r| RetryPolicy {
-                    max_attempts: r.max_attempts,
-                    initial_backoff_ms: r.initial_backoff_ms,
-                    max_backoff_ms: r.max_backoff_ms,
-                }),
-                requires_review: s.requires_review,
-                timeout_secs: s.timeout_secs,
-            })
-            .collect();
+        let steps = input.steps.into_iter().map(StepDef::from).collect();
         PlanDef {
             key: input.key,
             intent: input.intent,

@@ -7,9 +7,11 @@
 //! - [`steps`]: what a run records: step attempts, reviews, artifacts, usage.
 //! - [`events`]: one GraphQL type per kind of task event.
 //! - [`mutation`]: start, cancel, retry, resume, reject, complete a delegation.
+//! - [`modes`]: what `startTask` answers in each mode, and the wait.
 //! - [`result`]: what an agent step concluded (`Task.result`).
 
 pub mod events;
+pub mod modes;
 pub mod mutation;
 pub mod result;
 pub mod steps;
@@ -62,9 +64,17 @@ macro_rules! mirror_enum {
 mirror_enum!(
     /// Where a task is in its life.
     TaskStatus = tasks::TaskStatus {
-        Pending, DetectingIntent, Planning, Executing, NeedsReview, Delegated, Completed,
-        Failed, Cancelled,
+        Pending, DetectingIntent, Planning, Executing, NeedsReview, AwaitingApproval,
+        Delegated, Completed, Failed, Cancelled,
     }
+);
+
+mirror_enum!(
+    /// How a task runs: `ENQUEUE` starts it and returns; `ENQUEUE_AND_WAIT`
+    /// starts it and waits for its outcome (up to `waitTimeoutMs`); `PLAN`
+    /// plans it and waits in `AWAITING_APPROVAL` for `resumeTask`; `ANSWER`
+    /// plans it and answers with one model call, running no step.
+    TaskMode = tasks::TaskMode { Enqueue, EnqueueAndWait, Plan, Answer }
 );
 
 mirror_enum!(
@@ -127,6 +137,10 @@ impl Task {
     }
     async fn status(&self) -> TaskStatus {
         self.0.status.into()
+    }
+    /// How the client asked it to run.
+    async fn mode(&self) -> TaskMode {
+        self.0.mode.into()
     }
     async fn channel(&self) -> Channel {
         self.0.channel.into()
@@ -287,9 +301,13 @@ impl Task {
             .map(Review)
             .collect())
     }
-    /// The review the task waits for, if it is in `NEEDS_REVIEW`.
+    /// The review the task waits for, if it is in `NEEDS_REVIEW` or
+    /// `AWAITING_APPROVAL`.
     async fn pending_review(&self, ctx: &Context<'_>) -> async_graphql::Result<Option<Review>> {
-        if self.0.status != tasks::TaskStatus::NeedsReview {
+        if !matches!(
+            self.0.status,
+            tasks::TaskStatus::NeedsReview | tasks::TaskStatus::AwaitingApproval
+        ) {
             return Ok(None);
         }
         Ok(self

@@ -3,20 +3,25 @@
 //! its single-use token. Every mutation takes one `input` object and
 //! returns a payload object.
 
-use async_graphql::{Context, ID, InputObject, Json, Object, SimpleObject};
+use async_graphql::{Context, Enum, ID, InputObject, Json, Object, SimpleObject};
 use brainstem_domain::{
     Error, TenantScope,
-    tasks::{DelegationOutcome, NewTask},
+    tasks::{self, DelegationOutcome, NewTask},
 };
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{Channel, Task, review_id, task_id};
+use super::{
+    Channel, Task, TaskMode,
+    modes::{self, StartTaskPayload},
+    review_id, task_id,
+};
 use crate::{
     error::ResultExt,
     schema::{
-        context::{Caller, domain, principal},
+        context::{Caller, RequestTimeout, domain, principal},
         ids,
+        plans::PlanStepInput,
     },
 };
 
@@ -40,6 +45,13 @@ pub struct StartTaskInput {
     pub max_steps: Option<u32>,
     /// Below this intent confidence the task waits for review (default 0.8).
     pub confidence_threshold: Option<f64>,
+    /// How to run it (default `ENQUEUE`).
+    #[graphql(default_with = "TaskMode::Enqueue")]
+    pub mode: TaskMode,
+    /// How long `ENQUEUE_AND_WAIT` and `ANSWER` wait for the outcome, in
+    /// milliseconds (capped just below the request timeout).
+    #[graphql(default = 30000)]
+    pub wait_timeout_ms: u32,
 }
 
 #[derive(SimpleObject)]
@@ -52,13 +64,28 @@ pub struct TaskIdInput {
     pub id: ID,
 }
 
+/// What a person decides at a review.
+#[derive(Enum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReviewDecision {
+    Approve,
+    Reject,
+}
+
 #[derive(InputObject)]
 pub struct ResumeTaskInput {
     pub task_id: ID,
-    /// The pending review being approved.
+    /// The pending review being decided.
     pub review_id: ID,
+    /// `APPROVE` (the default) lets the task go on; `REJECT` cancels it.
+    #[graphql(default_with = "ReviewDecision::Approve")]
+    pub decision: ReviewDecision,
     /// Merged into the task's state; `intent` also sets the intent.
     pub corrections: Option<Json<Value>>,
+    /// When approving a plan (`AWAITING_APPROVAL`): the plan to run
+    /// instead, checked like a published plan.
+    pub plan: Option<Vec<PlanStepInput>>,
+    /// Why, when rejecting.
+    pub reason: Option<String>,
 }
 
 #[derive(InputObject)]
@@ -85,11 +112,13 @@ pub struct TaskMutation;
 #[Object]
 impl TaskMutation {
     /// Start a task. The same `idempotencyKey` returns the existing task.
+    /// In `ENQUEUE_AND_WAIT` and `ANSWER` the request waits for the task to
+    /// settle, up to `waitTimeoutMs`; the task goes on after it either way.
     async fn start_task(
         &self,
         ctx: &Context<'_>,
         input: StartTaskInput,
-    ) -> async_graphql::Result<TaskPayload> {
+    ) -> async_graphql::Result<StartTaskPayload> {
         let principal = principal(ctx)?;
         let subject_id = match &input.subject_id {
             Some(id) => Some(
@@ -114,13 +143,27 @@ impl TaskMutation {
                     intent: input.intent,
                     idempotency_key: input.idempotency_key,
                     channel: input.channel.map(Into::into),
+                    mode: input.mode.into(),
                     max_steps: input.max_steps,
                     confidence_threshold: input.confidence_threshold,
                 },
             )
             .await
             .gql()?;
-        Ok(TaskPayload { task: Task(task) })
+        let task = match task.mode {
+            tasks::TaskMode::EnqueueAndWait | tasks::TaskMode::Answer => {
+                let timeout = ctx
+                    .data_opt::<RequestTimeout>()
+                    .map_or(std::time::Duration::from_secs(30), |t| t.0);
+                let limit = modes::wait_limit(input.wait_timeout_ms, timeout);
+                modes::wait_for(domain(ctx), task.scope(), task.id, limit)
+                    .await
+                    .gql()?
+            }
+            tasks::TaskMode::Enqueue | tasks::TaskMode::Plan => task,
+        };
+        let asked = task.mode;
+        Ok(modes::payload(task, asked))
     }
 
     /// Cancel a task: at once when idle, before its next step when running.
@@ -147,8 +190,10 @@ impl TaskMutation {
         Ok(TaskPayload { task: Task(task) })
     }
 
-    /// Approve the named pending review, merging corrections into the state.
-    /// Of two concurrent calls exactly one wins; the other gets `CONFLICT`.
+    /// Decide the named pending review: approve it (merging corrections
+    /// into the state; for a plan awaiting approval, maybe replacing the
+    /// plan), or reject it (the task is cancelled). Of two concurrent calls
+    /// exactly one wins; the other gets `CONFLICT`.
     async fn resume_task(
         &self,
         ctx: &Context<'_>,
@@ -157,12 +202,23 @@ impl TaskMutation {
         let principal = principal(ctx)?;
         let id = task_id(&input.task_id)?;
         let review = review_id(&input.review_id)?;
-        let corrections = input.corrections.map(|j| j.0).unwrap_or(Value::Null);
-        let task = domain(ctx)
-            .tasks
-            .resume(principal, id, review, corrections)
-            .await
-            .gql()?;
+        let tasks = &domain(ctx).tasks;
+        let task = match input.decision {
+            ReviewDecision::Approve => {
+                let corrections = input.corrections.map(|j| j.0).unwrap_or(Value::Null);
+                let plan = input
+                    .plan
+                    .map(|steps| steps.into_iter().map(Into::into).collect());
+                tasks
+                    .resume_with_plan(principal, id, review, corrections, plan)
+                    .await
+            }
+            ReviewDecision::Reject => {
+                let reason = input.reason.unwrap_or_else(|| "rejected".into());
+                tasks.reject(principal, id, review, &reason).await
+            }
+        }
+        .gql()?;
         Ok(TaskPayload { task: Task(task) })
     }
 

@@ -16,6 +16,7 @@
 //!   deterministically; the default, so a bare install runs LLM steps.
 //! - [`breaker`]: the circuit breaker each client keeps for its provider.
 //! - [`frames`]: coalescing of token deltas into frames for subscribers.
+//! - [`prompt`]: the layers of a prompt, in the specification's order.
 //! - [`budget`]: per-task token budgets and per-tenant daily quotas,
 //!   checked *before* a call, from an estimate (prompt + `max_tokens`).
 //!
@@ -35,6 +36,7 @@ pub mod frames;
 pub mod offline;
 pub mod openai;
 mod pricing;
+pub mod prompt;
 pub mod sse;
 
 use std::pin::Pin;

@@ -57,12 +57,15 @@ use crate::{
         redact::redact,
         template,
     },
-    models::usage::Usage,
+    models::{
+        llm::{Message, budget, prompt},
+        usage::Usage,
+    },
     runtime::{
         intent,
         tasks::{
-            EventKind, Guard, INTENT_REVIEW_STEP, NewEvent, Task, TaskChanges, TaskEvent,
-            TaskStatus, mutate, mutate_with,
+            EventKind, Guard, INTENT_REVIEW_STEP, NewEvent, PLAN_REVIEW_STEP, Task, TaskChanges,
+            TaskEvent, TaskMode, TaskStatus, mutate, mutate_with,
         },
     },
 };
@@ -235,6 +238,7 @@ impl Executor {
         // while this one is held. Otherwise the claim commits first.
         let held = if task.plan_key.is_none()
             && !task.cancel_requested
+            && task.mode != TaskMode::Answer
             && task.intent.is_some()
             && task.plan_id.is_some()
         {

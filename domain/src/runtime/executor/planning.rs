@@ -1,6 +1,13 @@
 //! Planning a claimed task: detect its intent (unless given), apply the
 //! confidence gate, pick and freeze the plan among those the tenant may
-//! run, or pause for review.
+//! run, or pause for review. Then, by the task's mode: run it (`ENQUEUE`,
+//! `ENQUEUE_AND_WAIT`), wait for a person to approve the plan (`PLAN`:
+//! `AWAITING_APPROVAL`, with a review at `PLAN_REVIEW_STEP`), or answer
+//! without running a step (`ANSWER`: one model call, no tools; the plan is
+//! kept to show what would run).
+//!
+//! Confidence `NONE` (nothing to detect an intent from) ends the task in
+//! every mode with an answer: help text naming what the tenant's plans do.
 
 use super::*;
 
@@ -53,6 +60,20 @@ impl Executor {
         };
         // The detection's model call, if any, counts toward the task.
         let usage = (model_usage != Usage::default()).then(|| task.usage.plus(model_usage));
+        if task.intent.is_none() && confidence <= intent::NONE {
+            return Ok(answered(
+                task,
+                &help_text(&plans),
+                "",
+                Usage::default(),
+                TaskChanges {
+                    intent: Some(Some(intent)),
+                    confidence: Some(confidence),
+                    usage,
+                    ..TaskChanges::default()
+                },
+            ));
+        }
         if confidence < task.confidence_threshold && !task.intent_reviewed {
             let reason = format!(
                 "Intent detection confidence {:.0}% below threshold {:.0}%",
@@ -106,9 +127,12 @@ impl Executor {
         }
         let (plan_ref, steps) = match chosen {
             Some(p) => ((p.id, p.key.clone(), p.version), p.steps.clone()),
-            None if intent == FALLBACK_INTENT => {
-                ((Default::default(), FALLBACK_INTENT.to_owned(), 0), vec![])
-            }
+            // No plan of the tenant handles it: the model answers, with
+            // the tenant's tools at hand.
+            None if intent == FALLBACK_INTENT => (
+                (Default::default(), FALLBACK_INTENT.to_owned(), 0),
+                vec![default_agent_step()],
+            ),
             None => {
                 return Ok(failure(
                     format!("no plan handles the intent `{intent}`"),
@@ -128,11 +152,19 @@ impl Executor {
             intent: Some(Some(intent)),
             confidence: Some(confidence),
             plan: Some(plan_ref),
-            frozen_plan: Some(steps),
+            frozen_plan: Some(steps.clone()),
             started_at: Some(task.started_at.unwrap_or_else(Utc::now)),
             usage,
             ..TaskChanges::default()
         };
+        match task.mode {
+            TaskMode::Plan => return Ok(awaiting_approval(task, &steps, confidence, changes)),
+            TaskMode::Answer => {
+                changes.status = None;
+                return self.dry_run(task, &steps, changes).await;
+            }
+            TaskMode::Enqueue | TaskMode::EnqueueAndWait => {}
+        }
         let mut events = vec![NewEvent::status(TaskStatus::Executing, "planned").data(data)];
         let stop = fold_next(task, &mut changes, &mut events);
         Ok(Decision {
@@ -141,6 +173,54 @@ impl Executor {
             extra: Extra::default(),
             stop,
         })
+    }
+
+    /// `ANSWER`: one model call on the task's input, no tools and no step
+    /// run; `steps` (what would run) stay on the task.
+    async fn dry_run(
+        &self,
+        task: &Task,
+        steps: &[StepDef],
+        changes: TaskChanges,
+    ) -> Result<Decision> {
+        let client = &self.settings.llm;
+        let mut messages = prompt::first_messages(None, &task.input);
+        if !steps.is_empty() {
+            let tools: Vec<&str> = steps.iter().map(|s| s.tool.as_str()).collect();
+            messages.insert(
+                1,
+                Message::system(format!(
+                    "Answer the request directly. Nothing is run now; the plan that would run uses: {}.",
+                    tools.join(", ")
+                )),
+            );
+        }
+        let request = client.request(messages, None, None, None);
+        let scope = task.scope();
+        let refused = budget::check(
+            &self.domain.db,
+            client.settings().budgets,
+            scope,
+            async { Ok(task.usage) },
+            None,
+            request.estimated_max_tokens(),
+        )
+        .await?;
+        if let Err(message) = refused {
+            return Ok(failure(message, None));
+        }
+        match client.complete(request).await {
+            Ok(done) => {
+                let usage = done.step_usage();
+                let mut changes = changes;
+                changes.usage = Some(changes.usage.unwrap_or(task.usage).plus(usage));
+                Ok(answered(task, &done.text, &done.model, usage, changes))
+            }
+            Err(e) => Ok(failure(
+                format!("the dry run's model call failed: {e}"),
+                None,
+            )),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -157,4 +237,102 @@ impl Executor {
         let decision = review(task, step_id, tool, reason, confidence, proposed, changes);
         self.settle(None, task, decision).await
     }
+}
+
+/// `PLAN`: the plan is frozen and the task waits in `AWAITING_APPROVAL`
+/// for `resumeTask` (approve, maybe with an edited plan) or a rejection.
+fn awaiting_approval(
+    task: &Task,
+    steps: &[StepDef],
+    confidence: f64,
+    changes: TaskChanges,
+) -> Decision {
+    let reason = format!("the plan ({} step(s)) waits for approval", steps.len());
+    let proposed = json!({"steps": steps});
+    let mut decision = review(
+        task,
+        PLAN_REVIEW_STEP,
+        None,
+        reason.clone(),
+        Some(confidence),
+        proposed,
+        changes,
+    );
+    decision.changes.status = Some(TaskStatus::AwaitingApproval);
+    decision.changes.current_step_id = Some(None);
+    if let Some(event) = decision.events.last_mut() {
+        *event = NewEvent::status(TaskStatus::AwaitingApproval, reason);
+    }
+    decision
+}
+
+/// The task ends with an answer and runs no step: its result is
+/// `content`, from `model` (none for help text), with `usage`.
+fn answered(
+    task: &Task,
+    content: &str,
+    model: &str,
+    usage: Usage,
+    mut changes: TaskChanges,
+) -> Decision {
+    changes.status = Some(TaskStatus::Completed);
+    changes.lease = Some(None);
+    changes.completed_at = Some(Utc::now());
+    changes.started_at = Some(task.started_at.unwrap_or_else(Utc::now));
+    changes.result = Some(json!({
+        "content": content,
+        "model": model,
+        "token_usage": {"input": usage.input_tokens, "output": usage.output_tokens},
+        "finish_reason": "COMPLETE",
+        "memory_suggestions": [],
+        "tool_calls": 0,
+        "iterations": u32::from(!model.is_empty()),
+    }));
+    Decision {
+        changes,
+        events: vec![NewEvent::status(
+            TaskStatus::Completed,
+            "answered; no step ran",
+        )],
+        extra: Extra::default(),
+        stop: true,
+    }
+}
+
+/// The plan of a task whose intent no plan handles: one agent step over
+/// the task's input, with every tool the tenant may run.
+fn default_agent_step() -> StepDef {
+    StepDef {
+        id: "answer".into(),
+        tool: "agent".into(),
+        args: json!({}),
+        condition: None,
+        stop_on_failure: true,
+        retry: None,
+        requires_review: false,
+        timeout_secs: None,
+    }
+}
+
+/// What a task with nothing to go on is told: what the tenant's plans do.
+fn help_text(plans: &[plans::Plan]) -> String {
+    let mut lines: Vec<String> = plans
+        .iter()
+        .map(|p| {
+            if p.description.is_empty() {
+                format!("- {}", p.intent)
+            } else {
+                format!("- {}: {}", p.intent, p.description)
+            }
+        })
+        .collect();
+    lines.sort();
+    lines.dedup();
+    if lines.is_empty() {
+        return "I could not tell what you want done, and no plans are set up yet. Describe the task in a sentence.".into();
+    }
+    format!(
+        "I could not tell what you want done. Describe the task in a sentence; I can help with:\n{}",
+        lines.join("\n")
+    )
 }

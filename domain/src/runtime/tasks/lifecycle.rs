@@ -20,6 +20,7 @@ impl Tasks {
         let idle = vec![
             TaskStatus::Pending,
             TaskStatus::NeedsReview,
+            TaskStatus::AwaitingApproval,
             TaskStatus::Delegated,
         ];
         let txn = self.db.begin().await?;
@@ -145,6 +146,22 @@ impl Tasks {
         review_id: Uuid,
         corrections: Value,
     ) -> Result<Task> {
+        self.resume_with_plan(principal, id, review_id, corrections, None)
+            .await
+    }
+
+    /// Approve the named pending review, as [`Tasks::resume`]; a plan
+    /// waiting for approval may be replaced by `plan`, checked like a
+    /// published plan (its tools, their arguments, the tenant's
+    /// subscriptions).
+    pub async fn resume_with_plan(
+        &self,
+        principal: &Principal,
+        id: TaskId,
+        review_id: Uuid,
+        corrections: Value,
+        plan: Option<Vec<StepDef>>,
+    ) -> Result<Task> {
         let scope = forbid_unless_writable(principal)?;
         let corrections_map = match &corrections {
             Value::Null => Map::new(),
@@ -153,12 +170,39 @@ impl Tasks {
         };
         // Check existence first so another tenant's task is NOT_FOUND.
         let current = self.get(scope, id).await?;
-        if current.status != TaskStatus::NeedsReview {
+        if !matches!(
+            current.status,
+            TaskStatus::NeedsReview | TaskStatus::AwaitingApproval
+        ) {
             return Err(Error::Conflict(format!(
-                "task is {}, not NEEDS_REVIEW; there is nothing to resume",
+                "task is {}, not NEEDS_REVIEW or AWAITING_APPROVAL; there is nothing to resume",
                 current.status
             )));
         }
+        let edited = match plan {
+            Some(_) if current.status != TaskStatus::AwaitingApproval => {
+                return Err(Error::validation(
+                    "a plan can be edited only when approving a plan (a task in AWAITING_APPROVAL)",
+                ));
+            }
+            Some(steps) => {
+                let registry = self
+                    .plans
+                    .tools_for(Some(scope), &steps, Utc::now())
+                    .await?;
+                let key = current.plan_key.clone().unwrap_or_default();
+                crate::catalogue::plans::check_steps(&key, &steps, &registry, &Default::default())
+                    .map_err(|errors| {
+                        Error::Validation(format!(
+                            "the edited plan failed its check with {} error(s): {}",
+                            errors.len(),
+                            errors.join("; ")
+                        ))
+                    })?;
+                Some(steps)
+            }
+            None => None,
+        };
         let by = principal.actor.to_string();
         let txn = self.db.begin().await?;
         let review = Self::claim_review(
@@ -182,7 +226,11 @@ impl Tasks {
             run_after: Some(Utc::now()),
             ..TaskChanges::default()
         };
-        if review.step_id == INTENT_REVIEW_STEP {
+        if review.step_id == PLAN_REVIEW_STEP {
+            if let Some(steps) = &edited {
+                changes.frozen_plan = Some(steps.clone());
+            }
+        } else if review.step_id == INTENT_REVIEW_STEP {
             changes.intent_reviewed = Some(true);
             if let Some(intent) = corrections_map.get("intent").and_then(Value::as_str) {
                 changes.intent = Some(Some(intent.to_owned()));
@@ -199,13 +247,14 @@ impl Tasks {
             "decision": "APPROVED",
             "by": by,
             "corrections_applied": keys,
+            "plan_edited": edited.is_some(),
         }));
         event.data_keys = keys;
         let (task, events) = mutate(
             &txn,
             scope,
             id,
-            &Guard::Unleased(vec![TaskStatus::NeedsReview]),
+            &Guard::Unleased(vec![TaskStatus::NeedsReview, TaskStatus::AwaitingApproval]),
             changes,
             vec![event],
         )
@@ -227,9 +276,12 @@ impl Tasks {
     ) -> Result<Task> {
         let scope = forbid_unless_writable(principal)?;
         let current = self.get(scope, id).await?;
-        if current.status != TaskStatus::NeedsReview {
+        if !matches!(
+            current.status,
+            TaskStatus::NeedsReview | TaskStatus::AwaitingApproval
+        ) {
             return Err(Error::Conflict(format!(
-                "task is {}, not NEEDS_REVIEW; there is nothing to reject",
+                "task is {}, not NEEDS_REVIEW or AWAITING_APPROVAL; there is nothing to reject",
                 current.status
             )));
         }
@@ -250,7 +302,7 @@ impl Tasks {
             &txn,
             scope,
             id,
-            &Guard::Unleased(vec![TaskStatus::NeedsReview]),
+            &Guard::Unleased(vec![TaskStatus::NeedsReview, TaskStatus::AwaitingApproval]),
             TaskChanges {
                 status: Some(TaskStatus::Cancelled),
                 error: Some(Some(message.clone())),

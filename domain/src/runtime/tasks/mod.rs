@@ -190,6 +190,7 @@ impl Tasks {
             tenant_id: Set(scope.tenant_id().uuid()),
             parent_task_id: Set(parent.map(TaskId::uuid)),
             channel: Set(new.channel.unwrap_or(Channel::Api).as_str().to_owned()),
+            mode: Set(new.mode.as_str().to_owned()),
             status: Set(TaskStatus::Pending.as_str().to_owned()),
             idempotency_key: Set(new.idempotency_key.clone()),
             input_text: Set(new.input),

@@ -23,6 +23,7 @@ struct TaskSummaryRow {
     tenant_id: Uuid,
     parent_task_id: Option<Uuid>,
     channel: String,
+    mode: String,
     status: String,
     idempotency_key: Option<String>,
     input_text: String,
@@ -51,11 +52,12 @@ struct TaskSummaryRow {
 }
 
 /// The columns of [`TaskSummaryRow`].
-const TASK_SUMMARY: [task::Column; 29] = [
+const TASK_SUMMARY: [task::Column; 30] = [
     task::Column::Id,
     task::Column::TenantId,
     task::Column::ParentTaskId,
     task::Column::Channel,
+    task::Column::Mode,
     task::Column::Status,
     task::Column::IdempotencyKey,
     task::Column::InputText,
@@ -92,6 +94,7 @@ impl TryFrom<TaskSummaryRow> for Task {
             tenant: r.tenant_id.into(),
             parent: r.parent_task_id.map(TaskId::from),
             channel: r.channel.parse()?,
+            mode: r.mode.parse()?,
             status: r.status.parse()?,
             idempotency_key: r.idempotency_key,
             input: r.input_text,

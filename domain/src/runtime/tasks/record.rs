@@ -22,6 +22,10 @@ pub const DEFAULT_CONFIDENCE_THRESHOLD: f64 = 0.8;
 /// The review step id used for the intent-confidence gate.
 pub const INTENT_REVIEW_STEP: &str = "intent_detection";
 
+/// The review of a plan waiting for approval (a task started in `PLAN`
+/// mode).
+pub const PLAN_REVIEW_STEP: &str = "plan_approval";
+
 macro_rules! string_enum {
     ($(#[$doc:meta])* $name:ident { $($variant:ident => $text:literal),* $(,)? }) => {
         $(#[$doc])*
@@ -65,6 +69,7 @@ string_enum!(
         Planning => "PLANNING",
         Executing => "EXECUTING",
         NeedsReview => "NEEDS_REVIEW",
+        AwaitingApproval => "AWAITING_APPROVAL",
         Delegated => "DELEGATED",
         Completed => "COMPLETED",
         Failed => "FAILED",
@@ -75,6 +80,27 @@ string_enum!(
 impl TaskStatus {
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+}
+
+string_enum!(
+    /// How a client asked a task to run: start and return (the default);
+    /// start and wait for the outcome (up to a limit); plan, then wait in
+    /// `AWAITING_APPROVAL` for a person; or a dry run that plans and
+    /// answers and runs no step.
+    TaskMode {
+        Enqueue => "ENQUEUE",
+        EnqueueAndWait => "ENQUEUE_AND_WAIT",
+        Plan => "PLAN",
+        Answer => "ANSWER",
+    }
+);
+
+// `string_enum!` takes no attributes on variants, so no `#[default]`.
+#[allow(clippy::derivable_impls)]
+impl Default for TaskMode {
+    fn default() -> Self {
+        Self::Enqueue
     }
 }
 
@@ -120,6 +146,7 @@ pub struct Task {
     pub tenant: TenantId,
     pub parent: Option<TaskId>,
     pub channel: Channel,
+    pub mode: TaskMode,
     pub status: TaskStatus,
     pub idempotency_key: Option<String>,
     pub input: String,
@@ -184,6 +211,7 @@ impl TryFrom<task::Model> for Task {
             tenant: m.tenant_id.into(),
             parent: m.parent_task_id.map(TaskId::from),
             channel: m.channel.parse()?,
+            mode: m.mode.parse()?,
             status: m.status.parse()?,
             idempotency_key: m.idempotency_key,
             input: m.input_text,
@@ -268,6 +296,7 @@ pub struct NewTask {
     pub intent: Option<String>,
     pub idempotency_key: Option<String>,
     pub channel: Option<Channel>,
+    pub mode: TaskMode,
     pub max_steps: Option<u32>,
     pub confidence_threshold: Option<f64>,
 }

@@ -42,7 +42,6 @@
 
 pub mod answer;
 pub mod calls;
-pub mod prompt;
 pub mod transcript;
 
 use std::time::Duration;
@@ -59,7 +58,7 @@ use super::{
 };
 use crate::{
     catalogue::{plans::StepDef, policy::ExecutorPolicy},
-    models::llm::{FinishReason, Message, frames},
+    models::llm::{FinishReason, Message, frames, prompt},
 };
 use answer::Finish;
 use transcript::{Limits, LoopState, StoredMessage, Tokens};

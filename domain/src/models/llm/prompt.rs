@@ -1,4 +1,4 @@
-//! The prompt of an agent loop, in layers (specification A.2): later
+//! The prompt of a model call, in layers (specification A.2): later
 //! layers never override earlier ones, so each is its own message, in
 //! this order:
 //!
@@ -16,7 +16,7 @@
 //! preferences, retrieved memories and knowledge, and a conversation's
 //! earlier turns (see `ARCHITECTURE.md`).
 
-use crate::models::llm::Message;
+use super::Message;
 
 /// Layer 1, verbatim from the specification.
 pub const IMMUTABLE_CORE: &str = "You are an AI assistant operating within a governed platform.
