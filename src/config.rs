@@ -159,6 +159,9 @@ pub struct Config {
     pub llm_tenant_daily_token_quota: u64,
     /// Seconds LLM intent detection may take before the rules decide.
     pub llm_intent_timeout_secs: u64,
+    /// The model's context window in tokens, which prompts are fitted into
+    /// (default: 8192 for the local SmolLM2, else 128000).
+    pub llm_context_window: Option<u64>,
     /// Log filter, in `tracing` syntax (`RUST_LOG` wins when set).
     pub log: String,
     /// `text` or `json`.
@@ -291,6 +294,7 @@ impl Default for Config {
             llm_task_token_budget: 100_000,
             llm_tenant_daily_token_quota: 0,
             llm_intent_timeout_secs: 10,
+            llm_context_window: None,
             log: "info,sqlx=warn,sea_orm=warn".into(),
             log_format: LogFormat::Text,
             embedding_dimension: memory.embedding_dimension,

@@ -142,6 +142,12 @@ pub fn model_client(config: &Config) -> anyhow::Result<ModelClient> {
             tenant_daily_tokens: config.llm_tenant_daily_token_quota,
         },
         intent_timeout: Duration::from_secs(config.llm_intent_timeout_secs),
+        context_window: config.llm_context_window.filter(|n| *n > 0).unwrap_or(
+            match config.llm_provider() {
+                LlmProvider::Local => 8_192,
+                _ => 128_000,
+            },
+        ),
     };
     tracing::debug!(provider = model.provider(), model = %settings.default_model, "language model");
     Ok(ModelClient::new(model, settings))

@@ -41,7 +41,7 @@ pub mod models;
 pub mod runtime;
 pub mod tools;
 
-pub use catalogue::{capabilities, connections, plans};
+pub use catalogue::{capabilities, connections, plans, prompts};
 pub use identity::{acting, api_keys, tenants};
 pub use kernel::{
     audit, crypto, db, error, http_client, json_schema, page, principal, rate_limit, redact,
@@ -49,11 +49,11 @@ pub use kernel::{
 };
 pub use memory::graph;
 pub use models::llm;
-pub use runtime::{events, executor, intent, tasks};
+pub use runtime::{conversations, events, executor, intent, tasks};
 
 pub use brainstem_entity::{
-    ApiKeyId, AuditId, CapabilityId, ConnectionId, EntityId, MemoryId, PlanId, RelationId,
-    SubscriptionId, TaskId, TenantId, TenantScope, UserId,
+    ApiKeyId, AuditId, CapabilityId, ConnectionId, ConversationId, EntityId, MemoryId, PlanId,
+    RelationId, SubscriptionId, TaskId, TenantId, TenantScope, UserId,
 };
 pub use kernel::{
     audit::PlatformScope,

@@ -122,3 +122,7 @@ mod tests {
         assert!("not-a-uuid".parse::<TenantId>().is_err());
     }
 }
+id_type!(
+    /// A conversation: a tenant's thread of tasks.
+    ConversationId
+);

@@ -14,6 +14,7 @@
 //!   The capability catalogue: [`capability`], [`capability_plan`],
 //!   [`capability_tool`], [`capability_subscription`].
 
+pub mod ai_preference;
 pub mod api_key;
 pub mod artifact;
 pub mod audit_log;
@@ -22,6 +23,7 @@ pub mod capability_plan;
 pub mod capability_subscription;
 pub mod capability_tool;
 pub mod connection;
+pub mod conversation;
 pub mod delegation;
 pub mod ids;
 pub mod kg_entity;
@@ -34,6 +36,7 @@ pub mod plan;
 pub mod platform_setting;
 pub mod review;
 pub mod scope;
+pub mod system_prompt;
 pub mod task;
 pub mod task_event;
 pub mod task_step;
@@ -41,7 +44,7 @@ pub mod tenant;
 pub mod user;
 
 pub use ids::{
-    ApiKeyId, AuditId, CapabilityId, ConnectionId, EntityId, MemoryId, PlanId, RelationId,
-    SubscriptionId, TaskId, TenantId, UserId,
+    ApiKeyId, AuditId, CapabilityId, ConnectionId, ConversationId, EntityId, MemoryId, PlanId,
+    RelationId, SubscriptionId, TaskId, TenantId, UserId,
 };
 pub use scope::{TenantOwned, TenantScope};

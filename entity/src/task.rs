@@ -11,6 +11,8 @@ pub struct Model {
     pub id: Uuid,
     pub tenant_id: Uuid,
     pub parent_task_id: Option<Uuid>,
+    /// The conversation the task is a turn of.
+    pub conversation_id: Option<Uuid>,
     pub channel: String,
     /// How the client asked it to run: `ENQUEUE`, `ENQUEUE_AND_WAIT`,
     /// `PLAN` or `ANSWER`.

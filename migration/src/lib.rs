@@ -17,6 +17,7 @@ mod m20261123_090000_index_tasks_by_subject;
 mod m20261124_090000_tenant_in_search_tsv;
 mod m20261125_090000_task_results;
 mod m20261125_100000_task_modes;
+mod m20261125_110000_conversations_and_prompts;
 
 pub struct Migrator;
 
@@ -36,6 +37,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261124_090000_tenant_in_search_tsv::Migration),
             Box::new(m20261125_090000_task_results::Migration),
             Box::new(m20261125_100000_task_modes::Migration),
+            Box::new(m20261125_110000_conversations_and_prompts::Migration),
         ]
     }
 }

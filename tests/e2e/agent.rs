@@ -29,15 +29,18 @@ use crate::{
 
 /// One scripted answer of the fake model.
 #[derive(Clone)]
-enum Turn {
+pub(crate) enum Turn {
     /// Stream this text in the given pieces.
     Text(Vec<&'static str>),
     /// Call these tools: `(name, arguments as JSON text)`.
     Calls(Vec<(&'static str, String)>),
+    /// Answer `You said first: <the request's first user message>`: what
+    /// the model was shown of the conversation.
+    EchoFirst,
 }
 
 #[derive(Clone)]
-struct Script {
+pub(crate) struct Script {
     /// Answers in order; the last one repeats.
     turns: Arc<Mutex<VecDeque<Turn>>>,
     /// Every request's body.
@@ -45,14 +48,14 @@ struct Script {
 }
 
 impl Script {
-    fn requests(&self) -> Vec<Value> {
+    pub(crate) fn requests(&self) -> Vec<Value> {
         self.requests.lock().unwrap().clone()
     }
 }
 
 /// A turn as OpenAI streams it, with usage `(10 × n, 2 × n)` for the n-th
 /// request so sums are checkable.
-fn sse_body(turn: &Turn, n: u64) -> String {
+fn sse_body(turn: &Turn, n: u64, request: &Value) -> String {
     let chunk = |delta: Value, finish: Value| {
         format!(
             "data: {}\n\n",
@@ -62,6 +65,18 @@ fn sse_body(turn: &Turn, n: u64) -> String {
     };
     let mut body = chunk(json!({"role": "assistant", "content": ""}), Value::Null);
     match turn {
+        Turn::EchoFirst => {
+            let first = request["messages"]
+                .as_array()
+                .and_then(|m| m.iter().find(|m| m["role"] == "user"))
+                .and_then(|m| m["content"].as_str())
+                .unwrap_or_default();
+            body.push_str(&chunk(
+                json!({"content": format!("You said first: {first}")}),
+                Value::Null,
+            ));
+            body.push_str(&chunk(json!({}), json!("stop")));
+        }
         Turn::Text(pieces) => {
             for p in pieces {
                 body.push_str(&chunk(json!({"content": p}), Value::Null));
@@ -98,7 +113,7 @@ fn sse_body(turn: &Turn, n: u64) -> String {
 async fn completions(State(script): State<Script>, Json(body): Json<Value>) -> Response {
     let n = {
         let mut requests = script.requests.lock().unwrap();
-        requests.push(body);
+        requests.push(body.clone());
         requests.len() as u64
     };
     let turn = {
@@ -109,7 +124,7 @@ async fn completions(State(script): State<Script>, Json(body): Json<Value>) -> R
             turns.front().cloned().unwrap()
         }
     };
-    let pieces: Vec<Result<Vec<u8>, Infallible>> = sse_body(&turn, n)
+    let pieces: Vec<Result<Vec<u8>, Infallible>> = sse_body(&turn, n, &body)
         .into_bytes()
         .chunks(11)
         .map(|c| Ok(c.to_vec()))
@@ -121,7 +136,7 @@ async fn completions(State(script): State<Script>, Json(body): Json<Value>) -> R
 }
 
 /// Start the fake model with `turns`; returns it and its base URL.
-async fn fake_model(turns: Vec<Turn>) -> (Script, String) {
+pub(crate) async fn fake_model(turns: Vec<Turn>) -> (Script, String) {
     let script = Script {
         turns: Arc::new(Mutex::new(turns.into())),
         requests: Arc::default(),
@@ -293,6 +308,25 @@ async fn a_two_tool_loop_ends_with_the_models_answer(backend: Backend) {
     );
     assert_eq!(lookups.load(Ordering::SeqCst), 1);
     assert_eq!(task["state"]["noted"], "tide", "set_state ran as a step");
+
+    // A suggestion becomes a memory only when accepted.
+    let accept = "mutation($t: ID!, $i: Int!) { acceptMemorySuggestion(input: {taskId: $t, index: $i}) { memory { content importance } merged } }";
+    let token = app.admin_token("acme");
+    let kept = app
+        .graphql(Some(&token), accept, json!({"t": task["id"], "i": 0}))
+        .await;
+    assert_eq!(
+        kept.data()["acceptMemorySuggestion"]["memory"],
+        json!({"content": "likes tides", "importance": 0.5})
+    );
+    let again = app
+        .graphql(Some(&token), accept, json!({"t": task["id"], "i": 0}))
+        .await;
+    assert_eq!(again.data()["acceptMemorySuggestion"]["merged"], true);
+    let missing = app
+        .graphql(Some(&token), accept, json!({"t": task["id"], "i": 1}))
+        .await;
+    assert_eq!(missing.error_code(), "NOT_FOUND");
 
     let requests = script.requests();
     assert_eq!(requests.len(), 2);

@@ -45,7 +45,13 @@ const API: &[&[&str]] = &[
     &["schema::identity"],
     &["schema::plans", "schema::graph"],
     &["schema::tasks"],
-    &["schema::memory", "schema::capabilities", "schema::admin"],
+    &[
+        "schema::memory",
+        "schema::capabilities",
+        "schema::admin",
+        "schema::conversations",
+        "schema::prompts",
+    ],
     // The roots, assembled from the areas.
     &["schema::node", "schema::subscription"],
     &["schema"],

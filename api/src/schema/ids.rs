@@ -21,6 +21,7 @@ pub enum NodeType {
     KgRelation,
     Capability,
     CapabilitySubscription,
+    Conversation,
 }
 
 impl NodeType {
@@ -38,6 +39,7 @@ impl NodeType {
             NodeType::KgRelation => "KgRelation",
             NodeType::Capability => "Capability",
             NodeType::CapabilitySubscription => "CapabilitySubscription",
+            NodeType::Conversation => "Conversation",
         }
     }
 
@@ -55,6 +57,7 @@ impl NodeType {
             "KgRelation" => Some(NodeType::KgRelation),
             "Capability" => Some(NodeType::Capability),
             "CapabilitySubscription" => Some(NodeType::CapabilitySubscription),
+            "Conversation" => Some(NodeType::Conversation),
             _ => None,
         }
     }

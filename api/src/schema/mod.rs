@@ -28,6 +28,7 @@ pub mod admin;
 pub mod admission;
 pub mod capabilities;
 pub mod context;
+pub mod conversations;
 pub mod graph;
 pub mod identity;
 pub mod ids;
@@ -39,6 +40,7 @@ pub mod operation;
 pub mod order;
 pub mod page;
 pub mod plans;
+pub mod prompts;
 pub mod subscription;
 pub mod tasks;
 
@@ -69,6 +71,8 @@ pub struct Query(
     memory::MemoryQuery,
     graph::GraphQuery,
     capabilities::CapabilityQuery,
+    conversations::ConversationQuery,
+    prompts::PromptQuery,
 );
 
 // The mutation root, merged like `Query`.
@@ -81,6 +85,8 @@ pub struct Mutation(
     memory::MemoryMutation,
     graph::GraphMutation,
     capabilities::CapabilityMutation,
+    conversations::ConversationMutation,
+    prompts::PromptMutation,
 );
 
 /// The schema and what runs around each of its operations

@@ -9,7 +9,7 @@ use brainstem_domain::Error;
 use super::{
     admin, capabilities,
     context::principal,
-    graph, identity,
+    conversations, graph, identity,
     ids::{self, NodeType},
     memory, plans, tasks,
 };
@@ -32,6 +32,7 @@ pub enum Node {
     KgRelation(graph::KgRelation),
     Capability(capabilities::Capability),
     CapabilitySubscription(capabilities::CapabilitySubscription),
+    Conversation(conversations::Conversation),
 }
 
 #[derive(Default)]
@@ -70,6 +71,9 @@ impl NodeQuery {
                     .await
                     .map(Node::CapabilitySubscription)
             }
+            NodeType::Conversation => conversations::conversation_node(ctx, uuid)
+                .await
+                .map(Node::Conversation),
             _ => Err(Error::not_found("node")).gql(),
         }
     }

@@ -14,6 +14,7 @@ use futures_util::{Stream, StreamExt, stream::BoxStream};
 
 use super::{
     context::{RenderOne, domain, principal},
+    conversations,
     ids::{self, NodeType},
     tasks::{Task, TaskEvent, TaskStatus},
 };
@@ -149,6 +150,34 @@ impl Subscription {
             scope,
             id,
             after,
+        );
+        Ok(stream
+            .map(move |e| {
+                let _held = &guard;
+                TaskEvent::from(e)
+            })
+            .boxed())
+    }
+
+    /// The live events of every turn of one of the caller's conversations,
+    /// turns started later included (each event names its `taskId`). Live
+    /// only: to replay a turn, subscribe to its `taskEvents(after:)`.
+    async fn conversation_events(
+        &self,
+        ctx: &Context<'_>,
+        conversation_id: ID,
+    ) -> async_graphql::Result<BoxStream<'static, TaskEvent>> {
+        let principal = principal(ctx)?;
+        let id = conversations::conversation_id(&conversation_id)?;
+        let domain = domain(ctx);
+        // Anyone else's conversation is NOT_FOUND, before anything streams.
+        let conversation = domain.conversations.get(principal, id).await.gql()?;
+        let guard = slot(ctx)?;
+        let stream = brainstem_domain::conversations::conversation_events(
+            domain.tasks.clone(),
+            domain.events.clone(),
+            conversation.scope,
+            conversation.id,
         );
         Ok(stream
             .map(move |e| {

@@ -1,7 +1,8 @@
 //! The catalogue: what a tenant can run. Plans as data, the platform's
 //! capability catalogue and tenants' subscriptions to it, tenants'
-//! connections to external systems, and the [`tool`] contract with its
-//! registry.
+//! connections to external systems, the [`tool`] contract with its
+//! registry, the limits agent steps run under ([`policy`]), and how the
+//! tenant's model is instructed ([`prompts`]).
 //!
 //! Invariants:
 //! - A plan is checked against the tools it names before it is stored; a
@@ -16,4 +17,5 @@ pub mod capabilities;
 pub mod connections;
 pub mod plans;
 pub mod policy;
+pub mod prompts;
 pub mod tool;

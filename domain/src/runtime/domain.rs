@@ -10,14 +10,14 @@ use sea_orm::DatabaseConnection;
 
 use crate::{
     Error, PlatformScope, Principal, Result, TenantScope,
-    catalogue::{capabilities, connections, plans, tool as tools},
+    catalogue::{capabilities, connections, plans, prompts, tool as tools},
     identity::{acting, api_keys, tenants},
     kernel::{
         audit, crypto, db,
         page::{self, PageRequest},
     },
     memory::{self, graph},
-    runtime::{events, tasks},
+    runtime::{conversations, events, tasks},
 };
 
 /// Every service of the domain, sharing one connection pool. Cheap to clone.
@@ -37,6 +37,8 @@ pub struct Domain {
     pub graph: graph::Graph,
     pub memory: memory::Memories,
     pub capabilities: capabilities::Capabilities,
+    pub conversations: conversations::Conversations,
+    pub prompts: prompts::Prompts,
 }
 
 impl Domain {
@@ -95,6 +97,8 @@ impl Domain {
             graph,
             memory,
             capabilities: capabilities::Capabilities::new(db.clone(), registry),
+            conversations: conversations::Conversations::new(db.clone()),
+            prompts: prompts::Prompts::new(db.clone()),
             statements,
             db,
         }

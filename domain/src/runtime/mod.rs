@@ -1,7 +1,7 @@
 //! The runtime: durable task execution. The task record and its event log
 //! ([`tasks`]), the event bus and resumable streams ([`events`]), intent
-//! detection ([`intent`]), the [`executor`], and [`domain::Domain`], which
-//! bundles every service.
+//! detection ([`intent`]), the [`executor`], [`conversations`] (threads of
+//! tasks), and [`domain::Domain`], which bundles every service.
 //!
 //! Invariants:
 //! - Every change of a task is written together with its events in one
@@ -9,6 +9,7 @@
 //! - The runtime runs tools only through the `Tool` trait: it never imports
 //!   a tool implementation.
 
+pub mod conversations;
 pub mod domain;
 pub mod events;
 pub mod executor;

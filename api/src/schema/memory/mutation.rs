@@ -4,14 +4,21 @@
 //! object.
 
 use async_graphql::{Context, ID, InputObject, MaybeUndefined, Object, SimpleObject};
-use brainstem_domain::memory::{MemoryUpdate, NewMemory};
+use brainstem_domain::{
+    EntityId, Error, TaskId,
+    memory::{MemoryUpdate, NewMemory},
+};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{Memory, MemoryOutcome, MemoryTier, memory_id, write_scope};
 use crate::{
     error::ResultExt,
-    schema::{context::domain, graph::entity_id},
+    schema::{
+        context::domain,
+        graph::entity_id,
+        ids::{self, NodeType},
+    },
 };
 
 #[derive(InputObject)]
@@ -98,6 +105,14 @@ pub struct ReindexMemoriesPayload {
     pub failed: i32,
 }
 
+#[derive(InputObject)]
+pub struct AcceptMemorySuggestionInput {
+    /// A task whose result suggests memories.
+    pub task_id: ID,
+    /// Which of `result.memorySuggestions`, from 0.
+    pub index: i32,
+}
+
 #[derive(Default)]
 pub struct MemoryMutation;
 
@@ -129,6 +144,44 @@ impl MemoryMutation {
             supersedes: input.supersedes_id.as_ref().map(memory_id).transpose()?,
         };
         let r = domain(ctx).memory.remember(scope, new).await.gql()?;
+        Ok(RememberPayload {
+            memory: Memory(r.memory),
+            merged: r.merged,
+            embedded: r.embedded,
+        })
+    }
+
+    /// Keep one of the memories a task's answer suggests: it is stored as
+    /// a memory (importance 0.5, about the task's subject, with the task as
+    /// its source). Suggestions become memories only this way. Accepting
+    /// the same one again merges into the memory it made.
+    async fn accept_memory_suggestion(
+        &self,
+        ctx: &Context<'_>,
+        input: AcceptMemorySuggestionInput,
+    ) -> async_graphql::Result<RememberPayload> {
+        let scope = write_scope(ctx)?;
+        let task_id = ids::decode_as(&input.task_id, NodeType::Task)
+            .map(TaskId::from)
+            .gql()?;
+        let domain = domain(ctx);
+        let task = domain.tasks.get(scope, task_id).await.gql()?;
+        let content = usize::try_from(input.index)
+            .ok()
+            .and_then(|i| task.memory_suggestion(i))
+            .ok_or_else(|| {
+                Error::not_found(format!("memory suggestion {} of the task", input.index))
+            })
+            .gql()?
+            .to_owned();
+        let new = NewMemory {
+            content,
+            importance: Some(0.5),
+            subject: task.subject_id.map(EntityId::from),
+            source_task: Some(task.id.uuid()),
+            ..NewMemory::default()
+        };
+        let r = domain.memory.remember(scope, new).await.gql()?;
         Ok(RememberPayload {
             memory: Memory(r.memory),
             merged: r.merged,

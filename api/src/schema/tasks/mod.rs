@@ -142,6 +142,12 @@ impl Task {
     async fn mode(&self) -> TaskMode {
         self.0.mode.into()
     }
+    /// The conversation the task is a turn of.
+    async fn conversation_id(&self) -> Option<ID> {
+        self.0
+            .conversation
+            .map(|c| ids::encode(NodeType::Conversation, c.uuid()))
+    }
     async fn channel(&self) -> Channel {
         self.0.channel.into()
     }
@@ -499,16 +505,29 @@ impl TaskQuery {
                 intent: f.intent,
                 channel: f.channel.map(Into::into),
                 parent: None,
+                conversation: None,
             })
             .unwrap_or_default();
-        let page = domain(ctx)
-            .tasks
-            .list(scope, filter, page_request(first, after)?, page_detail(ctx))
-            .await
-            .gql()?;
-        prefetch(ctx, &page.items).await?;
-        Ok(connection(page, |t| t.id.uuid(), Task))
+        task_page(ctx, scope, filter, first, after).await
     }
+}
+
+/// A page of the tenant's tasks that pass `filter`, newest first, with the
+/// relations the selection shows loaded in batches.
+pub(crate) async fn task_page(
+    ctx: &Context<'_>,
+    scope: TenantScope,
+    filter: DomainFilter,
+    first: Option<i32>,
+    after: Option<String>,
+) -> async_graphql::Result<Connection<String, Task>> {
+    let page = domain(ctx)
+        .tasks
+        .list(scope, filter, page_request(first, after)?, page_detail(ctx))
+        .await
+        .gql()?;
+    prefetch(ctx, &page.items).await?;
+    Ok(connection(page, |t| t.id.uuid(), Task))
 }
 
 /// A task of the caller's tenant.

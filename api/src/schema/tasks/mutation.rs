@@ -5,7 +5,7 @@
 
 use async_graphql::{Context, Enum, ID, InputObject, Json, Object, SimpleObject};
 use brainstem_domain::{
-    Error, TenantScope,
+    ConversationId, Error, TenantScope,
     tasks::{self, DelegationOutcome, NewTask},
 };
 use serde_json::Value;
@@ -45,6 +45,9 @@ pub struct StartTaskInput {
     pub max_steps: Option<u32>,
     /// Below this intent confidence the task waits for review (default 0.8).
     pub confidence_threshold: Option<f64>,
+    /// Append the task to this conversation (one of the caller's, from
+    /// `startConversation`) as its next turn.
+    pub conversation_id: Option<ID>,
     /// How to run it (default `ENQUEUE`).
     #[graphql(default_with = "TaskMode::Enqueue")]
     pub mode: TaskMode,
@@ -144,6 +147,14 @@ impl TaskMutation {
                     idempotency_key: input.idempotency_key,
                     channel: input.channel.map(Into::into),
                     mode: input.mode.into(),
+                    conversation: match &input.conversation_id {
+                        Some(id) => Some(
+                            ids::decode_as(id, ids::NodeType::Conversation)
+                                .map(ConversationId::from)
+                                .gql()?,
+                        ),
+                        None => None,
+                    },
                     max_steps: input.max_steps,
                     confidence_threshold: input.confidence_threshold,
                 },

@@ -77,6 +77,9 @@ pub struct LlmSettings {
     pub budgets: Budgets,
     /// How long LLM intent detection may take before the rules decide.
     pub intent_timeout: Duration,
+    /// The model's context window in tokens: prompts are fitted into it
+    /// (see [`super::prompt::TokenBudget`]).
+    pub context_window: u64,
 }
 
 impl Default for LlmSettings {
@@ -92,6 +95,7 @@ impl Default for LlmSettings {
             prices: Prices::default(),
             budgets: Budgets::default(),
             intent_timeout: Duration::from_secs(10),
+            context_window: 128_000,
         }
     }
 }

@@ -22,8 +22,8 @@
 use std::{collections::HashMap, sync::Arc};
 
 use brainstem_entity::{
-    PlanId, TaskId, TenantId, TenantOwned, TenantScope, artifact, delegation, review, task,
-    task_event, task_step,
+    ConversationId, PlanId, TaskId, TenantId, TenantOwned, TenantScope, artifact, conversation,
+    delegation, review, task, task_event, task_step,
 };
 use chrono::{DateTime, Utc};
 use sea_orm::{
@@ -155,6 +155,16 @@ impl Tasks {
             ));
         }
         let now = Utc::now();
+        // A turn of a conversation: the caller's own, in this tenant.
+        if let Some(id) = new.conversation {
+            let owned = conversation::Entity::find_by_id_in(scope, id.uuid())
+                .one(&self.db)
+                .await?
+                .is_some_and(|c| c.subject == created_by);
+            if !owned {
+                return Err(Error::not_found(format!("conversation {id}")));
+            }
+        }
         // A named plan must exist now, not fail later in a worker; one a
         // capability brings needs a subscription (FORBIDDEN, naming it).
         let plan = match &new.plan_key {
@@ -189,6 +199,7 @@ impl Tasks {
             id: Set(id.uuid()),
             tenant_id: Set(scope.tenant_id().uuid()),
             parent_task_id: Set(parent.map(TaskId::uuid)),
+            conversation_id: Set(new.conversation.map(ConversationId::uuid)),
             channel: Set(new.channel.unwrap_or(Channel::Api).as_str().to_owned()),
             mode: Set(new.mode.as_str().to_owned()),
             status: Set(TaskStatus::Pending.as_str().to_owned()),
@@ -257,6 +268,13 @@ impl Tasks {
             Vec::new(),
         )
         .await?;
+        if let Some(id) = task.conversation {
+            conversation::Entity::update_many_in(scope)
+                .col_expr(conversation::Column::UpdatedAt, Expr::value(now))
+                .filter(conversation::Column::Id.eq(id.uuid()))
+                .exec(&txn)
+                .await?;
+        }
         txn.commit().await?;
         self.sink.publish(&events);
         self.runnable();

@@ -22,6 +22,7 @@ struct TaskSummaryRow {
     id: Uuid,
     tenant_id: Uuid,
     parent_task_id: Option<Uuid>,
+    conversation_id: Option<Uuid>,
     channel: String,
     mode: String,
     status: String,
@@ -52,10 +53,11 @@ struct TaskSummaryRow {
 }
 
 /// The columns of [`TaskSummaryRow`].
-const TASK_SUMMARY: [task::Column; 30] = [
+const TASK_SUMMARY: [task::Column; 31] = [
     task::Column::Id,
     task::Column::TenantId,
     task::Column::ParentTaskId,
+    task::Column::ConversationId,
     task::Column::Channel,
     task::Column::Mode,
     task::Column::Status,
@@ -95,6 +97,7 @@ impl TryFrom<TaskSummaryRow> for Task {
             parent: r.parent_task_id.map(TaskId::from),
             channel: r.channel.parse()?,
             mode: r.mode.parse()?,
+            conversation: r.conversation_id.map(ConversationId::from),
             status: r.status.parse()?,
             idempotency_key: r.idempotency_key,
             input: r.input_text,
@@ -253,6 +256,9 @@ impl Tasks {
         if let Some(parent) = filter.parent {
             select = select.filter(task::Column::ParentTaskId.eq(parent.uuid()));
         }
+        if let Some(conversation) = filter.conversation {
+            select = select.filter(task::Column::ConversationId.eq(conversation.uuid()));
+        }
         match detail {
             Detail::Full => {
                 let page = page::fetch(&self.db, select, task::Column::Id, request).await?;
@@ -343,6 +349,29 @@ impl Tasks {
     }
 
     /// Every attempt of every step, in the order they ran.
+    /// The turns of `conversation` before the task `before`, oldest first,
+    /// at most `limit` (the latest ones).
+    pub async fn earlier_turns(
+        &self,
+        scope: TenantScope,
+        conversation: ConversationId,
+        before: TaskId,
+        limit: u64,
+    ) -> Result<Vec<Task>> {
+        let mut turns = task::Entity::find_in(scope)
+            .filter(task::Column::ConversationId.eq(conversation.uuid()))
+            .filter(task::Column::Id.lt(before.uuid()))
+            .order_by_desc(task::Column::Id)
+            .limit(limit)
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(Task::try_from)
+            .collect::<Result<Vec<_>>>()?;
+        turns.reverse();
+        Ok(turns)
+    }
+
     pub async fn steps(&self, scope: TenantScope, task_id: TaskId) -> Result<Vec<StepAttempt>> {
         Ok(task_step::Entity::find_in(scope)
             .filter(task_step::Column::TaskId.eq(task_id.uuid()))

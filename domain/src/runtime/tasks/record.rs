@@ -10,7 +10,9 @@
 
 use std::{fmt, str::FromStr};
 
-use brainstem_entity::{PlanId, TaskId, TenantId, TenantScope, artifact, review, task, task_step};
+use brainstem_entity::{
+    ConversationId, PlanId, TaskId, TenantId, TenantScope, artifact, review, task, task_step,
+};
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
@@ -147,6 +149,8 @@ pub struct Task {
     pub parent: Option<TaskId>,
     pub channel: Channel,
     pub mode: TaskMode,
+    /// The conversation the task is a turn of.
+    pub conversation: Option<ConversationId>,
     pub status: TaskStatus,
     pub idempotency_key: Option<String>,
     pub input: String,
@@ -212,6 +216,7 @@ impl TryFrom<task::Model> for Task {
             parent: m.parent_task_id.map(TaskId::from),
             channel: m.channel.parse()?,
             mode: m.mode.parse()?,
+            conversation: m.conversation_id.map(ConversationId::from),
             status: m.status.parse()?,
             idempotency_key: m.idempotency_key,
             input: m.input_text,
@@ -256,6 +261,15 @@ impl Task {
         TenantScope::new(self.tenant)
     }
 
+    /// The `index`-th memory its result suggests (see `Task.result`).
+    pub fn memory_suggestion(&self, index: usize) -> Option<&str> {
+        self.result
+            .as_ref()?
+            .get("memory_suggestions")?
+            .get(index)?
+            .as_str()
+    }
+
     pub fn attempts_of(&self, step_id: &str) -> u32 {
         self.attempts
             .get(step_id)
@@ -297,6 +311,8 @@ pub struct NewTask {
     pub idempotency_key: Option<String>,
     pub channel: Option<Channel>,
     pub mode: TaskMode,
+    /// Append the task to this conversation (the caller's own).
+    pub conversation: Option<ConversationId>,
     pub max_steps: Option<u32>,
     pub confidence_threshold: Option<f64>,
 }
@@ -329,6 +345,8 @@ pub struct TaskFilter {
     pub intent: Option<String>,
     pub channel: Option<Channel>,
     pub parent: Option<TaskId>,
+    /// The turns of this conversation only.
+    pub conversation: Option<ConversationId>,
 }
 
 /// One attempt of one step.

@@ -28,6 +28,11 @@
 //! - Every model call passes the token budget check first; the result's
 //!   token usage sums every iteration.
 //!
+//! The first iteration assembles the prompt's layers ([`context`]): the
+//! tenant's active system prompt, the step's instructions, the task
+//! starter's preferences, the memories most relevant to the prompt, and,
+//! for a turn of a conversation, its earlier turns.
+//!
 //! Step ids: the first iteration is the plan's step (say `answer`);
 //! iteration n is `answer:n`, and the k-th call of iteration n `answer:n.k`.
 //!
@@ -42,6 +47,7 @@
 
 pub mod answer;
 pub mod calls;
+pub mod context;
 pub mod transcript;
 
 use std::time::Duration;
@@ -106,7 +112,7 @@ impl Tool for Agent {
         let policy = ctx.settings.policy;
         let mut state = match args.get("continues").and_then(Value::as_str) {
             Some(previous) => resume(&ctx, previous).await?,
-            None => start(&ctx, &args, &policy)?,
+            None => start(&ctx, &args, &policy).await?,
         };
         if state.iteration > state.limits.max_iterations {
             return Ok(finished(
@@ -202,8 +208,10 @@ impl Tool for Agent {
         });
         let output = serde_json::to_value(&state)
             .map_err(|e| ToolError::fatal(format!("cannot store the agent loop: {e}")))?;
+        let recalled = recalled_now(&state);
         Ok(ToolOutput {
             output,
+            recalled,
             summary: format!(
                 "iteration {iteration}: the model called {} tool(s), {refused} refused",
                 state.calls.len()
@@ -216,7 +224,11 @@ impl Tool for Agent {
 }
 
 /// The first iteration's loop: the prompt's layers and the limits.
-fn start(ctx: &ToolContext, args: &Value, policy: &ExecutorPolicy) -> Result<LoopState, ToolError> {
+async fn start(
+    ctx: &ToolContext,
+    args: &Value,
+    policy: &ExecutorPolicy,
+) -> Result<LoopState, ToolError> {
     let prompt = args
         .get("prompt")
         .and_then(Value::as_str)
@@ -241,7 +253,12 @@ fn start(ctx: &ToolContext, args: &Value, policy: &ExecutorPolicy) -> Result<Loo
         .get("tools")
         .is_some()
         .then(|| super::string_list(args, "tools"));
-    let messages = prompt::first_messages(args.get("system").and_then(Value::as_str), prompt);
+    let layers = context::gather(ctx, args.get("system").and_then(Value::as_str), prompt).await?;
+    let budget = prompt::TokenBudget::for_window(
+        ctx.settings.llm.settings().context_window,
+        limits.max_output_tokens.into(),
+    );
+    let messages = prompt::assemble(&layers.layers, &budget);
     Ok(LoopState {
         root: ctx.step_id.clone(),
         iteration: 1,
@@ -254,7 +271,17 @@ fn start(ctx: &ToolContext, args: &Value, policy: &ExecutorPolicy) -> Result<Loo
         tokens: Tokens::default(),
         messages: messages.iter().map(StoredMessage::from).collect(),
         calls: Vec::new(),
+        recalled: layers.recalled,
     })
+}
+
+/// The memories the first iteration put in the prompt (reported once).
+fn recalled_now(state: &LoopState) -> Vec<brainstem_entity::MemoryId> {
+    if state.iteration == 1 {
+        state.recalled.clone()
+    } else {
+        Vec::new()
+    }
 }
 
 /// The loop as the previous iteration left it, its calls answered.
@@ -316,6 +343,7 @@ fn finished(
     );
     ToolOutput {
         output: result.clone(),
+        recalled: recalled_now(state),
         summary: format!(
             "{} after {iterations} iteration(s) and {} tool call(s)",
             finish.as_str(),

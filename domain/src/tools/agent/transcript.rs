@@ -6,6 +6,7 @@
 //! step's output: a resumed loop reads it back from the task, never from a
 //! worker's memory.
 
+use brainstem_entity::MemoryId;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -151,6 +152,9 @@ pub struct LoopState {
     pub messages: Vec<StoredMessage>,
     /// The calls of this iteration's turn, in order.
     pub calls: Vec<Call>,
+    /// The memories the prompt includes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recalled: Vec<MemoryId>,
 }
 
 impl LoopState {

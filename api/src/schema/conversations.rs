@@ -1,0 +1,137 @@
+//! Conversations on the wire: a subject's threads of tasks. Start one with
+//! `startConversation`, then pass its id to `startTask(conversationId:)`
+//! for each turn; an agent step of a turn sees the earlier turns. Only the
+//! subject that started a conversation sees it (anyone else, in this
+//! tenant or another, gets `NOT_FOUND`); its turns are tasks of the tenant
+//! like any other. `conversationEvents` (in the subscriptions) streams the
+//! events of all its turns.
+
+use async_graphql::{Context, ID, InputObject, Object, SimpleObject, connection::Connection};
+use brainstem_domain::{ConversationId, conversations, tasks::TaskFilter};
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::{
+    context::{domain, principal},
+    ids::{self, NodeType},
+    page::{connection, page_request},
+    tasks::{Task, task_page, task_scope},
+};
+use crate::error::ResultExt;
+
+/// A thread of tasks (its turns), owned by the subject that started it.
+#[derive(Clone)]
+pub struct Conversation(pub conversations::Conversation);
+
+#[Object]
+impl Conversation {
+    pub async fn id(&self) -> ID {
+        ids::encode(NodeType::Conversation, self.0.id.uuid())
+    }
+    async fn title(&self) -> &str {
+        &self.0.title
+    }
+    /// Who started it (`user:<id>` or `api_key:<id>`).
+    async fn subject(&self) -> &str {
+        &self.0.subject
+    }
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+    /// When its latest turn started.
+    async fn updated_at(&self) -> DateTime<Utc> {
+        self.0.updated_at
+    }
+    /// Its turns, oldest first.
+    async fn turns(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> async_graphql::Result<Connection<String, Task>> {
+        let scope = task_scope(ctx)?;
+        let filter = TaskFilter {
+            conversation: Some(self.0.id),
+            ..TaskFilter::default()
+        };
+        task_page(ctx, scope, filter, first, after).await
+    }
+}
+
+pub(crate) fn conversation_id(id: &ID) -> async_graphql::Result<ConversationId> {
+    ids::decode_as(id, NodeType::Conversation)
+        .map(ConversationId::from)
+        .gql()
+}
+
+/// One of the caller's conversations.
+pub(crate) async fn conversation_node(
+    ctx: &Context<'_>,
+    uuid: Uuid,
+) -> async_graphql::Result<Conversation> {
+    let conversation = domain(ctx)
+        .conversations
+        .get(principal(ctx)?, uuid.into())
+        .await
+        .gql()?;
+    Ok(Conversation(conversation))
+}
+
+#[derive(Default)]
+pub struct ConversationQuery;
+
+#[Object]
+impl ConversationQuery {
+    /// The caller's conversations, newest first.
+    async fn conversations(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> async_graphql::Result<Connection<String, Conversation>> {
+        let page = domain(ctx)
+            .conversations
+            .list(principal(ctx)?, page_request(first, after)?)
+            .await
+            .gql()?;
+        Ok(connection(page, |c| c.id.uuid(), Conversation))
+    }
+
+    async fn conversation(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<Conversation> {
+        conversation_node(ctx, conversation_id(&id)?.uuid()).await
+    }
+}
+
+#[derive(InputObject)]
+pub struct StartConversationInput {
+    /// At most 200 characters.
+    #[graphql(default)]
+    pub title: String,
+}
+
+#[derive(SimpleObject)]
+pub struct ConversationPayload {
+    pub conversation: Conversation,
+}
+
+#[derive(Default)]
+pub struct ConversationMutation;
+
+#[Object]
+impl ConversationMutation {
+    /// Start a conversation of the caller's.
+    async fn start_conversation(
+        &self,
+        ctx: &Context<'_>,
+        input: StartConversationInput,
+    ) -> async_graphql::Result<ConversationPayload> {
+        let conversation = domain(ctx)
+            .conversations
+            .create(principal(ctx)?, &input.title)
+            .await
+            .gql()?;
+        Ok(ConversationPayload {
+            conversation: Conversation(conversation),
+        })
+    }
+}

@@ -1,0 +1,175 @@
+//! Conversations: a tenant's threads of tasks. A conversation belongs to
+//! the subject (the signed-in user or API key) that started it; a task
+//! started with its id is its next turn, and an agent step of that task
+//! sees the earlier turns (each task's input and its result's answer).
+//!
+//! Invariants:
+//! - Every read and write is scoped to the caller's tenant, and only the
+//!   conversation's own subject reads it or adds to it: another subject,
+//!   like another tenant, gets `NOT_FOUND`.
+//! - A turn is appended when its task is stored (`tasks.conversation_id`),
+//!   and the conversation's `updated_at` moves in the same transaction.
+
+use std::{collections::HashMap, sync::Arc};
+
+use brainstem_entity::{ConversationId, TaskId, TenantOwned, TenantScope, conversation};
+use chrono::{DateTime, Utc};
+use futures_util::Stream;
+use sea_orm::{ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, QueryFilter};
+use tokio::sync::{broadcast, mpsc};
+use uuid::Uuid;
+
+use crate::{
+    Error, Result,
+    kernel::{
+        page::{self, Page, PageRequest},
+        principal::Principal,
+    },
+    runtime::{
+        events::EventBus,
+        tasks::{TaskEvent, Tasks},
+    },
+};
+
+/// The longest title a conversation takes, in characters.
+pub const MAX_TITLE: usize = 200;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Conversation {
+    pub id: ConversationId,
+    pub scope: TenantScope,
+    /// Who started it and may add to it.
+    pub subject: String,
+    pub title: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<conversation::Model> for Conversation {
+    fn from(m: conversation::Model) -> Self {
+        Self {
+            id: m.id.into(),
+            scope: TenantScope::new(m.tenant_id.into()),
+            subject: m.subject,
+            title: m.title,
+            created_at: m.created_at,
+            updated_at: m.updated_at,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Conversations {
+    db: DatabaseConnection,
+}
+
+/// The caller's tenant and who it is, for a conversation's reads.
+fn caller(principal: &Principal, scope_needed: &str) -> Result<(TenantScope, String)> {
+    let scope = principal.require_scope(scope_needed)?;
+    Ok((scope, principal.actor.to_string()))
+}
+
+impl Conversations {
+    pub fn new(db: DatabaseConnection) -> Self {
+        Self { db }
+    }
+
+    /// Start a conversation of the caller's.
+    pub async fn create(&self, principal: &Principal, title: &str) -> Result<Conversation> {
+        let (scope, subject) = caller(principal, "tasks:write")?;
+        let title = title.trim();
+        if title.chars().count() > MAX_TITLE {
+            return Err(Error::validation(format!(
+                "a title has at most {MAX_TITLE} characters"
+            )));
+        }
+        let now = Utc::now();
+        let row = conversation::ActiveModel {
+            id: Set(Uuid::now_v7()),
+            tenant_id: Set(scope.tenant_id().uuid()),
+            subject: Set(subject),
+            title: Set(title.to_owned()),
+            created_at: Set(now),
+            updated_at: Set(now),
+        }
+        .insert(&self.db)
+        .await?;
+        Ok(row.into())
+    }
+
+    /// One of the caller's conversations.
+    pub async fn get(&self, principal: &Principal, id: ConversationId) -> Result<Conversation> {
+        let (scope, subject) = caller(principal, "tasks:read")?;
+        self.owned(scope, &subject, id).await
+    }
+
+    /// The conversation `id` of `subject` in `scope`; `NOT_FOUND` for
+    /// anyone else's.
+    pub async fn owned(
+        &self,
+        scope: TenantScope,
+        subject: &str,
+        id: ConversationId,
+    ) -> Result<Conversation> {
+        conversation::Entity::find_by_id_in(scope, id.uuid())
+            .one(&self.db)
+            .await?
+            .filter(|c| c.subject == subject)
+            .map(Conversation::from)
+            .ok_or_else(|| Error::not_found(format!("conversation {id}")))
+    }
+
+    /// The caller's conversations, newest first.
+    pub async fn list(
+        &self,
+        principal: &Principal,
+        request: PageRequest,
+    ) -> Result<Page<Conversation>> {
+        let (scope, subject) = caller(principal, "tasks:read")?;
+        let select =
+            conversation::Entity::find_in(scope).filter(conversation::Column::Subject.eq(subject));
+        let page = page::fetch(&self.db, select, conversation::Column::Id, request).await?;
+        Ok(page.map(Conversation::from))
+    }
+}
+
+/// The live events of every turn of `conversation` (checked to be the
+/// caller's before this is called), including turns started after the
+/// subscription began. Live only: replay a turn's stored events with its
+/// own `taskEvents(after:)`.
+pub fn conversation_events(
+    tasks: Tasks,
+    bus: Arc<EventBus>,
+    scope: TenantScope,
+    conversation: ConversationId,
+) -> impl Stream<Item = Arc<TaskEvent>> + Send + 'static {
+    let mut live = bus.subscribe();
+    let (tx, rx) = mpsc::channel(256);
+    tokio::spawn(async move {
+        // Which of the tenant's tasks are turns of it, as seen so far.
+        let mut turns: HashMap<TaskId, bool> = HashMap::new();
+        loop {
+            match live.recv().await {
+                Ok(event) if event.tenant == scope.tenant_id() => {
+                    let is_turn = match turns.get(&event.task_id) {
+                        Some(known) => *known,
+                        None => {
+                            let found = tasks
+                                .get(scope, event.task_id)
+                                .await
+                                .is_ok_and(|t| t.conversation == Some(conversation));
+                            turns.insert(event.task_id, found);
+                            found
+                        }
+                    };
+                    if is_turn && tx.send(event).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) })
+}

@@ -1,0 +1,124 @@
+//! What the first iteration of an agent loop puts in its prompt around its
+//! own instructions and message (layers 2 to 5 of
+//! [`crate::models::llm::prompt`]): the tenant's active system prompt, the
+//! preferences of the subject that started the task, the memories most
+//! relevant to the message (importance × relevance; about the task's
+//! subject when it has one), and the earlier turns of its conversation
+//! (each turn's message and answer). Knowledge is not a separate store
+//! yet, so that layer is empty.
+//!
+//! Reading the system prompt, the preferences or the turns may fail the
+//! iteration (retryably); a failed memory search only leaves memories out.
+
+use brainstem_entity::{EntityId, MemoryId, TenantScope};
+use serde_json::Value;
+
+use super::super::{ToolContext, ToolError, platform};
+use crate::{
+    memory::SearchQuery,
+    models::llm::{
+        Message,
+        prompt::{Layers, Preferences},
+    },
+};
+
+/// Memories fetched for the prompt, before its share cuts them.
+pub const MEMORIES: usize = 5;
+/// Earlier turns read, before the conversation's share cuts them.
+pub const TURNS: u64 = 20;
+
+/// A prompt's layers, and the memories among them.
+pub struct Gathered {
+    pub layers: Layers,
+    pub recalled: Vec<MemoryId>,
+}
+
+fn retryable(what: &str) -> impl Fn(crate::Error) -> ToolError + '_ {
+    move |e| ToolError::retryable(format!("cannot read {what}: {e}"))
+}
+
+pub async fn gather(
+    ctx: &ToolContext,
+    instructions: Option<&str>,
+    prompt: &str,
+) -> Result<Gathered, ToolError> {
+    let domain = platform(ctx)?;
+    let scope = TenantScope::new(ctx.tenant);
+    let task = domain
+        .tasks
+        .get(scope, ctx.task_id)
+        .await
+        .map_err(retryable("the task"))?;
+    let system_prompt = domain
+        .prompts
+        .active(scope)
+        .await
+        .map_err(retryable("the system prompt"))?
+        .map(|p| p.content);
+    let preferences = domain
+        .prompts
+        .preferences(scope, &task.created_by)
+        .await
+        .map_err(retryable("the preferences"))?
+        .map(|p| Preferences {
+            response_length: p.response_length,
+            formality: p.formality,
+            custom_instructions: p.custom_instructions,
+        });
+    let search = domain
+        .memory
+        .search(
+            scope,
+            SearchQuery {
+                text: prompt.to_owned(),
+                subject: task.subject_id.map(EntityId::from),
+                limit: Some(MEMORIES),
+                ..SearchQuery::default()
+            },
+        )
+        .await;
+    let mut hits = match search {
+        Ok(results) => results.hits,
+        Err(e) => {
+            tracing::warn!(task = %ctx.task_id, error = %e, "the agent's memory search failed; no memories in the prompt");
+            Vec::new()
+        }
+    };
+    hits.sort_by(|a, b| {
+        let rank = |h: &crate::memory::SearchHit| h.memory.importance * h.final_score;
+        rank(b).total_cmp(&rank(a))
+    });
+    let recalled = hits.iter().map(|h| h.memory.id).collect();
+    let memories = hits.into_iter().map(|h| h.memory.content).collect();
+    let conversation = match task.conversation {
+        Some(id) => domain
+            .tasks
+            .earlier_turns(scope, id, task.id, TURNS)
+            .await
+            .map_err(retryable("the conversation"))?
+            .into_iter()
+            .flat_map(|turn| {
+                let answer = turn
+                    .result
+                    .as_ref()
+                    .and_then(|r| r.get("content"))
+                    .and_then(Value::as_str)
+                    .map(|a| Message::assistant(a, Vec::new()));
+                std::iter::once(Message::user(turn.input)).chain(answer)
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    Ok(Gathered {
+        layers: Layers {
+            system_prompt,
+            instructions: instructions.map(str::to_owned),
+            preferences,
+            memories,
+            knowledge: Vec::new(),
+            conversation,
+            prompt: prompt.to_owned(),
+        },
+        recalled,
+    })
+}
