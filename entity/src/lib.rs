@@ -25,6 +25,7 @@ pub mod capability_tool;
 pub mod connection;
 pub mod conversation;
 pub mod delegation;
+pub mod executor_policy;
 pub mod ids;
 pub mod kg_entity;
 pub mod kg_relation;

@@ -18,6 +18,7 @@ mod m20261124_090000_tenant_in_search_tsv;
 mod m20261125_090000_task_results;
 mod m20261125_100000_task_modes;
 mod m20261125_110000_conversations_and_prompts;
+mod m20261125_120000_executor_policies;
 
 pub struct Migrator;
 
@@ -38,6 +39,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_090000_task_results::Migration),
             Box::new(m20261125_100000_task_modes::Migration),
             Box::new(m20261125_110000_conversations_and_prompts::Migration),
+            Box::new(m20261125_120000_executor_policies::Migration),
         ]
     }
 }

@@ -589,3 +589,63 @@ async fn another_tenant_never_sees_a_result() {
         .await;
     assert_eq!(seen.error_code(), "NOT_FOUND");
 }
+
+/// A tenant admin reads the executor policy and may tighten it for the
+/// tenant, never loosen it; the tenant's loops run under it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_policy_tightens_its_loops() {
+    let (script, url) = fake_model(vec![Turn::Calls(vec![(
+        "test_lookup",
+        r#"{"q": "more"}"#.into(),
+    )])])
+    .await;
+    let (app, _) = app_on(Backend::Sqlite, &url).await;
+    let token = app.admin_token("acme");
+    let read = "{ executorPolicy { effective { maxIterations maxToolCalls toolCallTimeoutMs loopTimeoutMs maxOutputTokens temperature } platform { maxIterations } } }";
+    let policy = app.graphql(Some(&token), read, json!({})).await;
+    let view = &policy.data()["executorPolicy"];
+    assert_eq!(
+        view["effective"],
+        json!({"maxIterations": 5, "maxToolCalls": 10, "toolCallTimeoutMs": 30000,
+               "loopTimeoutMs": 120000, "maxOutputTokens": 4000, "temperature": 0.7})
+    );
+    let set = "mutation($n: Int!) { setExecutorPolicy(input: {maxIterations: $n}) { effective { maxIterations maxToolCalls } } }";
+    let looser = app.graphql(Some(&token), set, json!({"n": 6})).await;
+    assert_eq!(looser.error_code(), "BAD_USER_INPUT");
+    assert!(
+        looser
+            .error_message()
+            .contains("maxIterations must be 1 to 5")
+    );
+    let tighter = app.graphql(Some(&token), set, json!({"n": 2})).await;
+    assert_eq!(
+        tighter.data()["setExecutorPolicy"]["effective"],
+        json!({"maxIterations": 2, "maxToolCalls": 10})
+    );
+    let member = app.token(Some("acme"), &[brainstem_domain::Role::Member]);
+    assert_eq!(
+        app.graphql(Some(&member), read, json!({}))
+            .await
+            .error_code(),
+        "FORBIDDEN"
+    );
+
+    let task = run_agent(&app, json!({"tools": ["test.lookup"]}), "Go on and on.").await;
+    assert_eq!(task["result"]["finishReason"], "ITERATION_LIMIT");
+    assert_eq!(
+        script.requests().len(),
+        2,
+        "the tenant's limit, not the platform's"
+    );
+    let audit = app
+        .graphql(
+            Some(&token),
+            "{ auditLog(filter: {actionPrefix: \"executor_policy.\"}, first: 5) { edges { node { action } } } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        audit.data()["auditLog"]["edges"].as_array().unwrap().len(),
+        1
+    );
+}

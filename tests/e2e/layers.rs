@@ -51,6 +51,7 @@ const API: &[&[&str]] = &[
         "schema::admin",
         "schema::conversations",
         "schema::prompts",
+        "schema::policy",
     ],
     // The roots, assembled from the areas.
     &["schema::node", "schema::subscription"],

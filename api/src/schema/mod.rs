@@ -40,6 +40,7 @@ pub mod operation;
 pub mod order;
 pub mod page;
 pub mod plans;
+pub mod policy;
 pub mod prompts;
 pub mod subscription;
 pub mod tasks;
@@ -73,6 +74,7 @@ pub struct Query(
     capabilities::CapabilityQuery,
     conversations::ConversationQuery,
     prompts::PromptQuery,
+    policy::PolicyQuery,
 );
 
 // The mutation root, merged like `Query`.
@@ -87,6 +89,7 @@ pub struct Mutation(
     capabilities::CapabilityMutation,
     conversations::ConversationMutation,
     prompts::PromptMutation,
+    policy::PolicyMutation,
 );
 
 /// The schema and what runs around each of its operations

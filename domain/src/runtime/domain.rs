@@ -10,7 +10,7 @@ use sea_orm::DatabaseConnection;
 
 use crate::{
     Error, PlatformScope, Principal, Result, TenantScope,
-    catalogue::{capabilities, connections, plans, prompts, tool as tools},
+    catalogue::{capabilities, connections, plans, policy, prompts, tool as tools},
     identity::{acting, api_keys, tenants},
     kernel::{
         audit, crypto, db,
@@ -39,6 +39,8 @@ pub struct Domain {
     pub capabilities: capabilities::Capabilities,
     pub conversations: conversations::Conversations,
     pub prompts: prompts::Prompts,
+    /// The executor policy and tenants' overrides.
+    pub policies: policy::Policies,
 }
 
 impl Domain {
@@ -99,6 +101,7 @@ impl Domain {
             capabilities: capabilities::Capabilities::new(db.clone(), registry),
             conversations: conversations::Conversations::new(db.clone()),
             prompts: prompts::Prompts::new(db.clone()),
+            policies: policy::Policies::new(db.clone(), Default::default()),
             statements,
             db,
         }

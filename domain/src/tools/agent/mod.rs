@@ -109,10 +109,19 @@ impl Tool for Agent {
     }
 
     async fn call(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
-        let policy = ctx.settings.policy;
         let mut state = match args.get("continues").and_then(Value::as_str) {
             Some(previous) => resume(&ctx, previous).await?,
-            None => start(&ctx, &args, &policy).await?,
+            None => {
+                // The platform's policy for this process, tightened by the
+                // tenant's overrides.
+                let overrides = platform(&ctx)?
+                    .policies
+                    .overrides(TenantScope::new(ctx.tenant))
+                    .await
+                    .map_err(|e| ToolError::retryable(format!("cannot read the policy: {e}")))?;
+                let policy = overrides.apply(ctx.settings.policy);
+                start(&ctx, &args, &policy).await?
+            }
         };
         if state.iteration > state.limits.max_iterations {
             return Ok(finished(
