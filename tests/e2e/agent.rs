@@ -649,3 +649,70 @@ async fn a_tenants_policy_tightens_its_loops() {
         1
     );
 }
+
+/// The tenant's plans are tools too: a call of `plan_<key>` runs the plan
+/// as a child task and answers with its outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_is_offered_as_a_tool_and_runs_as_a_child_task() {
+    let (script, url) = fake_model(vec![
+        Turn::Calls(vec![("plan_note", r#"{"input": "buy milk"}"#.into())]),
+        Turn::Text(vec!["Noted."]),
+    ])
+    .await;
+    // Two workers: one waits in the parent's call step while the other
+    // runs the child.
+    let app = TestApp::spawn_with(Backend::Sqlite, |c| {
+        crate::llm::use_fake(c, &url);
+        c.workers = 2;
+    })
+    .await;
+    app.create_tenant("acme").await;
+    app.publish_plan(
+        "acme",
+        json!({"key": "note", "intent": "notes.take", "description": "Write a note down.",
+               "steps": [{"id": "write", "tool": "set_state", "args": {"noted": "{{ input.text }}"}}]}),
+    )
+    .await
+    .data();
+    app.publish_plan(
+        "acme",
+        json!({"key": "assist", "intent": "test.assist",
+               "steps": [{"id": "answer", "tool": "agent", "args": {"tools": ["plan.note", "plan.assist"]}}]}),
+    )
+    .await
+    .data();
+    let started = app
+        .graphql(
+            Some(&app.admin_token("acme")),
+            "mutation { startTask(input: {planKey: \"assist\", input: \"Remember milk.\", mode: ENQUEUE_AND_WAIT}) { ok task { id result { content } steps { stepId tool status } } } }",
+            json!({}),
+        )
+        .await;
+    let payload = &started.data()["startTask"];
+    assert_eq!(payload["ok"], true, "{payload}");
+    assert_eq!(payload["task"]["result"]["content"], "Noted.");
+    assert_eq!(payload["task"]["steps"][1]["tool"], "plan.run");
+
+    let requests = script.requests();
+    assert_eq!(
+        tool_names(&requests[0]),
+        ["plan_note"],
+        "a plan with an agent step is never offered"
+    );
+    let (_, outcome) = &tool_messages(&requests[1])[0];
+    assert_eq!(outcome["plan"], "note");
+    assert_eq!(outcome["status"], "COMPLETED");
+    assert_eq!(outcome["settled"], true);
+    assert_eq!(outcome["state"]["noted"], "buy milk");
+    let child = app
+        .graphql(
+            Some(&app.admin_token("acme")),
+            "query($id: ID!) { task(id: $id) { children(first: 10) { nodes { plan { key } status } } } }",
+            json!({"id": payload["task"]["id"]}),
+        )
+        .await;
+    assert_eq!(
+        child.data()["task"]["children"]["nodes"],
+        json!([{"plan": {"key": "note"}, "status": "COMPLETED"}])
+    );
+}

@@ -1,6 +1,7 @@
 //! Built-in tools: `set_state`, `http_request`, `request_review`,
 //! `delegate`, `spawn_task`, `llm.generate` ([`super::generate`]), `agent`
-//! ([`super::agent`]) and the memory tools ([`super::memory`]).
+//! ([`super::agent`]), `plan.run` ([`super::plan_run`]) and the memory
+//! tools ([`super::memory`]).
 
 use std::{sync::Arc, time::Duration};
 
@@ -19,6 +20,7 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
         Arc::new(SpawnTask),
         Arc::new(super::generate::Generate),
         Arc::new(super::agent::Agent),
+        Arc::new(super::plan_run::PlanRun),
     ];
     tools.into_iter().chain(super::memory::all()).collect()
 }
@@ -270,6 +272,30 @@ impl Tool for Delegate {
     }
 }
 
+/// The child task a step starts: its `input` and `payload` arguments,
+/// keyed by the step's idempotency key (a repeated step finds the child it
+/// started).
+pub(super) fn child_task(
+    ctx: &ToolContext,
+    args: &Value,
+    plan_key: Option<String>,
+    intent: Option<String>,
+) -> NewChildTask {
+    NewChildTask {
+        tenant: ctx.tenant,
+        parent: ctx.task_id,
+        idempotency_key: ctx.idempotency_key.clone(),
+        input: args
+            .get("input")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        payload: args.get("payload").cloned().unwrap_or(Value::Null),
+        plan_key,
+        intent,
+    }
+}
+
 /// `spawn_task`: start a child task. Keyed by the step's idempotency key, so
 /// a repeated step finds the child it already started.
 pub struct SpawnTask;
@@ -294,27 +320,10 @@ impl Tool for SpawnTask {
         })
     }
     async fn call(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let text = |key: &str| args.get(key).and_then(Value::as_str).map(str::to_owned);
         let child = platform(&ctx)?
             .tasks
-            .start_child(NewChildTask {
-                tenant: ctx.tenant,
-                parent: ctx.task_id,
-                idempotency_key: ctx.idempotency_key.clone(),
-                input: args
-                    .get("input")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned(),
-                payload: args.get("payload").cloned().unwrap_or(Value::Null),
-                plan_key: args
-                    .get("plan_key")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-                intent: args
-                    .get("intent")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-            })
+            .start_child(child_task(&ctx, &args, text("plan_key"), text("intent")))
             .await
             .map_err(|e| ToolError::fatal(format!("cannot start the child task: {e}")))?;
         Ok(ToolOutput::with_output(

@@ -16,6 +16,7 @@ pub mod agent;
 pub mod builtin;
 pub mod generate;
 pub mod memory;
+pub mod plan_run;
 
 pub use crate::catalogue::tool::*;
 pub use crate::models::usage::Usage;

@@ -65,15 +65,6 @@ pub struct StartTaskPayload {
     pub decision: TaskDecision,
 }
 
-/// Whether a task has stopped moving on its own.
-fn settled(status: DomainStatus) -> bool {
-    status.is_terminal()
-        || matches!(
-            status,
-            DomainStatus::NeedsReview | DomainStatus::AwaitingApproval | DomainStatus::Delegated
-        )
-}
-
 /// The longest a request may wait for `requested`, under `request_timeout`.
 pub fn wait_limit(requested_ms: u32, request_timeout: Duration) -> Duration {
     Duration::from_millis(requested_ms.into()).min(request_timeout.saturating_sub(MARGIN))
@@ -91,7 +82,7 @@ pub async fn wait_for(
     let deadline = Instant::now() + limit;
     loop {
         let task = domain.tasks.get(scope, id).await?;
-        if settled(task.status) {
+        if task.status.is_settled() {
             return Ok(task);
         }
         loop {

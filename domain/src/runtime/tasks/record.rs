@@ -83,6 +83,16 @@ impl TaskStatus {
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
     }
+
+    /// Finished, or waiting for a person (a review, an approval) or an
+    /// external system: it will not move on its own.
+    pub fn is_settled(self) -> bool {
+        self.is_terminal()
+            || matches!(
+                self,
+                Self::NeedsReview | Self::AwaitingApproval | Self::Delegated
+            )
+    }
 }
 
 string_enum!(

@@ -5,6 +5,11 @@
 //! `_` and `-` (at most 64), so a key such as `memory.search` is offered as
 //! `memory_search`; two keys that would share a name get `_2`, `_3`, ….
 //!
+//! Plans as tools: each plan the tenant may run that has no agent step of
+//! its own (so a loop cannot start itself) is offered as `plan_<key>`,
+//! taking `input` and `payload`; its calls run `plan.run` with the plan's
+//! key fixed.
+//!
 //! A call becomes a step only when its tool is one offered, its arguments
 //! are a JSON object whose keys are plain names and that passes the tool's
 //! schema, and the loop is under `max_tool_calls`. The step's arguments are
@@ -14,87 +19,147 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::transcript::{Call, Limits, Refusal};
 use crate::{
-    catalogue::plans::{RetryPolicy, StepDef},
+    catalogue::plans::{Plan, RetryPolicy, StepDef},
     kernel::json_schema::{self, Mode},
     models::llm::{ToolCall, ToolSpec},
     tools::Tool,
 };
 
-/// Tools never offered unless the step names them: the loop itself, and
-/// a second model call from inside the model's turn.
-const NOT_BY_DEFAULT: [&str; 2] = [super::KEY, "llm.generate"];
+/// Tools never offered unless the step names them: the loop itself, a
+/// second model call from inside the model's turn, and the generic plan
+/// runner (plans are offered one by one instead).
+const NOT_BY_DEFAULT: [&str; 3] = [super::KEY, "llm.generate", crate::tools::plan_run::KEY];
 
 /// The longest tool name OpenAI-compatible servers take.
 const MAX_NAME: usize = 64;
 
+/// One tool as the model sees it.
+struct Entry {
+    name: String,
+    tool: Arc<dyn Tool>,
+    description: String,
+    parameters: Value,
+    /// Arguments the call always gets (a plan's key), beside the model's.
+    fixed: Map<String, Value>,
+}
+
 /// The tools offered, by the name the model knows them by.
 pub struct Menu {
-    tools: Vec<(String, Arc<dyn Tool>)>,
+    entries: Vec<Entry>,
+    used: HashMap<String, usize>,
 }
 
 impl Menu {
     /// `tools` the tenant may run, narrowed to `allowed` when the step
     /// names its tools (the loop itself is never offered).
     pub fn new(tools: Vec<Arc<dyn Tool>>, allowed: Option<&[String]>) -> Self {
-        let mut used: HashMap<String, usize> = HashMap::new();
-        let tools = tools
-            .into_iter()
-            .filter(|t| match allowed {
-                Some(keys) => t.key() != super::KEY && keys.iter().any(|k| k == t.key()),
-                None => !NOT_BY_DEFAULT.contains(&t.key()),
+        let mut menu = Self {
+            entries: Vec::new(),
+            used: HashMap::new(),
+        };
+        for tool in tools.into_iter().filter(|t| match allowed {
+            Some(keys) => t.key() != super::KEY && keys.iter().any(|k| k == t.key()),
+            None => !NOT_BY_DEFAULT.contains(&t.key()),
+        }) {
+            let name = menu.name_for(tool.key());
+            menu.entries.push(Entry {
+                name,
+                description: tool.description().to_owned(),
+                parameters: tool.input_schema(),
+                tool,
+                fixed: Map::new(),
+            });
+        }
+        menu
+    }
+
+    /// Also offer `plans` (those with no agent step, and named `plan.<key>`
+    /// in `allowed` if the step names its tools), run by `runner`.
+    pub fn with_plans(
+        mut self,
+        plans: &[Plan],
+        runner: Arc<dyn Tool>,
+        allowed: Option<&[String]>,
+    ) -> Self {
+        for plan in plans {
+            let key = format!("plan.{}", plan.key);
+            let offered = allowed.is_none_or(|keys| keys.contains(&key));
+            if !offered || plan.steps.iter().any(|s| s.tool == super::KEY) {
+                continue;
+            }
+            let description = if plan.description.is_empty() {
+                format!("Run the plan `{}` (intent `{}`).", plan.key, plan.intent)
+            } else {
+                plan.description.clone()
+            };
+            let name = self.name_for(&key);
+            self.entries.push(Entry {
+                name,
+                tool: runner.clone(),
+                description,
+                parameters: json!({
+                    "type": "object",
+                    "required": ["input"],
+                    "additionalProperties": false,
+                    "properties": {
+                        "input": {"type": "string", "description": "What the plan's task is to do."},
+                        "payload": {"type": "object"}
+                    }
+                }),
+                fixed: Map::from_iter([("plan".to_owned(), Value::String(plan.key.clone()))]),
+            });
+        }
+        self
+    }
+
+    /// The name `key` is offered under, unique in the menu.
+    fn name_for(&mut self, key: &str) -> String {
+        let base: String = key
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
             })
-            .map(|tool| {
-                let base: String = tool
-                    .key()
-                    .chars()
-                    .map(|c| {
-                        if c.is_ascii_alphanumeric() || c == '-' {
-                            c
-                        } else {
-                            '_'
-                        }
-                    })
-                    .take(MAX_NAME - 4)
-                    .collect();
-                let n = used.entry(base.clone()).or_insert(0);
-                *n += 1;
-                let name = if *n == 1 { base } else { format!("{base}_{n}") };
-                (name, tool)
-            })
+            .take(MAX_NAME - 4)
             .collect();
-        Self { tools }
+        let n = self.used.entry(base.clone()).or_insert(0);
+        *n += 1;
+        if *n == 1 { base } else { format!("{base}_{n}") }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.tools.is_empty()
+        self.entries.is_empty()
     }
 
     pub fn specs(&self) -> Vec<ToolSpec> {
-        self.tools
+        self.entries
             .iter()
-            .map(|(name, tool)| ToolSpec {
-                name: name.clone(),
-                description: tool.description().to_owned(),
-                parameters: tool.input_schema(),
+            .map(|e| ToolSpec {
+                name: e.name.clone(),
+                description: e.description.clone(),
+                parameters: e.parameters.clone(),
             })
             .collect()
     }
 
-    fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.tools.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    fn get(&self, name: &str) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.name == name)
     }
 
     fn names(&self) -> String {
-        if self.tools.is_empty() {
+        if self.entries.is_empty() {
             return "none".into();
         }
-        self.tools
+        self.entries
             .iter()
-            .map(|(n, _)| n.as_str())
+            .map(|e| e.name.as_str())
             .collect::<Vec<_>>()
             .join(", ")
     }
@@ -134,17 +199,22 @@ pub fn resolve(
         let checked = check(menu, call, *made, limits);
         match checked {
             Err(refusal) => entry.refused = Some(refusal),
-            Ok((tool, args)) => {
+            Ok((offered, args)) => {
                 *made += 1;
+                let tool = &offered.tool;
                 let step = call_step(index + 1);
                 let timeout = tool
                     .timeout()
                     .as_secs()
                     .clamp(1, limits.tool_call_timeout_secs.max(1));
+                let mut step_args = offered.fixed.clone();
+                if let Value::Object(read) = reading_args(&args, iteration_step, index) {
+                    step_args.extend(read);
+                }
                 resolved.steps.push(StepDef {
                     id: step.clone(),
                     tool: tool.key().to_owned(),
-                    args: reading_args(&args, iteration_step, index),
+                    args: Value::Object(step_args),
                     condition: None,
                     stop_on_failure: false,
                     retry: Some(RetryPolicy::default()),
@@ -161,16 +231,21 @@ pub fn resolve(
     resolved
 }
 
-/// A call that may run: its tool and its parsed arguments.
-type Runnable = (Arc<dyn Tool>, Map<String, Value>);
+/// A call that may run: what was offered and the parsed arguments.
+type Runnable<'m> = (&'m Entry, Map<String, Value>);
 
 /// Whether a call may run, or why not.
-fn check(menu: &Menu, call: &ToolCall, made: u32, limits: &Limits) -> Result<Runnable, Refusal> {
+fn check<'m>(
+    menu: &'m Menu,
+    call: &ToolCall,
+    made: u32,
+    limits: &Limits,
+) -> Result<Runnable<'m>, Refusal> {
     let refuse = |code: &str, message: String| Refusal {
         code: code.into(),
         message,
     };
-    let Some(tool) = menu.get(&call.name) else {
+    let Some(offered) = menu.get(&call.name) else {
         return Err(refuse(
             "TOOL_NOT_FOUND",
             format!(
@@ -207,7 +282,7 @@ fn check(menu: &Menu, call: &ToolCall, made: u32, limits: &Limits) -> Result<Run
         ));
     }
     if let Err(e) = json_schema::validate(
-        &tool.input_schema(),
+        &offered.parameters,
         &Value::Object(args.clone()),
         Mode::Runtime,
     ) {
@@ -222,7 +297,7 @@ fn check(menu: &Menu, call: &ToolCall, made: u32, limits: &Limits) -> Result<Run
             ),
         ));
     }
-    Ok((tool.clone(), args))
+    Ok((offered, args))
 }
 
 fn plain_name(key: &str) -> bool {

@@ -1,9 +1,9 @@
 //! `agent`: a step in which the model chooses the tools, in a bounded loop.
 //!
 //! Each iteration is one step of the task. It calls the model with the
-//! conversation so far and the tools the tenant may use (built-in ones and
-//! the partner tools of the capabilities it subscribes to; the step's
-//! `tools` narrows them). If the model calls tools, the step adds one step
+//! conversation so far and the tools the tenant may use (built-in ones,
+//! the partner tools of the capabilities it subscribes to, and its plans
+//! as `plan_<key>`; the step's `tools` narrows them). If the model calls tools, the step adds one step
 //! per call, then one step for the next iteration, to the task's plan; the
 //! executor runs them like any other step (idempotency key, audit,
 //! redaction, events, timeouts, crash recovery). The next iteration answers
@@ -146,12 +146,23 @@ impl Tool for Agent {
         let menu = if state.tool_calls_made >= state.limits.max_tool_calls {
             calls::Menu::new(Vec::new(), None)
         } else {
+            let now = Utc::now();
+            let listing =
+                |e: crate::Error| ToolError::retryable(format!("cannot list the tools: {e}"));
             let tools = domain
                 .plans
-                .tools_of_tenant(scope, Utc::now())
+                .tools_of_tenant(scope, now)
                 .await
-                .map_err(|e| ToolError::retryable(format!("cannot list the tools: {e}")))?;
-            calls::Menu::new(tools, state.allowed.as_deref())
+                .map_err(listing)?;
+            let allowed = state.allowed.as_deref();
+            let menu = calls::Menu::new(tools, allowed);
+            match domain.plans.registry().get(crate::tools::plan_run::KEY) {
+                Some(runner) => {
+                    let plans = domain.plans.available(scope, now).await.map_err(listing)?;
+                    menu.with_plans(&plans, runner, allowed)
+                }
+                None => menu,
+            }
         };
         let client = &ctx.settings.llm;
         let mut request = client.request(
