@@ -716,3 +716,45 @@ async fn a_plan_is_offered_as_a_tool_and_runs_as_a_child_task() {
         json!([{"plan": {"key": "note"}, "status": "COMPLETED"}])
     );
 }
+
+/// A partner tool of a capability the tenant does not subscribe to is
+/// neither offered nor run; once it subscribes, the tool is offered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partner_tool_without_a_subscription_is_refused() {
+    let (script, url) = fake_model(vec![
+        Turn::Calls(vec![("partner_quote", r#"{"vehicles": 3}"#.into())]),
+        Turn::Text(vec!["I cannot quote."]),
+        Turn::Text(vec!["Offered now."]),
+    ])
+    .await;
+    let (app, _) = app_on(Backend::Sqlite, &url).await;
+    // The partner's URL is the fake model's: nothing may reach it.
+    let capability = json!({
+        "key": "fleet.quotes", "name": "Fleet Quotes",
+        "tools": [{"key": "partner.quote", "description": "Quote a fleet.",
+                   "url": format!("{url}/quote"), "inputSchema": {"type": "object"},
+                   "timeoutMs": 2000}],
+        "plans": [],
+    });
+    crate::capabilities::publish_capability(&app, capability)
+        .await
+        .data();
+    let task = run_agent(&app, json!({}), "Quote three trucks.").await;
+    assert_eq!(task["status"], "COMPLETED", "{task}");
+    let requests = script.requests();
+    assert!(
+        !tool_names(&requests[0]).contains(&"partner_quote".to_owned()),
+        "{:?}",
+        tool_names(&requests[0])
+    );
+    let (_, refused) = &tool_messages(&requests[1])[0];
+    assert_eq!(refused["error"]["code"], "TOOL_NOT_FOUND");
+    assert_eq!(step_ids(&task), ["answer", "answer:2"], "no call step ran");
+    assert_eq!(requests.len(), 2, "the partner was never called");
+
+    crate::capabilities::subscribe(&app, "acme", "fleet.quotes", None)
+        .await
+        .data();
+    run_agent(&app, json!({}), "And now?").await;
+    assert!(tool_names(&script.requests()[2]).contains(&"partner_quote".to_owned()));
+}

@@ -395,3 +395,79 @@ async fn other_subjects_and_tenants_never_see_a_conversation_or_prompt() {
         "{sent:?}"
     );
 }
+
+/// The task's subject and its neighbours in the knowledge graph are the
+/// prompt's knowledge; the prompt itself is shown to tenant admins only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_subjects_knowledge_is_in_the_prompt_which_only_admins_see() {
+    let (script, url) = fake_model(vec![Turn::Text(vec!["ok"])]).await;
+    let app = app_on(Backend::Sqlite, &url, None).await;
+    let token = app.admin_token("acme");
+    let upsert =
+        "mutation($input: UpsertEntityInput!) { upsertEntity(input: $input) { entity { id } } }";
+    let dana = gql(
+        &app,
+        &token,
+        upsert,
+        json!({"input": {"type": "person", "name": "Dana", "properties": {"city": "Lyon"}}}),
+    )
+    .await
+    .data()["upsertEntity"]["entity"]["id"]
+        .clone();
+    let acme = gql(
+        &app,
+        &token,
+        upsert,
+        json!({"input": {"type": "organization", "name": "Acme"}}),
+    )
+    .await
+    .data()["upsertEntity"]["entity"]["id"]
+        .clone();
+    gql(
+        &app,
+        &token,
+        "mutation($f: ID!, $t: ID!) { relate(input: {type: \"WORKS_AT\", fromId: $f, toId: $t}) { created } }",
+        json!({"f": dana, "t": acme}),
+    )
+    .await
+    .data();
+    let started = gql(
+        &app,
+        &token,
+        "mutation($s: ID!) { startTask(input: {planKey: \"chat\", input: \"Where does Dana live?\", subjectId: $s}) { task { id } } }",
+        json!({"s": dana}),
+    )
+    .await;
+    let id = started.data()["startTask"]["task"]["id"].clone();
+    app.run_tasks().await;
+
+    let sent = messages(&script.requests()[0]);
+    let knowledge = sent
+        .iter()
+        .find(|(_, c)| c.starts_with("RELEVANT KNOWLEDGE"))
+        .map(|(_, c)| c.as_str());
+    assert_eq!(
+        knowledge,
+        Some(
+            "RELEVANT KNOWLEDGE (from knowledge base):\n[Dana (person)]: {\"city\":\"Lyon\"}; works_at Acme\n\n[Acme (organization)]: works_at Dana"
+        ),
+        "{sent:?}"
+    );
+
+    let output = "query($id: ID!) { task(id: $id) { steps { output } } }";
+    let as_admin = gql(&app, &token, output, json!({"id": id})).await;
+    let shown = &as_admin.data()["task"]["steps"][0]["output"];
+    assert_eq!(shown["content"], "ok");
+    assert!(
+        shown["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("You are an AI assistant"),
+        "the prompt as sent: {shown}"
+    );
+    let member = app.token(Some("acme"), &[Role::Member]);
+    let as_member = gql(&app, &member, output, json!({"id": id})).await;
+    let hidden = &as_member.data()["task"]["steps"][0]["output"];
+    assert_eq!(hidden["content"], shown["content"]);
+    assert!(hidden.get("messages").is_none());
+}

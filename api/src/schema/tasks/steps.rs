@@ -1,12 +1,13 @@
 //! What a task's run records, on the wire: each attempt of each step with
 //! its usage, the reviews it asked for, and the artifacts it left.
 
-use async_graphql::{ID, Json, Object, SimpleObject};
+use async_graphql::{Context, ID, Json, Object, SimpleObject};
 use brainstem_domain::{tasks, tools::Usage as DomainUsage};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::ReviewStatus;
+use crate::schema::context::principal;
 use crate::schema::ids::{self, NodeType};
 
 /// Token and cost accounting.
@@ -51,8 +52,20 @@ impl TaskStep {
     async fn args(&self) -> Json<Value> {
         Json(self.0.args.clone())
     }
-    async fn output(&self) -> Json<Value> {
-        Json(self.0.output.clone())
+    /// The step's output, PII redacted. An agent step's output holds the
+    /// prompt its model call was sent (`messages`: the tenant's system
+    /// prompt among them), which only tenant admins see; for anyone else
+    /// it is left out.
+    async fn output(&self, ctx: &Context<'_>) -> Json<Value> {
+        let mut output = self.0.output.clone();
+        let admin = principal(ctx).is_ok_and(|p| p.require_scope("admin").is_ok());
+        if self.0.tool == "agent"
+            && !admin
+            && let Value::Object(fields) = &mut output
+        {
+            fields.remove("messages");
+        }
+        Json(output)
     }
     async fn summary(&self) -> &str {
         &self.0.summary

@@ -4,8 +4,9 @@
 //! preferences of the subject that started the task, the memories most
 //! relevant to the message (importance × relevance; about the task's
 //! subject when it has one), and the earlier turns of its conversation
-//! (each turn's message and answer). Knowledge is not a separate store
-//! yet, so that layer is empty.
+//! (each turn's message and answer). Knowledge comes from the knowledge
+//! graph: when the task has a subject, the subject and the entities one
+//! hop away, with their properties and how they relate.
 //!
 //! Reading the system prompt, the preferences or the turns may fail the
 //! iteration (retryably); a failed memory search only leaves memories out.
@@ -90,6 +91,10 @@ pub async fn gather(
     });
     let recalled = hits.iter().map(|h| h.memory.id).collect();
     let memories = hits.into_iter().map(|h| h.memory.content).collect();
+    let knowledge = match task.subject_id {
+        Some(subject) => knowledge(domain, scope, EntityId::from(subject)).await,
+        None => Vec::new(),
+    };
     let conversation = match task.conversation {
         Some(id) => domain
             .tasks
@@ -115,10 +120,58 @@ pub async fn gather(
             instructions: instructions.map(str::to_owned),
             preferences,
             memories,
-            knowledge: Vec::new(),
+            knowledge,
             conversation,
             prompt: prompt.to_owned(),
         },
         recalled,
     })
+}
+
+/// The subject's entry, then its neighbours' (nearest first): a title and
+/// what is known. A graph that cannot be read leaves knowledge out.
+async fn knowledge(
+    domain: &crate::Domain,
+    scope: TenantScope,
+    subject: EntityId,
+) -> Vec<(String, String)> {
+    let around = match domain
+        .graph
+        .neighborhood(scope, subject, 1, &[], chrono::Utc::now())
+        .await
+    {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(%subject, error = %e, "the agent's knowledge read failed; no knowledge in the prompt");
+            return Vec::new();
+        }
+    };
+    let names: std::collections::HashMap<EntityId, &str> = std::iter::once(&around.center)
+        .chain(around.neighbors.iter().map(|n| &n.entity))
+        .map(|e| (e.id, e.name.as_str()))
+        .collect();
+    let describe = |entity: &crate::memory::graph::Entity| {
+        let mut facts: Vec<String> = Vec::new();
+        if let Some(props) = entity.properties.as_object().filter(|p| !p.is_empty()) {
+            facts.push(Value::Object(props.clone()).to_string());
+        }
+        for r in around
+            .relations
+            .iter()
+            .filter(|r| r.from == entity.id || r.to == entity.id)
+        {
+            let other = if r.from == entity.id { r.to } else { r.from };
+            if let Some(name) = names.get(&other) {
+                facts.push(format!("{} {name}", r.relation_type.to_lowercase()));
+            }
+        }
+        (
+            format!("{} ({})", entity.name, entity.entity_type.to_lowercase()),
+            facts.join("; "),
+        )
+    };
+    std::iter::once(&around.center)
+        .chain(around.neighbors.iter().map(|n| &n.entity))
+        .map(describe)
+        .collect()
 }

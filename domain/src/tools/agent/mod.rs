@@ -361,8 +361,16 @@ fn finished(
         state.tool_calls_made,
         iterations,
     );
+    // The step's output is the result and the prompt the last model call
+    // was sent (for admins to inspect; the task's result leaves it out).
+    let mut output = result.clone();
+    if let (Value::Object(fields), Ok(messages)) =
+        (&mut output, serde_json::to_value(&state.messages))
+    {
+        fields.insert("messages".into(), messages);
+    }
     ToolOutput {
-        output: result.clone(),
+        output,
         recalled: recalled_now(state),
         summary: format!(
             "{} after {iterations} iteration(s) and {} tool call(s)",
