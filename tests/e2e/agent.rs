@@ -758,3 +758,18 @@ async fn a_partner_tool_without_a_subscription_is_refused() {
     run_agent(&app, json!({}), "And now?").await;
     assert!(tool_names(&script.requests()[2]).contains(&"partner_quote".to_owned()));
 }
+
+/// Every model call of a loop passes the token budget first: a budget the
+/// first call could exceed stops the task before any request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_stops_the_loop_before_the_model_is_called() {
+    let (script, url) = fake_model(vec![Turn::Text(vec!["too late"])]).await;
+    let (app, _) = app_on(Backend::Sqlite, &url).await;
+    let task = run_agent(&app, json!({"max_task_tokens": 50}), "Answer at length.").await;
+    assert_eq!(task["status"], "FAILED", "{task}");
+    assert!(
+        task["error"].as_str().unwrap().contains("BUDGET_EXCEEDED"),
+        "{task}"
+    );
+    assert!(script.requests().is_empty(), "no request was sent");
+}
