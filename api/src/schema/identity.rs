@@ -25,6 +25,8 @@ pub enum Role {
     PlatformAdmin,
     TenantAdmin,
     Member,
+    /// Decides reviews and approves plans.
+    Reviewer,
     Service,
 }
 
@@ -34,6 +36,7 @@ impl From<DomainRole> for Role {
             DomainRole::PlatformAdmin => Role::PlatformAdmin,
             DomainRole::TenantAdmin => Role::TenantAdmin,
             DomainRole::Member => Role::Member,
+            DomainRole::Reviewer => Role::Reviewer,
             DomainRole::Service => Role::Service,
         }
     }

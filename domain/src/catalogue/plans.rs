@@ -18,7 +18,7 @@ use chrono::{DateTime, Utc};
 use regex::Regex;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection,
-    EntityTrait, QueryFilter, QueryOrder, QuerySelect,
+    EntityTrait, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -30,6 +30,7 @@ use crate::{
         tool::{Tool, ToolRegistry},
     },
     kernel::{
+        audit::{self, AuditEntry},
         json_schema::{self, Mode},
         page::{self, Page, PageRequest},
         template,
@@ -295,6 +296,7 @@ impl Plans {
             .one(&self.db)
             .await?;
         let version = latest.map(|p| p.version + 1).unwrap_or(1);
+        let txn = self.db.begin().await?;
         let model = plan::ActiveModel {
             id: Set(PlanId::new().uuid()),
             tenant_id: Set(scope.tenant_id().uuid()),
@@ -308,7 +310,7 @@ impl Plans {
             created_by: Set(principal.actor.to_string()),
             created_at: Set(Utc::now()),
         }
-        .insert(&self.db)
+        .insert(&txn)
         .await
         .map_err(|e| match Error::from(e) {
             Error::Conflict(_) => Error::Conflict(format!(
@@ -317,6 +319,18 @@ impl Plans {
             )),
             other => other,
         })?;
+        audit::record(
+            &txn,
+            AuditEntry {
+                tenant: Some(scope.tenant_id()),
+                actor: principal.actor.to_string(),
+                action: "plan.publish".into(),
+                target: model.id.to_string(),
+                data: serde_json::json!({"key": model.key, "version": model.version}),
+            },
+        )
+        .await?;
+        txn.commit().await?;
         Plan::try_from(model)
     }
 

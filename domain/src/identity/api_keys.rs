@@ -34,6 +34,7 @@ pub const SCOPES: &[&str] = &[
     "tasks:write",
     "memory:read",
     "memory:write",
+    "reviews:write",
     "admin",
 ];
 

@@ -19,15 +19,18 @@ pub enum Role {
     TenantAdmin,
     /// A person using one tenant.
     Member,
+    /// A person who decides reviews (and approves plans) in one tenant.
+    Reviewer,
     /// A partner or API client of one tenant.
     Service,
 }
 
 impl Role {
-    pub const ALL: [Role; 4] = [
+    pub const ALL: [Role; 5] = [
         Role::PlatformAdmin,
         Role::TenantAdmin,
         Role::Member,
+        Role::Reviewer,
         Role::Service,
     ];
 
@@ -36,6 +39,7 @@ impl Role {
             Role::PlatformAdmin => "PLATFORM_ADMIN",
             Role::TenantAdmin => "TENANT_ADMIN",
             Role::Member => "MEMBER",
+            Role::Reviewer => "REVIEWER",
             Role::Service => "SERVICE",
         }
     }
@@ -56,7 +60,7 @@ impl FromStr for Role {
             .find(|r| r.as_str().eq_ignore_ascii_case(s))
             .ok_or_else(|| {
                 Error::validation(format!(
-                    "unknown role `{s}`; expected one of PLATFORM_ADMIN, TENANT_ADMIN, MEMBER, SERVICE"
+                    "unknown role `{s}`; expected one of PLATFORM_ADMIN, TENANT_ADMIN, MEMBER, REVIEWER, SERVICE"
                 ))
             })
     }
@@ -138,6 +142,26 @@ impl Principal {
             Ok(tenant)
         } else {
             Err(Error::forbidden(format!("this needs the `{scope}` scope")))
+        }
+    }
+
+    /// May this principal decide reviews (approve, reject, approve a
+    /// plan)? `TENANT_ADMIN` and `REVIEWER` may, and API keys with the
+    /// `reviews:write` (or `admin`) scope.
+    pub fn require_reviewer(&self) -> Result<TenantScope> {
+        let tenant = self.tenant_scope()?;
+        let allowed = match self.actor {
+            Actor::ApiKey(_) => {
+                self.scopes.contains("reviews:write") || self.scopes.contains("admin")
+            }
+            Actor::User(_) => self.has_role(Role::TenantAdmin) || self.has_role(Role::Reviewer),
+        };
+        if allowed {
+            Ok(tenant)
+        } else {
+            Err(Error::forbidden(
+                "deciding a review needs the REVIEWER or TENANT_ADMIN role, or an API key with the `reviews:write` scope",
+            ))
         }
     }
 

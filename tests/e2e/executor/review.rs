@@ -1,6 +1,7 @@
 //! Human review: a low-confidence step waits and resumes with corrections,
 //! a rejection cancels the task, and concurrent resumes have one winner.
 
+use brainstem_domain::Role;
 use serde_json::json;
 
 use super::{app, kinds, publish_intake, steps};
@@ -10,6 +11,7 @@ use crate::{
 };
 
 for_both_backends!(
+    only_reviewers_decide_reviews_and_decisions_are_audited,
     low_confidence_waits_for_review_and_resumes_with_corrections,
     rejecting_a_review_cancels_the_task,
     concurrent_resumes_have_exactly_one_winner,
@@ -149,4 +151,68 @@ async fn concurrent_resumes_have_exactly_one_winner(backend: Backend) {
         "{a:?} {b:?}"
     );
     assert!(codes.contains(&Some("CONFLICT".into())), "{codes:?}");
+}
+
+/// Only reviewers and tenant admins decide reviews; each decision and each
+/// plan publish leaves an audit row.
+async fn only_reviewers_decide_reviews_and_decisions_are_audited(backend: Backend) {
+    let (app, _journal) = app(backend).await;
+    let mut plan = steps(&[("pay", "test.effect", json!({}))]);
+    plan[0]["requiresReview"] = json!(true);
+    app.publish_plan(
+        "acme",
+        json!({"key": "pay", "intent": "t.pay", "steps": plan}),
+    )
+    .await
+    .data();
+    let id = app.start_task("acme", json!({"planKey": "pay"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    app.run_tasks().await;
+    let review = app.task("acme", &id).await["pendingReview"]["id"].clone();
+    let resume = "mutation($t: ID!, $r: ID!) { resumeTask(input: {taskId: $t, reviewId: $r}) { task { status } } }";
+    let member = app.token(Some("acme"), &[Role::Member]);
+    let refused = app
+        .graphql(Some(&member), resume, json!({"t": id, "r": review}))
+        .await;
+    assert_eq!(refused.error_code(), "FORBIDDEN");
+    assert!(refused.error_message().contains("REVIEWER"));
+    let reviewer = app.token_for(
+        "rita",
+        Some("acme"),
+        &[Role::Reviewer],
+        chrono::Duration::hours(1),
+    );
+    let approved = app
+        .graphql(Some(&reviewer), resume, json!({"t": id, "r": review}))
+        .await;
+    assert_eq!(approved.data()["resumeTask"]["task"]["status"], "PENDING");
+
+    let audit = app
+        .graphql(
+            Some(&app.admin_token("acme")),
+            "{ auditLog(first: 50) { edges { node { action actor target } } } }",
+            json!({}),
+        )
+        .await;
+    let rows: Vec<(String, String)> = audit.data()["auditLog"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["node"]["action"].as_str().unwrap().to_owned(),
+                e["node"]["actor"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        rows.contains(&("review.approve".into(), "user:rita".into())),
+        "{rows:?}"
+    );
+    assert!(
+        rows.iter().any(|(action, _)| action == "plan.publish"),
+        "{rows:?}"
+    );
 }

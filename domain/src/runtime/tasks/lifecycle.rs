@@ -162,7 +162,7 @@ impl Tasks {
         corrections: Value,
         plan: Option<Vec<StepDef>>,
     ) -> Result<Task> {
-        let scope = forbid_unless_writable(principal)?;
+        let scope = principal.require_reviewer()?;
         let corrections_map = match &corrections {
             Value::Null => Map::new(),
             Value::Object(m) => m.clone(),
@@ -260,6 +260,22 @@ impl Tasks {
         )
         .await?
         .ok_or_else(|| Error::Conflict("the task is no longer awaiting review".into()))?;
+        audit::record(
+            &txn,
+            AuditEntry {
+                tenant: Some(scope.tenant_id()),
+                actor: by.clone(),
+                action: "review.approve".into(),
+                target: review_id.to_string(),
+                data: json!({
+                    "task": id.to_string(),
+                    "step": review.step_id,
+                    "corrections": corrections_map.keys().collect::<Vec<_>>(),
+                    "plan_edited": edited.is_some(),
+                }),
+            },
+        )
+        .await?;
         txn.commit().await?;
         self.sink.publish(&events);
         self.runnable();
@@ -274,7 +290,7 @@ impl Tasks {
         review_id: Uuid,
         reason: &str,
     ) -> Result<Task> {
-        let scope = forbid_unless_writable(principal)?;
+        let scope = principal.require_reviewer()?;
         let current = self.get(scope, id).await?;
         if !matches!(
             current.status,
@@ -287,7 +303,7 @@ impl Tasks {
         }
         let by = principal.actor.to_string();
         let txn = self.db.begin().await?;
-        Self::claim_review(
+        let review = Self::claim_review(
             &txn,
             scope,
             id,
@@ -295,6 +311,17 @@ impl Tasks {
             ReviewStatus::Rejected,
             &json!({"reason": reason}),
             &by,
+        )
+        .await?;
+        audit::record(
+            &txn,
+            AuditEntry {
+                tenant: Some(scope.tenant_id()),
+                actor: by.clone(),
+                action: "review.reject".into(),
+                target: review_id.to_string(),
+                data: json!({"task": id.to_string(), "step": review.step_id, "reason": reason}),
+            },
         )
         .await?;
         let message = format!("rejected in review: {reason}");

@@ -41,7 +41,7 @@ use crate::{
     Error, Principal, Result,
     catalogue::plans::{Plans, StepDef},
     kernel::{
-        audit::sha256_hex,
+        audit::{self, AuditEntry, sha256_hex},
         page::{self, Page, PageRequest},
         redact::redact,
     },
