@@ -490,7 +490,7 @@ pub async fn fresh_postgres_database() -> String {
     format!("{server}/{name}")
 }
 
-async fn connect_single(url: &str) -> DatabaseConnection {
+pub async fn connect_single(url: &str) -> DatabaseConnection {
     let mut options = ConnectOptions::new(url.to_owned());
     options
         .max_connections(1)

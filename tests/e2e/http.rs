@@ -377,3 +377,26 @@ async fn responses_keep_the_selection_order(app: TestApp) {
         "{text}"
     );
 }
+
+/// `/readyz` says when the database is gone (PostgreSQL: the server's
+/// database is dropped under it); `/healthz` still answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_fails_when_the_database_is_gone_postgres() {
+    let app = TestApp::spawn(Backend::Postgres).await;
+    let ready = app.http.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+    let url = app.config.database_url.clone();
+    let (server, database) = url.rsplit_once('/').unwrap();
+    let admin = crate::helpers::connect_single(&format!("{server}/postgres")).await;
+    sea_orm::ConnectionTrait::execute_unprepared(
+        &admin,
+        &format!("DROP DATABASE \"{database}\" WITH (FORCE)"),
+    )
+    .await
+    .unwrap();
+    let gone = app.http.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(gone.status(), 503);
+    assert_eq!(gone.text().await.unwrap(), "database unavailable");
+    let alive = app.http.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(alive.status(), 200, "the process itself is alive");
+}

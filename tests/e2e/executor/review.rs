@@ -216,3 +216,39 @@ async fn only_reviewers_decide_reviews_and_decisions_are_audited(backend: Backen
         "{rows:?}"
     );
 }
+
+/// A task runs the plan version frozen when it was planned, even when a
+/// new version is published while it waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_task_keeps_its_frozen_plan_version() {
+    let (app, _journal) = app(Backend::Sqlite).await;
+    let version = |marker: &str| {
+        json!({"key": "versioned", "intent": "t.versioned", "steps": [
+            {"id": "gate", "tool": "set_state", "args": {"gate": true}, "requiresReview": true},
+            {"id": "mark", "tool": "set_state", "args": {"marker": marker}}
+        ]})
+    };
+    app.publish_plan("acme", version("v1")).await.data();
+    let id = app
+        .start_task("acme", json!({"planKey": "versioned"}))
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    app.run_tasks().await;
+    let waiting = app.task("acme", &id).await;
+    assert_eq!(waiting["status"], "NEEDS_REVIEW");
+    app.publish_plan("acme", version("v2")).await.data();
+    app.graphql(
+        Some(&app.admin_token("acme")),
+        "mutation($t: ID!, $r: ID!) { resumeTask(input: {taskId: $t, reviewId: $r}) { task { status } } }",
+        json!({"t": id, "r": waiting["pendingReview"]["id"]}),
+    )
+    .await
+    .data();
+    app.run_tasks().await;
+    let done = app.task("acme", &id).await;
+    assert_eq!(done["status"], "COMPLETED");
+    assert_eq!(done["plan"]["version"], 1);
+    assert_eq!(done["state"]["marker"], "v1", "the frozen version ran");
+}
