@@ -35,6 +35,7 @@ mod partner_tools;
 mod persisted_queries;
 mod ranking;
 mod rate_limit;
+mod retries;
 mod runaway;
 mod schema;
 mod scoping;

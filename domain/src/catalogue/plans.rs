@@ -78,6 +78,16 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// The specifications' policy for calls to other systems (D.6): 3
+    /// attempts, 1,000 ms before the first retry, doubling, at most 30 s,
+    /// with jitter; only retryable failures (timeouts, connection errors,
+    /// 429 and 5xx answers) are retried.
+    pub const OUTGOING_CALLS: RetryPolicy = RetryPolicy {
+        max_attempts: 3,
+        initial_backoff_ms: 1_000,
+        max_backoff_ms: 30_000,
+    };
+
     /// Delay before attempt `next` (2 for the first retry): exponential
     /// backoff with "equal jitter" (half fixed, half random).
     pub fn backoff_ms(&self, next: u32, random: f64) -> u64 {

@@ -28,7 +28,10 @@ use uuid::Uuid;
 
 use crate::{
     Error, Result,
-    catalogue::{capabilities::Capabilities, plans::StepDef},
+    catalogue::{
+        capabilities::Capabilities,
+        plans::{RetryPolicy, StepDef},
+    },
     models::{llm::LlmError, usage::Usage},
 };
 
@@ -235,6 +238,12 @@ pub trait Tool: Send + Sync + 'static {
     /// How long one call may take before it counts as a retryable failure.
     fn timeout(&self) -> Duration {
         Duration::from_secs(30)
+    }
+    /// How a step of this tool is retried when the step sets no `retry` of
+    /// its own (none: one attempt). Tools that call other systems use
+    /// [`RetryPolicy::OUTGOING_CALLS`].
+    fn retry(&self) -> Option<RetryPolicy> {
+        None
     }
     async fn call(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError>;
 }

@@ -136,6 +136,9 @@ impl Tool for HttpRequest {
     fn description(&self) -> &str {
         "Call an HTTP endpoint on an allow-listed host; the response body is the output."
     }
+    fn retry(&self) -> Option<crate::catalogue::plans::RetryPolicy> {
+        Some(crate::catalogue::plans::RetryPolicy::OUTGOING_CALLS)
+    }
     fn input_schema(&self) -> Value {
         json!({
             "type": "object",

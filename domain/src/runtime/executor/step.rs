@@ -68,6 +68,15 @@ impl Executor {
             }
             Err(other) => return Err(other),
         };
+        // A step without a retry policy of its own takes its tool's.
+        let step = if step.retry.is_none() {
+            StepDef {
+                retry: tool.retry(),
+                ..step
+            }
+        } else {
+            step
+        };
         let args = match template::render(&step.args, &context) {
             Ok(Value::Object(map)) => Value::Object(
                 map.into_iter()
@@ -279,7 +288,11 @@ impl Executor {
             return Ok(Next::Stop);
         }
         if step.stop_on_failure {
-            let message = error.message.clone();
+            let message = if attempt > 1 {
+                format!("{} (after {attempt} attempts)", error.message)
+            } else {
+                error.message.clone()
+            };
             event = event.data(json!({"attempt": attempt, "will_retry": false}));
             self.commit(
                 &task,

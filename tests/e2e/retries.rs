@@ -1,0 +1,112 @@
+//! The specifications' retry policy for calls to other systems: an
+//! `http_request` (or partner) step with no `retry` of its own gets 3
+//! attempts, about 1 s and then 2 s apart, retrying only retryable
+//! failures; each retry is an event, and a final failure names its
+//! attempts. A local HTTP sink that refuses a set number of times.
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicUsize, Ordering},
+};
+
+use axum::{Router, extract::State, http::StatusCode, routing::post};
+use serde_json::{Value, json};
+
+use crate::helpers::{Backend, TestApp};
+
+/// Answers 503 to its first `refusals` requests, then 200.
+async fn sink(refusals: usize) -> (Arc<AtomicUsize>, String) {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let app = Router::new()
+        .route(
+            "/sink",
+            post(
+                |State((seen, refusals)): State<(Arc<AtomicUsize>, usize)>| async move {
+                    let n = seen.fetch_add(1, Ordering::SeqCst);
+                    if n < refusals {
+                        (StatusCode::SERVICE_UNAVAILABLE, "busy")
+                    } else {
+                        (StatusCode::OK, "{\"ok\": true}")
+                    }
+                },
+            ),
+        )
+        .with_state((seen.clone(), refusals));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/sink", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (seen, url)
+}
+
+/// Run a one-step `http_request` plan against `url` with a worker, waiting
+/// for the outcome; the task with its step attempts and events.
+async fn run(url: &str) -> Value {
+    let app = TestApp::spawn_with(Backend::Sqlite, |c| c.workers = 1).await;
+    app.create_tenant("acme").await;
+    app.publish_plan(
+        "acme",
+        json!({"key": "call", "intent": "t.call",
+               "steps": [{"id": "call", "tool": "http_request",
+                          "args": {"url": url, "method": "POST", "body": {}}}]}),
+    )
+    .await
+    .data();
+    let res = app
+        .graphql(
+            Some(&app.admin_token("acme")),
+            "mutation { startTask(input: {planKey: \"call\", mode: ENQUEUE_AND_WAIT, waitTimeoutMs: 20000}) { task { status error steps { attempt status } events(first: 100) { kind data } } } }",
+            json!({}),
+        )
+        .await;
+    res.data()["startTask"]["task"].clone()
+}
+
+fn retries(task: &Value) -> Vec<u64> {
+    task["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "STEP_FAILED" && e["data"]["will_retry"] == true)
+        .map(|e| e["data"]["retry_in_ms"].as_u64().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_call_succeeds_on_its_third_attempt() {
+    let (seen, url) = sink(2).await;
+    let task = run(&url).await;
+    assert_eq!(task["status"], "COMPLETED", "{task}");
+    assert_eq!(seen.load(Ordering::SeqCst), 3);
+    let attempts: Vec<(u64, &str)> = task["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["attempt"].as_u64().unwrap(),
+                s["status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(attempts, [(1, "FAILED"), (2, "FAILED"), (3, "COMPLETED")]);
+    // Equal jitter: half the delay fixed, half random; 1 s, then 2 s.
+    let delays = retries(&task);
+    assert_eq!(delays.len(), 2, "{delays:?}");
+    assert!((500..=1000).contains(&delays[0]), "{delays:?}");
+    assert!((1000..=2000).contains(&delays[1]), "{delays:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_refused_every_time_fails_naming_its_attempts() {
+    let (seen, url) = sink(usize::MAX).await;
+    let task = run(&url).await;
+    assert_eq!(task["status"], "FAILED", "{task}");
+    assert_eq!(seen.load(Ordering::SeqCst), 3);
+    assert!(
+        task["error"]
+            .as_str()
+            .unwrap()
+            .ends_with("(after 3 attempts)"),
+        "{task}"
+    );
+}
