@@ -88,6 +88,8 @@ pub struct Config {
     pub executor_lease_secs: u64,
     /// How often an idle worker looks for work from other processes (ms).
     pub executor_poll_ms: u64,
+    /// Seconds of running time (its steps' tool calls) a task may use.
+    pub task_timeout_secs: u64,
     /// Hosts the `http_request` and `delegate` tools may call (`*`: any).
     pub http_allowed_hosts: Vec<String>,
     /// Public base URL of this server, for callback links handed to
@@ -263,6 +265,7 @@ impl Default for Config {
             event_bus_capacity: brainstem_domain::events::CAPACITY,
             graphql_batch_delay_ms: limits.batch_delay.as_millis() as u64,
             workers: 4,
+            task_timeout_secs: 120,
             executor_lease_secs: 30,
             executor_poll_ms: 500,
             http_allowed_hosts: Vec::new(),
@@ -379,6 +382,9 @@ impl Config {
         }
         if self.graphql_batch_delay_ms > 1000 {
             bail!("graphql_batch_delay_ms must be at most 1000");
+        }
+        if self.task_timeout_secs < 1 {
+            bail!("task_timeout_secs must be at least 1");
         }
         if self.executor_lease_secs < 1 {
             bail!("executor_lease_secs must be at least 1");

@@ -261,6 +261,7 @@ pub fn executor(
             poll: Duration::from_millis(config.executor_poll_ms.max(1)),
             reap_every: Duration::from_secs(config.executor_lease_secs.clamp(1, 30)),
             intent_detector: config.intent_detector,
+            task_timeout: Duration::from_secs(config.task_timeout_secs),
             ..ExecutorConfig::default()
         },
         stopping,

@@ -54,6 +54,8 @@ pub struct Model {
     /// Sequence number of the task's latest event.
     pub last_seq: i64,
     pub usage: Json,
+    /// Milliseconds its steps' tool calls took so far.
+    pub running_ms: i64,
     /// What an agent step concluded (see the runtime's `TaskResult`).
     pub result: Option<Json>,
     pub created_by: String,

@@ -19,6 +19,7 @@ mod m20261125_090000_task_results;
 mod m20261125_100000_task_modes;
 mod m20261125_110000_conversations_and_prompts;
 mod m20261125_120000_executor_policies;
+mod m20261125_130000_task_running_time;
 
 pub struct Migrator;
 
@@ -40,6 +41,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_100000_task_modes::Migration),
             Box::new(m20261125_110000_conversations_and_prompts::Migration),
             Box::new(m20261125_120000_executor_policies::Migration),
+            Box::new(m20261125_130000_task_running_time::Migration),
         ]
     }
 }

@@ -110,3 +110,87 @@ async fn a_call_refused_every_time_fails_naming_its_attempts() {
         "{task}"
     );
 }
+
+/// Takes 700 ms of work.
+struct Busy;
+
+#[async_trait::async_trait]
+impl brainstem_domain::tools::Tool for Busy {
+    fn key(&self) -> &str {
+        "test.busy"
+    }
+    fn description(&self) -> &str {
+        "works for 700 ms"
+    }
+    async fn call(
+        &self,
+        _ctx: brainstem_domain::tools::ToolContext,
+        _args: Value,
+    ) -> Result<brainstem_domain::tools::ToolOutput, brainstem_domain::tools::ToolError> {
+        tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+        Ok(brainstem_domain::tools::ToolOutput::with_output(
+            json!({"done": true}),
+            "worked",
+        ))
+    }
+}
+
+/// A task's running time is the sum of its steps' work: with 1 s allowed,
+/// the first 700 ms step completes, the second gets the 300 ms left and
+/// times out, and the task fails; time spent waiting for review does not
+/// count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_past_its_running_time_fails_with_timeout() {
+    let app = TestApp::spawn_full(
+        Backend::Sqlite,
+        |c| c.task_timeout_secs = 1,
+        vec![std::sync::Arc::new(Busy)],
+    )
+    .await;
+    app.create_tenant("acme").await;
+    app.publish_plan(
+        "acme",
+        json!({"key": "busy", "intent": "t.busy", "steps": [
+            {"id": "one", "tool": "test.busy"},
+            {"id": "wait", "tool": "set_state", "args": {"x": 1}, "requiresReview": true},
+            {"id": "two", "tool": "test.busy"}
+        ]}),
+    )
+    .await
+    .data();
+    let id = app.start_task("acme", json!({"planKey": "busy"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    app.run_tasks().await;
+    let waiting = app.task("acme", &id).await;
+    assert_eq!(waiting["status"], "NEEDS_REVIEW");
+    app.graphql(
+        Some(&app.admin_token("acme")),
+        "mutation($t: ID!, $r: ID!) { resumeTask(input: {taskId: $t, reviewId: $r}) { task { status } } }",
+        json!({"t": id, "r": waiting["pendingReview"]["id"]}),
+    )
+    .await
+    .data();
+    app.run_tasks().await;
+    let task = app.task("acme", &id).await;
+    assert_eq!(task["status"], "FAILED", "{task}");
+    assert!(
+        task["error"].as_str().unwrap().contains("timed out after"),
+        "{task}"
+    );
+    let steps: Vec<(&str, &str)> = task["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["stepId"].as_str().unwrap(), s["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            ("one", "COMPLETED"),
+            ("wait", "COMPLETED"),
+            ("two", "FAILED")
+        ]
+    );
+}

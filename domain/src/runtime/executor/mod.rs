@@ -90,6 +90,9 @@ pub struct ExecutorConfig {
     pub reap_every: Duration,
     /// How intents are detected when a task names none.
     pub intent_detector: intent::Detector,
+    /// The most running time (its steps' tool calls) a task may use; a
+    /// step gets at most what is left.
+    pub task_timeout: Duration,
 }
 
 impl Default for ExecutorConfig {
@@ -101,6 +104,7 @@ impl Default for ExecutorConfig {
             poll: Duration::from_millis(500),
             reap_every: Duration::from_secs(5),
             intent_detector: intent::Detector::Rules,
+            task_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -488,6 +492,14 @@ impl Executor {
             None => self.domain.db.begin().await?,
         };
         let guard = Guard::Lease(self.config.worker_id.clone());
+        // An attempt's tool call adds to the task's running time.
+        let mut changes = changes;
+        if let Some(step) = &extra.step
+            && let sea_orm::ActiveValue::Set(ms) = &step.duration_ms
+            && changes.running_ms.is_none()
+        {
+            changes.running_ms = Some(task.running_ms.saturating_add((*ms).max(0)));
+        }
         // The step's attempt row rides with the events (one round trip on
         // PostgreSQL).
         let rows = extra

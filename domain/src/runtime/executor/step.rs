@@ -146,10 +146,23 @@ impl Executor {
             capabilities: self.domain.capabilities.clone(),
             settings: self.settings.clone(),
         };
+        // The task's running time left bounds the step's own timeout.
+        let left = self
+            .config
+            .task_timeout
+            .saturating_sub(Duration::from_millis(task.running_ms.max(0) as u64));
+        if left.is_zero() {
+            let message = format!(
+                "TIMEOUT: the task's steps ran for more than {} s",
+                self.config.task_timeout.as_secs()
+            );
+            return self.fail(&task, message, Some(&step)).await;
+        }
         let limit = step
             .timeout_secs
             .map(Duration::from_secs)
-            .unwrap_or_else(|| tool.timeout());
+            .unwrap_or_else(|| tool.timeout())
+            .min(left);
         let started = Utc::now();
         let span = tracing::info_span!("step", trace_id = %task.trace_id, task = %task.id, step = %step.id, tool = %step.tool);
         // The span (with the task's trace id) covers the tool call, so the

@@ -26,6 +26,8 @@ pub struct TaskChanges {
     pub usage: Option<Usage>,
     /// Set the task's result.
     pub result: Option<Value>,
+    /// Set its running time (milliseconds of tool calls).
+    pub running_ms: Option<i64>,
     pub started_at: Option<DateTime<Utc>>,
     pub completed_at: Option<DateTime<Utc>>,
 }
@@ -149,6 +151,9 @@ pub async fn mutate_with<C: ConnectionTrait>(
     }
     if let Some(v) = changes.result {
         set(C::Result, Expr::value(v));
+    }
+    if let Some(v) = changes.running_ms {
+        set(C::RunningMs, Expr::value(v));
     }
     if let Some(v) = changes.started_at {
         set(C::StartedAt, Expr::value(v));

@@ -236,6 +236,7 @@ impl Tasks {
             // Its first event, "task created", is stored with it.
             last_seq: Set(1),
             usage: Set(Usage::default().to_json()),
+            running_ms: Set(0),
             result: Set(None),
             created_by: Set(created_by),
             created_at: Set(now),

@@ -45,6 +45,7 @@ struct TaskSummaryRow {
     run_after: DateTime<Utc>,
     cancel_requested: bool,
     last_seq: i64,
+    running_ms: i64,
     created_by: String,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
@@ -53,7 +54,7 @@ struct TaskSummaryRow {
 }
 
 /// The columns of [`TaskSummaryRow`].
-const TASK_SUMMARY: [task::Column; 31] = [
+const TASK_SUMMARY: [task::Column; 32] = [
     task::Column::Id,
     task::Column::TenantId,
     task::Column::ParentTaskId,
@@ -80,6 +81,7 @@ const TASK_SUMMARY: [task::Column; 31] = [
     task::Column::RunAfter,
     task::Column::CancelRequested,
     task::Column::LastSeq,
+    task::Column::RunningMs,
     task::Column::CreatedBy,
     task::Column::CreatedAt,
     task::Column::UpdatedAt,
@@ -126,6 +128,7 @@ impl TryFrom<TaskSummaryRow> for Task {
             cancel_requested: r.cancel_requested,
             last_seq: r.last_seq,
             usage: Usage::default(),
+            running_ms: r.running_ms,
             result: None,
             created_by: r.created_by,
             created_at: r.created_at,

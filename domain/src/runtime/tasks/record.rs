@@ -189,6 +189,9 @@ pub struct Task {
     pub cancel_requested: bool,
     pub last_seq: i64,
     pub usage: Usage,
+    /// Milliseconds its steps' tool calls took so far (its running time;
+    /// waiting for a worker, a review or a delegation does not count).
+    pub running_ms: i64,
     /// What an agent step concluded, as stored (`None` until one did).
     pub result: Option<Value>,
     pub created_by: String,
@@ -256,6 +259,7 @@ impl TryFrom<task::Model> for Task {
             cancel_requested: m.cancel_requested,
             last_seq: m.last_seq,
             usage: Usage::from_json(&m.usage),
+            running_ms: m.running_ms,
             result: m.result,
             created_by: m.created_by,
             created_at: m.created_at,
