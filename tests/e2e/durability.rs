@@ -73,11 +73,26 @@ struct Server {
     url: String,
 }
 
-/// Start the real `brainstem` binary and wait until it answers.
-async fn start_server(database_url: &str, secret: &str) -> Server {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_brainstem"))
-        .arg("serve")
+/// The real `brainstem` binary running `subcommand` (`serve` or `worker`)
+/// on `database_url` with 4 workers, killed when dropped.
+fn spawn_brainstem(
+    subcommand: &str,
+    database_url: &str,
+    secret: &str,
+    port: u16,
+) -> tokio::process::Child {
+    spawn_brainstem_with(subcommand, database_url, secret, port, 4)
+}
+
+fn spawn_brainstem_with(
+    subcommand: &str,
+    database_url: &str,
+    secret: &str,
+    port: u16,
+    workers: usize,
+) -> tokio::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_brainstem"))
+        .arg(subcommand)
         .env("BRAINSTEM_BIND", format!("127.0.0.1:{port}"))
         .env("BRAINSTEM_DATABASE_URL", database_url)
         // The offline providers: no models fetched at start.
@@ -89,7 +104,7 @@ async fn start_server(database_url: &str, secret: &str) -> Server {
             "BRAINSTEM_CONNECTION_ENCRYPTION_KEY",
             "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
         )
-        .env("BRAINSTEM_WORKERS", "4")
+        .env("BRAINSTEM_WORKERS", workers.to_string())
         .env("BRAINSTEM_EXECUTOR_LEASE_SECS", "2")
         .env("BRAINSTEM_EXECUTOR_POLL_MS", "50")
         .env("BRAINSTEM_HTTP_ALLOWED_HOSTS", "[127.0.0.1]")
@@ -98,7 +113,17 @@ async fn start_server(database_url: &str, secret: &str) -> Server {
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
         .spawn()
-        .expect("the brainstem binary starts");
+        .expect("the brainstem binary starts")
+}
+
+/// Start the real `brainstem serve` and wait until it answers.
+async fn start_server(database_url: &str, secret: &str) -> Server {
+    start_server_with(database_url, secret, 4).await
+}
+
+async fn start_server_with(database_url: &str, secret: &str, workers: usize) -> Server {
+    let port = free_port();
+    let child = spawn_brainstem_with("serve", database_url, secret, port, workers);
     let url = format!("http://127.0.0.1:{port}");
     let client = crate::helpers::http_client();
     let started = std::time::Instant::now();
@@ -141,7 +166,16 @@ fn mint(secret: &str, tenant: Option<&str>, role: Role) -> String {
 /// Start a server on `database_url` and create the tenant `acme` in it;
 /// returns the server and a token of acme's admin.
 async fn start_with_tenant(database_url: &str, secret: &str) -> (Server, String) {
-    let server = start_server(database_url, secret).await;
+    start_with_tenant_and(database_url, secret, 4).await
+}
+
+/// [`start_with_tenant`] with `workers` executor workers in the server.
+async fn start_with_tenant_and(
+    database_url: &str,
+    secret: &str,
+    workers: usize,
+) -> (Server, String) {
+    let server = start_server_with(database_url, secret, workers).await;
     gql(
         &server.url,
         &mint(secret, None, Role::PlatformAdmin),
@@ -465,4 +499,136 @@ async fn sigkilled_agent_loop_repeats_no_completed_tool_call_postgres() {
         .collect();
     assert_eq!(steps, ["answer", "answer:1.1", "answer:1.2", "answer:2"]);
     drop(second);
+}
+
+/// Chaos: a server (API only) and two worker processes share one
+/// PostgreSQL; worker processes are killed with SIGKILL at points picked
+/// at random while 60
+/// tasks of four `http_request` steps run, and started again. Every task
+/// finishes, no task's event sequence has a gap, no step completes twice,
+/// and every side effect is made once, under its step's key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkilled_workers_at_random_lose_and_double_nothing_postgres() {
+    const TASKS: usize = 60;
+    const STEPS: usize = 4;
+    const KILLS: usize = 4;
+    let database_url = fresh_postgres_database().await;
+    let secret = uuid::Uuid::now_v7().to_string();
+    let (ledger, effects_url) = start_ledger().await;
+    let (server, admin) = start_with_tenant_and(&database_url, &secret, 0).await;
+    let mut workers = vec![
+        spawn_brainstem("worker", &database_url, &secret, free_port()),
+        spawn_brainstem("worker", &database_url, &secret, free_port()),
+    ];
+    let steps: Vec<Value> = (1..=STEPS)
+        .map(|i| {
+            json!({
+                "id": format!("s{i}"),
+                "tool": "http_request",
+                "args": {"url": effects_url, "method": "POST", "body": {"task": "{{ task.id }}", "step": format!("s{i}")}},
+                "retry": {"maxAttempts": 5, "initialBackoffMs": 10}
+            })
+        })
+        .collect();
+    gql(
+        &server.url,
+        &admin,
+        "mutation($input: PublishPlanInput!) { publishPlan(input: $input) { plan { version } } }",
+        json!({"input": {"key": "chaos", "intent": "t.chaos", "steps": steps}}),
+    )
+    .await;
+    let mut ids = Vec::new();
+    for i in 0..TASKS {
+        let data = gql(
+            &server.url,
+            &admin,
+            "mutation($k: String!) { startTask(input: {planKey: \"chaos\", idempotencyKey: $k}) { task { id } } }",
+            json!({"k": format!("chaos-{i}")}),
+        )
+        .await;
+        ids.push(data["startTask"]["task"]["id"].as_str().unwrap().to_owned());
+    }
+
+    // Kill points and victims from a seed printed for reproduction.
+    let seed = uuid::Uuid::now_v7().as_u128() as u64;
+    eprintln!("chaos seed {seed}");
+    let mut state = seed | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let total = (TASKS * STEPS) as u64;
+    let mut points: Vec<u64> = (0..KILLS).map(|_| 10 + next() % (total * 3 / 4)).collect();
+    points.sort_unstable();
+    let mut kills_at = Vec::new();
+    for point in points {
+        loop {
+            let seen = ledger.seen.notified();
+            if *ledger.requests.lock().unwrap() >= point {
+                break;
+            }
+            if tokio::time::timeout(WAIT, seen).await.is_err() {
+                break; // the work ran out before this point
+            }
+        }
+        let victim = (next() % workers.len() as u64) as usize;
+        kills_at.push(ledger.effects.lock().unwrap().len());
+        workers[victim].start_kill().unwrap();
+        workers[victim].wait().await.unwrap();
+        workers[victim] = spawn_brainstem("worker", &database_url, &secret, free_port());
+    }
+
+    let started = std::time::Instant::now();
+    let query = "query($id: ID!) { task(id: $id) { status events(first: 1000) { seq } steps { stepId status } } }";
+    for id in &ids {
+        let task = loop {
+            let data = gql(&server.url, &admin, query, json!({"id": id})).await;
+            if data["task"]["status"] == "COMPLETED" {
+                break data["task"].clone();
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(90),
+                "task {id} did not finish: {data} (seed {seed})"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let seqs: Vec<i64> = task["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["seq"].as_i64().unwrap())
+            .collect();
+        let expected: Vec<i64> = (1..=seqs.len() as i64).collect();
+        assert_eq!(seqs, expected, "no gap in task {id}'s events (seed {seed})");
+        let mut completed: HashMap<String, u32> = HashMap::new();
+        for step in task["steps"].as_array().unwrap() {
+            if step["status"] == "COMPLETED" {
+                *completed
+                    .entry(step["stepId"].as_str().unwrap().to_owned())
+                    .or_default() += 1;
+            }
+        }
+        assert_eq!(completed.len(), STEPS, "{task}");
+        assert!(
+            completed.values().all(|n| *n == 1),
+            "a step completed twice in {id}: {completed:?} (seed {seed})"
+        );
+    }
+    assert!(
+        kills_at.first().is_some_and(|n| *n < TASKS * STEPS),
+        "a worker was killed mid-run: {kills_at:?} (seed {seed})"
+    );
+    let effects = ledger.effects.lock().unwrap().clone();
+    assert_eq!(
+        effects.len(),
+        TASKS * STEPS,
+        "every effect once (seed {seed})"
+    );
+    for (key, (task, step)) in &effects {
+        assert_eq!(key, &format!("{task}:{step}"));
+    }
+    drop(workers);
+    drop(server);
 }
