@@ -90,6 +90,8 @@ pub struct Config {
     pub executor_poll_ms: u64,
     /// Seconds of running time (its steps' tool calls) a task may use.
     pub task_timeout_secs: u64,
+    /// Write a `tool.call` audit row for every step attempt.
+    pub audit_tool_calls: bool,
     /// Hosts the `http_request` and `delegate` tools may call (`*`: any).
     pub http_allowed_hosts: Vec<String>,
     /// Public base URL of this server, for callback links handed to
@@ -265,6 +267,7 @@ impl Default for Config {
             event_bus_capacity: brainstem_domain::events::CAPACITY,
             graphql_batch_delay_ms: limits.batch_delay.as_millis() as u64,
             workers: 4,
+            audit_tool_calls: false,
             task_timeout_secs: 120,
             executor_lease_secs: 30,
             executor_poll_ms: 500,

@@ -262,6 +262,7 @@ pub fn executor(
             reap_every: Duration::from_secs(config.executor_lease_secs.clamp(1, 30)),
             intent_detector: config.intent_detector,
             task_timeout: Duration::from_secs(config.task_timeout_secs),
+            audit_tool_calls: config.audit_tool_calls,
             ..ExecutorConfig::default()
         },
         stopping,

@@ -39,9 +39,13 @@ async fn sink(refusals: usize) -> (Arc<AtomicUsize>, String) {
 }
 
 /// Run a one-step `http_request` plan against `url` with a worker, waiting
-/// for the outcome; the task with its step attempts and events.
-async fn run(url: &str) -> Value {
-    let app = TestApp::spawn_with(Backend::Sqlite, |c| c.workers = 1).await;
+/// for the outcome; the app and the task with its attempts and events.
+async fn run(url: &str) -> (TestApp, Value) {
+    let app = TestApp::spawn_with(Backend::Sqlite, |c| {
+        c.workers = 1;
+        c.audit_tool_calls = true;
+    })
+    .await;
     app.create_tenant("acme").await;
     app.publish_plan(
         "acme",
@@ -58,7 +62,8 @@ async fn run(url: &str) -> Value {
             json!({}),
         )
         .await;
-    res.data()["startTask"]["task"].clone()
+    let task = res.data()["startTask"]["task"].clone();
+    (app, task)
 }
 
 fn retries(task: &Value) -> Vec<u64> {
@@ -74,7 +79,7 @@ fn retries(task: &Value) -> Vec<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_call_succeeds_on_its_third_attempt() {
     let (seen, url) = sink(2).await;
-    let task = run(&url).await;
+    let (app, task) = run(&url).await;
     assert_eq!(task["status"], "COMPLETED", "{task}");
     assert_eq!(seen.load(Ordering::SeqCst), 3);
     let attempts: Vec<(u64, &str)> = task["steps"]
@@ -94,12 +99,37 @@ async fn a_refused_call_succeeds_on_its_third_attempt() {
     assert_eq!(delays.len(), 2, "{delays:?}");
     assert!((500..=1000).contains(&delays[0]), "{delays:?}");
     assert!((1000..=2000).contains(&delays[1]), "{delays:?}");
+
+    // Each attempt is a `tool.call` audit row.
+    let audit = app
+        .graphql(
+            Some(&app.admin_token("acme")),
+            "{ auditLog(filter: {actionPrefix: \"tool.\"}, first: 10) { edges { node { actor target data verified } } } }",
+            json!({}),
+        )
+        .await;
+    let rows: Vec<Value> = audit.data()["auditLog"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["node"].clone())
+        .collect();
+    let statuses: Vec<&str> = rows
+        .iter()
+        .map(|r| r["data"]["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["FAILED", "FAILED", "COMPLETED"]);
+    assert!(rows.iter().all(|r| r["data"]["tool"] == "http_request"
+        && r["verified"] == true
+        && r["actor"].as_str().unwrap().starts_with("executor:")
+        && r["target"].as_str().unwrap().ends_with(":call")));
+    assert!(rows[0]["data"]["error"].as_str().unwrap().contains("503"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_refused_every_time_fails_naming_its_attempts() {
     let (seen, url) = sink(usize::MAX).await;
-    let task = run(&url).await;
+    let (_app, task) = run(&url).await;
     assert_eq!(task["status"], "FAILED", "{task}");
     assert_eq!(seen.load(Ordering::SeqCst), 3);
     assert!(

@@ -197,6 +197,14 @@ impl AuditLog {
 
 /// Append a row on any connection (also inside a caller's transaction).
 pub async fn record<C: sea_orm::ConnectionTrait>(db: &C, entry: AuditEntry) -> Result<AuditRecord> {
+    let (record, row) = prepare(entry);
+    row.insert(db).await?;
+    Ok(record)
+}
+
+/// The row `entry` becomes (redacted, hashed), for a caller that sends it
+/// with other statements in one round trip.
+pub fn prepare(entry: AuditEntry) -> (AuditRecord, audit_log::ActiveModel) {
     let mut record = AuditRecord {
         id: AuditId::new(),
         tenant: entry.tenant,
@@ -209,7 +217,7 @@ pub async fn record<C: sea_orm::ConnectionTrait>(db: &C, entry: AuditEntry) -> R
         created_at: truncate_to_micros(Utc::now()),
     };
     record.hash = hash_of(&record);
-    audit_log::ActiveModel {
+    let row = audit_log::ActiveModel {
         id: Set(record.id.uuid()),
         tenant_id: Set(record.tenant.map(TenantId::uuid)),
         actor: Set(record.actor.clone()),
@@ -218,10 +226,8 @@ pub async fn record<C: sea_orm::ConnectionTrait>(db: &C, entry: AuditEntry) -> R
         data: Set(record.data.clone()),
         hash: Set(record.hash.clone()),
         created_at: Set(record.created_at),
-    }
-    .insert(db)
-    .await?;
-    Ok(record)
+    };
+    (record, row)
 }
 
 fn truncate_to_micros(t: DateTime<Utc>) -> DateTime<Utc> {
