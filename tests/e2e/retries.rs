@@ -2,7 +2,8 @@
 //! `http_request` (or partner) step with no `retry` of its own gets 3
 //! attempts, about 1 s and then 2 s apart, retrying only retryable
 //! failures; each retry is an event, and a final failure names its
-//! attempts. A local HTTP sink that refuses a set number of times.
+//! attempts. A local HTTP sink that refuses a set number of times. Also
+//! the task's running-time limit and its trace id on outgoing calls.
 
 use std::sync::{
     Arc,
@@ -58,7 +59,7 @@ async fn run(url: &str) -> (TestApp, Value) {
     let res = app
         .graphql(
             Some(&app.admin_token("acme")),
-            "mutation { startTask(input: {planKey: \"call\", mode: ENQUEUE_AND_WAIT, waitTimeoutMs: 20000}) { task { status error steps { attempt status } events(first: 100) { kind data } } } }",
+            "mutation { startTask(input: {planKey: \"call\", mode: ENQUEUE_AND_WAIT, waitTimeoutMs: 20000}) { task { id status error steps { attempt status } events(first: 100) { kind data } } } }",
             json!({}),
         )
         .await;
@@ -222,5 +223,56 @@ async fn a_task_past_its_running_time_fails_with_timeout() {
             ("wait", "COMPLETED"),
             ("two", "FAILED")
         ]
+    );
+}
+
+/// A task's `traceId` reaches the systems its steps call: `http_request`
+/// sends it as `X-Brainstem-Trace-Id`, beside the step's idempotency key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tasks_trace_id_reaches_the_called_system() {
+    let seen: Arc<std::sync::Mutex<Vec<(String, String)>>> = Arc::default();
+    let router = Router::new()
+        .route(
+            "/trace",
+            post(
+                |State(seen): State<Arc<std::sync::Mutex<Vec<(String, String)>>>>,
+                 headers: axum::http::HeaderMap| async move {
+                    let header = |name: &str| {
+                        headers
+                            .get(name)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or_default()
+                            .to_owned()
+                    };
+                    seen.lock()
+                        .unwrap()
+                        .push((header("x-brainstem-trace-id"), header("idempotency-key")));
+                    "{}"
+                },
+            ),
+        )
+        .with_state(seen.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/trace", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let (app, task) = run(&url).await;
+    assert_eq!(task["status"], "COMPLETED", "{task}");
+    let id = task["id"].as_str().unwrap();
+    let stored = app
+        .graphql(
+            Some(&app.admin_token("acme")),
+            "query($id: ID!) { task(id: $id) { traceId } }",
+            json!({"id": id}),
+        )
+        .await;
+    let trace = stored.data()["task"]["traceId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(!trace.is_empty());
+    let calls = seen.lock().unwrap().clone();
+    assert_eq!(
+        calls,
+        [(trace, format!("{}:call", crate::helpers::uuid_of(id)))]
     );
 }
