@@ -226,17 +226,19 @@ async fn a_task_past_its_running_time_fails_with_timeout() {
     );
 }
 
+/// The `(trace id, idempotency key)` headers of each request a sink saw.
+type Seen = Arc<std::sync::Mutex<Vec<(String, String)>>>;
+
 /// A task's `traceId` reaches the systems its steps call: `http_request`
 /// sends it as `X-Brainstem-Trace-Id`, beside the step's idempotency key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tasks_trace_id_reaches_the_called_system() {
-    let seen: Arc<std::sync::Mutex<Vec<(String, String)>>> = Arc::default();
+    let seen: Seen = Arc::default();
     let router = Router::new()
         .route(
             "/trace",
             post(
-                |State(seen): State<Arc<std::sync::Mutex<Vec<(String, String)>>>>,
-                 headers: axum::http::HeaderMap| async move {
+                |State(seen): State<Seen>, headers: axum::http::HeaderMap| async move {
                     let header = |name: &str| {
                         headers
                             .get(name)
