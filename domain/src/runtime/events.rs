@@ -501,6 +501,7 @@ pub fn task_event_deliveries(
         last: after,
         live,
         pending: VecDeque::new(),
+        early_deltas: VecDeque::new(),
         phase: Phase::Replay,
         streamed: 0,
         streaming_step: None,
@@ -535,6 +536,11 @@ struct Follow {
     live: broadcast::Receiver<Arc<TaskEvent>>,
     /// Stored events read and not yet sent.
     pending: VecDeque<TaskEvent>,
+    /// Token deltas taken from the live queue while replaying: each goes
+    /// out before the first stored event with a higher seq (a delta
+    /// carries the seq of the last stored event before it), so a task that
+    /// finishes while this subscriber replays still streams its text.
+    early_deltas: VecDeque<Arc<TaskEvent>>,
     phase: Phase,
     /// Characters of `streaming_step`'s text already sent.
     streamed: usize,
@@ -548,10 +554,29 @@ impl Follow {
             if self.done {
                 return None;
             }
-            if let Some(event) = self.pending.pop_front() {
-                self.last = event.seq;
-                self.done = is_terminal(&event);
-                return Some(Delivery::Stored(Box::new(event)));
+            if let Some(next_seq) = self.pending.front().map(|e| e.seq) {
+                self.take_queued_deltas();
+                if self.early_deltas.front().is_some_and(|d| d.seq < next_seq) {
+                    if let Some(delta) = self.early_deltas.pop_front()
+                        && let Some(out) = self.delta(delta)
+                    {
+                        return Some(out);
+                    }
+                    continue;
+                }
+                if let Some(event) = self.pending.pop_front() {
+                    self.last = event.seq;
+                    self.done = is_terminal(&event);
+                    return Some(Delivery::Stored(Box::new(event)));
+                }
+            }
+            if self.phase == Phase::Live
+                && let Some(delta) = self.early_deltas.pop_front()
+            {
+                if let Some(out) = self.delta(delta) {
+                    return Some(out);
+                }
+                continue;
             }
             match self.phase {
                 Phase::Replay | Phase::CatchUp => {
@@ -614,6 +639,21 @@ impl Follow {
                     }
                     Err(broadcast::error::RecvError::Closed) => return None,
                 },
+            }
+        }
+    }
+
+    /// Move this task's token deltas waiting in the live queue to
+    /// `early_deltas`; the queue's stored events are dropped (the replay
+    /// reads them from the store).
+    fn take_queued_deltas(&mut self) {
+        loop {
+            match self.live.try_recv() {
+                Ok(event) if event.task_id == self.task && event.kind == EventKind::TokenDelta => {
+                    self.early_deltas.push_back(event);
+                }
+                Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+                Err(_) => return,
             }
         }
     }
