@@ -18,6 +18,8 @@
 //! Shared here: [`call`] (one GraphQL operation over HTTP),
 //! [`seed_four_step_tasks`], and [`fresh_database`] / [`drop_database`].
 
+pub mod executor_run;
+
 use std::time::Duration;
 
 use anyhow::{Context, bail};

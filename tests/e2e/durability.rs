@@ -186,6 +186,48 @@ async fn start_with_tenant_and(
     (server, mint(secret, Some("acme"), Role::TenantAdmin))
 }
 
+/// Publish the plan `key` of `steps` `http_request` steps, each posting
+/// its task and step to `effects_url` (retried quickly), and start `tasks`
+/// tasks of it with idempotency keys; their global ids.
+async fn start_effect_tasks(
+    url: &str,
+    admin: &str,
+    effects_url: &str,
+    key: &str,
+    steps: usize,
+    tasks: usize,
+) -> Vec<String> {
+    let steps: Vec<Value> = (1..=steps)
+        .map(|i| {
+            json!({
+                "id": format!("s{i}"),
+                "tool": "http_request",
+                "args": {"url": effects_url, "method": "POST", "body": {"task": "{{ task.id }}", "step": format!("s{i}")}},
+                "retry": {"maxAttempts": 5, "initialBackoffMs": 10}
+            })
+        })
+        .collect();
+    gql(
+        url,
+        admin,
+        "mutation($input: PublishPlanInput!) { publishPlan(input: $input) { plan { version } } }",
+        json!({"input": {"key": key, "intent": format!("t.{key}"), "steps": steps}}),
+    )
+    .await;
+    let mut ids = Vec::new();
+    for i in 0..tasks {
+        let data = gql(
+            url,
+            admin,
+            "mutation($p: String!, $k: String!) { startTask(input: {planKey: $p, idempotencyKey: $k}) { task { id } } }",
+            json!({"p": key, "k": format!("{key}-{i}")}),
+        )
+        .await;
+        ids.push(data["startTask"]["task"]["id"].as_str().unwrap().to_owned());
+    }
+    ids
+}
+
 async fn gql(url: &str, token: &str, query: &str, variables: Value) -> Value {
     let body: Value = crate::helpers::http_client()
         .post(format!("{url}/graphql"))
@@ -209,34 +251,12 @@ async fn sigkilled_server_loses_no_step_and_repeats_no_effect_postgres() {
     let secret = uuid::Uuid::now_v7().to_string();
     let (ledger, effects_url) = start_ledger().await;
     let (mut first, admin) = start_with_tenant(&database_url, &secret).await;
-    let steps: Vec<Value> = (1..=STEPS)
-        .map(|i| {
-            json!({
-                "id": format!("s{i}"),
-                "tool": "http_request",
-                "args": {"url": effects_url, "method": "POST", "body": {"task": "{{ task.id }}", "step": format!("s{i}")}},
-                "retry": {"maxAttempts": 5, "initialBackoffMs": 10}
-            })
-        })
-        .collect();
-    gql(
-        &first.url,
-        &admin,
-        "mutation($input: PublishPlanInput!) { publishPlan(input: $input) { plan { version } } }",
-        json!({"input": {"key": "effects", "intent": "t.effects", "steps": steps}}),
-    )
-    .await;
-    let mut ids = Vec::new();
-    for i in 0..TASKS {
-        let data = gql(
-            &first.url,
-            &admin,
-            "mutation($k: String!) { startTask(input: {planKey: \"effects\", idempotencyKey: $k}) { task { id } } }",
-            json!({"k": format!("kill-{i}")}),
-        )
-        .await;
-        ids.push(uuid_of(data["startTask"]["task"]["id"].as_str().unwrap()));
-    }
+    let ids: Vec<String> =
+        start_effect_tasks(&first.url, &admin, &effects_url, "effects", STEPS, TASKS)
+            .await
+            .iter()
+            .map(|id| uuid_of(id))
+            .collect();
 
     // Kill the process without warning once some, but not all, effects exist.
     loop {
@@ -520,34 +540,7 @@ async fn sigkilled_workers_at_random_lose_and_double_nothing_postgres() {
         spawn_brainstem("worker", &database_url, &secret, free_port()),
         spawn_brainstem("worker", &database_url, &secret, free_port()),
     ];
-    let steps: Vec<Value> = (1..=STEPS)
-        .map(|i| {
-            json!({
-                "id": format!("s{i}"),
-                "tool": "http_request",
-                "args": {"url": effects_url, "method": "POST", "body": {"task": "{{ task.id }}", "step": format!("s{i}")}},
-                "retry": {"maxAttempts": 5, "initialBackoffMs": 10}
-            })
-        })
-        .collect();
-    gql(
-        &server.url,
-        &admin,
-        "mutation($input: PublishPlanInput!) { publishPlan(input: $input) { plan { version } } }",
-        json!({"input": {"key": "chaos", "intent": "t.chaos", "steps": steps}}),
-    )
-    .await;
-    let mut ids = Vec::new();
-    for i in 0..TASKS {
-        let data = gql(
-            &server.url,
-            &admin,
-            "mutation($k: String!) { startTask(input: {planKey: \"chaos\", idempotencyKey: $k}) { task { id } } }",
-            json!({"k": format!("chaos-{i}")}),
-        )
-        .await;
-        ids.push(data["startTask"]["task"]["id"].as_str().unwrap().to_owned());
-    }
+    let ids = start_effect_tasks(&server.url, &admin, &effects_url, "chaos", STEPS, TASKS).await;
 
     // Kill points and victims from a seed printed for reproduction.
     let seed = uuid::Uuid::now_v7().as_u128() as u64;

@@ -8,25 +8,26 @@
 //! `cargo run --release -p brainstem-bench --bin executor -- --database-url URL`
 
 use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use anyhow::Context;
-use async_trait::async_trait;
-use brainstem_bench::{ms, percentile};
+use brainstem_bench::{
+    executor_run::{Completions, Noop, bench_tenant},
+    ms, percentile,
+};
 use brainstem_domain::{
-    Actor, Domain, Principal, Role, TaskId, db,
+    Domain, db,
     events::EventBus,
     executor::{Executor, ExecutorConfig},
     plans::{PlanDef, StepDef},
-    tasks::{EventKind, NewTask},
-    tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSettings, WithBuiltins},
+    tasks::NewTask,
+    tools::{ToolRegistry, ToolSettings, WithBuiltins},
 };
 use clap::Parser;
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -40,61 +41,6 @@ struct Args {
     /// Tasks in flight (and workers), one run each.
     #[arg(long, value_delimiter = ',', default_value = "1,32")]
     concurrency: Vec<usize>,
-}
-
-struct Noop;
-
-#[async_trait]
-impl Tool for Noop {
-    fn key(&self) -> &str {
-        "bench.noop"
-    }
-    fn description(&self) -> &str {
-        "does nothing"
-    }
-    async fn call(
-        &self,
-        _ctx: ToolContext,
-        _args: serde_json::Value,
-    ) -> Result<ToolOutput, ToolError> {
-        Ok(ToolOutput::default())
-    }
-}
-
-/// Notes when each task completes, from the event bus.
-#[derive(Default)]
-struct Completions {
-    done: Mutex<HashMap<TaskId, Instant>>,
-    notify: Notify,
-}
-
-impl Completions {
-    fn watch(self: &Arc<Self>, bus: &EventBus) {
-        let mut rx = bus.subscribe();
-        let me = self.clone();
-        tokio::spawn(async move {
-            while let Ok(e) = rx.recv().await {
-                if e.kind == EventKind::StatusChanged && e.status.as_deref() == Some("COMPLETED") {
-                    if let Ok(mut done) = me.done.lock() {
-                        done.insert(e.task_id, Instant::now());
-                    }
-                    me.notify.notify_waiters();
-                }
-            }
-        });
-    }
-}
-
-impl Completions {
-    async fn wait(&self, id: TaskId) -> Instant {
-        loop {
-            let notified = self.notify.notified();
-            if let Some(at) = self.done.lock().ok().and_then(|mut d| d.remove(&id)) {
-                return at;
-            }
-            notified.await;
-        }
-    }
 }
 
 async fn commit_rate(db: &sea_orm::DatabaseConnection, concurrency: usize) -> anyhow::Result<f64> {
@@ -146,24 +92,7 @@ async fn main() -> anyhow::Result<()> {
     completions.watch(&bus);
     let domain = Domain::new(conn.clone(), registry, bus);
 
-    let admin = Principal {
-        actor: Actor::User("bench".into()),
-        tenant: None,
-        roles: [Role::PlatformAdmin].into(),
-        scopes: Default::default(),
-    };
-    let slug = format!("bench-{}", &uuid::Uuid::now_v7().simple().to_string()[20..]);
-    let scope = domain
-        .audit
-        .open_platform_scope(&admin, "tenant.create", &slug, None)
-        .await?;
-    let tenant = domain.tenants.create(&scope, &slug, "Bench").await?;
-    let principal = Principal {
-        actor: Actor::User("bench".into()),
-        tenant: Some(tenant.id),
-        roles: [Role::TenantAdmin].into(),
-        scopes: Default::default(),
-    };
+    let principal = bench_tenant(&domain).await?;
     let step = |id: &str| StepDef {
         id: id.into(),
         tool: "bench.noop".into(),

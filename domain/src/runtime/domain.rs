@@ -9,7 +9,7 @@ use std::sync::Arc;
 use sea_orm::DatabaseConnection;
 
 use crate::{
-    Error, PlatformScope, Principal, Result, TenantScope,
+    Error, PlatformScope, Principal, Result, TaskId, TenantScope,
     catalogue::{capabilities, connections, plans, policy, prompts, tool as tools},
     identity::{acting, api_keys, tenants},
     kernel::{
@@ -121,6 +121,34 @@ impl Domain {
     /// the configured dimension).
     pub async fn prepare(&self) -> Result<()> {
         self.memory.prepare().await
+    }
+
+    /// Wait until the task settles (see `TaskStatus::is_settled`) or
+    /// `limit` passes; the task as it is then. Follows the task's events,
+    /// subscribed before the first read so no change falls in between.
+    pub async fn wait_until_settled(
+        &self,
+        scope: TenantScope,
+        id: TaskId,
+        limit: std::time::Duration,
+    ) -> Result<tasks::Task> {
+        use tokio::sync::broadcast::error::RecvError;
+        let mut events = self.events.subscribe_task(id);
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let task = self.tasks.get(scope, id).await?;
+            if task.status.is_settled() {
+                return Ok(task);
+            }
+            loop {
+                match tokio::time::timeout_at(deadline, events.recv()).await {
+                    Err(_) | Ok(Err(RecvError::Closed)) => return Ok(task),
+                    Ok(Ok(e)) if e.kind != tasks::EventKind::StatusChanged => continue,
+                    // A status change, or missed events: read the task again.
+                    Ok(Ok(_)) | Ok(Err(RecvError::Lagged(_))) => break,
+                }
+            }
+        }
     }
 
     /// Whether the database answers; used by `/readyz`.

@@ -14,10 +14,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use brainstem_entity::TenantScope;
 use serde_json::{Value, json};
-use tokio::{sync::broadcast::error::RecvError, time::Instant};
+use tokio::time::Instant;
 
 use super::{Tool, ToolContext, ToolError, ToolOutput, builtin::child_task, platform};
-use crate::runtime::tasks::EventKind;
 
 pub const KEY: &str = "plan.run";
 
@@ -63,28 +62,14 @@ impl Tool for PlanRun {
             .start_child(child_task(&ctx, &args, Some(plan.clone()), None))
             .await
             .map_err(|e| ToolError::fatal(format!("cannot run the plan `{plan}`: {e}")))?;
-        // Subscribed before the first read, so no change falls in between.
-        let mut events = domain.events.subscribe_task(child);
-        let deadline = started + self.timeout().saturating_sub(MARGIN);
-        let task = loop {
-            let task =
-                domain.tasks.get(scope, child).await.map_err(|e| {
-                    ToolError::retryable(format!("cannot read the child task: {e}"))
-                })?;
-            if task.status.is_settled() {
-                break task;
-            }
-            let next = loop {
-                match tokio::time::timeout_at(deadline, events.recv()).await {
-                    Err(_) | Ok(Err(RecvError::Closed)) => break None,
-                    Ok(Ok(e)) if e.kind != EventKind::StatusChanged => continue,
-                    Ok(Ok(_)) | Ok(Err(RecvError::Lagged(_))) => break Some(()),
-                }
-            };
-            if next.is_none() {
-                break task;
-            }
-        };
+        let limit = self
+            .timeout()
+            .saturating_sub(MARGIN)
+            .saturating_sub(started.elapsed());
+        let task = domain
+            .wait_until_settled(scope, child, limit)
+            .await
+            .map_err(|e| ToolError::retryable(format!("cannot read the child task: {e}")))?;
         let settled = task.status.is_settled();
         let output = json!({
             "task_id": child.to_string(),

@@ -1,18 +1,18 @@
 //! What `startTask` answers, by mode: the task, whether it finished
 //! (`ok`), and the decision (the mode used, why, and how sure the intent
 //! detection was). `ENQUEUE_AND_WAIT` and `ANSWER` wait for the task to
-//! settle: finished, or waiting for a person (a review, an approval) or an
-//! external system. The wait ends at `waitTimeoutMs`, capped just below the
-//! request timeout, and the task goes on regardless.
+//! settle (`Domain::wait_until_settled`): finished, or waiting for a person
+//! (a review, an approval) or an external system. The wait ends at
+//! `waitTimeoutMs`, capped just below the request timeout, and the task goes
+//! on regardless.
 
 use std::time::Duration;
 
 use async_graphql::{Enum, SimpleObject};
 use brainstem_domain::{
-    Domain, TaskId, TenantScope, intent,
-    tasks::{self, EventKind, TaskMode as DomainMode, TaskStatus as DomainStatus},
+    intent,
+    tasks::{self, TaskMode as DomainMode, TaskStatus as DomainStatus},
 };
-use tokio::{sync::broadcast::error::RecvError, time::Instant};
 
 use super::{Task, TaskMode};
 
@@ -68,32 +68,6 @@ pub struct StartTaskPayload {
 /// The longest a request may wait for `requested`, under `request_timeout`.
 pub fn wait_limit(requested_ms: u32, request_timeout: Duration) -> Duration {
     Duration::from_millis(requested_ms.into()).min(request_timeout.saturating_sub(MARGIN))
-}
-
-/// Wait until the task settles or `limit` passes; the task as it is then.
-pub async fn wait_for(
-    domain: &Domain,
-    scope: TenantScope,
-    id: TaskId,
-    limit: Duration,
-) -> brainstem_domain::Result<tasks::Task> {
-    // Subscribed before the first read, so no change falls in between.
-    let mut events = domain.events.subscribe_task(id);
-    let deadline = Instant::now() + limit;
-    loop {
-        let task = domain.tasks.get(scope, id).await?;
-        if task.status.is_settled() {
-            return Ok(task);
-        }
-        loop {
-            match tokio::time::timeout_at(deadline, events.recv()).await {
-                Err(_) | Ok(Err(RecvError::Closed)) => return Ok(task),
-                Ok(Ok(e)) if e.kind != EventKind::StatusChanged => continue,
-                // A status change, or missed events: read the task again.
-                Ok(Ok(_)) | Ok(Err(RecvError::Lagged(_))) => break,
-            }
-        }
-    }
 }
 
 /// The payload for `task`, started in `asked` mode.

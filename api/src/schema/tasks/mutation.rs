@@ -167,7 +167,8 @@ impl TaskMutation {
                     .data_opt::<RequestTimeout>()
                     .map_or(std::time::Duration::from_secs(30), |t| t.0);
                 let limit = modes::wait_limit(input.wait_timeout_ms, timeout);
-                modes::wait_for(domain(ctx), task.scope(), task.id, limit)
+                domain(ctx)
+                    .wait_until_settled(task.scope(), task.id, limit)
                     .await
                     .gql()?
             }
