@@ -42,6 +42,18 @@ pub fn registry(extra: Vec<Arc<dyn Tool>>) -> anyhow::Result<ToolRegistry> {
 pub async fn open_domain(config: &Config, tools: ToolRegistry) -> anyhow::Result<Domain> {
     let conn = db::connect(&config.database_url, config.database_max_connections).await?;
     db::migrate(&conn).await?;
+    if let Some(role) = db::role_skipping_row_security(&conn).await? {
+        tracing::warn!(
+            %role,
+            "the database role is a superuser or has BYPASSRLS: PostgreSQL's row-level \
+             security does not apply to it (see README, PostgreSQL)"
+        );
+    } else if !db::keyword_index_usable(&conn).await? {
+        tracing::warn!(
+            "ts_match_vq is not LEAKPROOF: under row-level security memory search \
+             cannot use its full-text index (see README, PostgreSQL)"
+        );
+    }
     let events = EventBus::with_capacity(config.event_bus_capacity);
     if Backend::of(&conn) == Backend::Postgres {
         // Every process hears every other's events (LISTEN/NOTIFY).

@@ -40,7 +40,12 @@ use async_graphql::{
         types::{DocumentOperations, OperationType, Selection},
     },
 };
-use brainstem_domain::{TenantId, events::Delivery, tasks::TaskEvent};
+use brainstem_domain::{
+    TenantId,
+    events::Delivery,
+    row_security::{self, RowAccess},
+    tasks::TaskEvent,
+};
 use futures_util::{StreamExt, stream::BoxStream};
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore, mpsc};
@@ -369,53 +374,53 @@ pub(crate) fn frames(
         slot,
     } = registration;
     let id_json: Arc<str> = serde_json::to_string(&id).unwrap_or_default().into();
-    let stream = deliveries
-        .then(move |delivery| {
-            let (schema, fanout, shape, id_json) = (
-                schema.clone(),
-                fanout.clone(),
-                shape.clone(),
-                id_json.clone(),
-            );
-            async move {
-                let render = |event: Arc<TaskEvent>| {
-                    fanout.renders.inc();
-                    render(&schema, &shape, event)
-                };
-                let payload = match delivery {
-                    Delivery::Shared { event, seq } => {
-                        let (id, live_seq) = (event.id, seq);
-                        fanout
-                            .frames
-                            .payload(tenant, Source::Live, &shape, id, live_seq, || {
-                                // A token delta is sent at the subscriber's seq.
-                                let event = if event.seq == seq {
-                                    event
-                                } else {
-                                    let mut at = (*event).clone();
-                                    at.seq = seq;
-                                    Arc::new(at)
-                                };
-                                render(event)
-                            })
-                            .await
-                    }
-                    Delivery::Stored(event) => {
-                        let (id, seq) = (event.id, event.seq);
-                        fanout
-                            .frames
-                            .payload(tenant, Source::Stored, &shape, id, seq, || {
-                                render(Arc::new(*event))
-                            })
-                            .await
-                    }
-                    Delivery::Own(event) => render(Arc::new(*event)).await,
-                };
-                fanout.sent.inc();
-                next_frame(protocol, &id_json, &payload)
-            }
-        })
-        .boxed();
+    let stream = deliveries.then(move |delivery| {
+        let (schema, fanout, shape, id_json) = (
+            schema.clone(),
+            fanout.clone(),
+            shape.clone(),
+            id_json.clone(),
+        );
+        async move {
+            let render = |event: Arc<TaskEvent>| {
+                fanout.renders.inc();
+                render(&schema, &shape, event)
+            };
+            let payload = match delivery {
+                Delivery::Shared { event, seq } => {
+                    let (id, live_seq) = (event.id, seq);
+                    fanout
+                        .frames
+                        .payload(tenant, Source::Live, &shape, id, live_seq, || {
+                            // A token delta is sent at the subscriber's seq.
+                            let event = if event.seq == seq {
+                                event
+                            } else {
+                                let mut at = (*event).clone();
+                                at.seq = seq;
+                                Arc::new(at)
+                            };
+                            render(event)
+                        })
+                        .await
+                }
+                Delivery::Stored(event) => {
+                    let (id, seq) = (event.id, event.seq);
+                    fanout
+                        .frames
+                        .payload(tenant, Source::Stored, &shape, id, seq, || {
+                            render(Arc::new(*event))
+                        })
+                        .await
+                }
+                Delivery::Own(event) => render(Arc::new(*event)).await,
+            };
+            fanout.sent.inc();
+            next_frame(protocol, &id_json, &payload)
+        }
+    });
+    // Catch-up reads and renders see the subscriber's tenant's rows only.
+    let stream = row_security::stream(Some(RowAccess::Tenant(tenant)), stream).boxed();
     (slot, stream)
 }
 

@@ -40,7 +40,7 @@ use axum::{
     response::{Html, IntoResponse, Response},
     routing::{get, post},
 };
-use brainstem_domain::{Error, TaskId, tasks::DelegationOutcome};
+use brainstem_domain::{Error, TaskId, row_security, tasks::DelegationOutcome};
 use serde_json::{Value, json};
 use tower_http::{catch_panic::CatchPanicLayer, trace::TraceLayer};
 
@@ -284,11 +284,14 @@ async fn execute(
             Err(err) => return request_failure(media, &err),
         };
     }
+    let access = credential
+        .as_ref()
+        .and_then(|c| row_security::of_principal(&c.principal));
     request.data = schema::caller_data(credential);
     if let Some(Extension(ConnectInfo(address))) = peer {
         request.data.insert(schema::ClientAddress(address.ip()));
     }
-    let response = state.schema.execute(request).await;
+    let response = row_security::with(access, state.schema.execute(request)).await;
     graphql_response(response, media, state.limits.max_response_bytes)
 }
 

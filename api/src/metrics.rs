@@ -4,7 +4,10 @@
 
 use std::sync::Mutex;
 
-use brainstem_domain::db::StatementCounter;
+use brainstem_domain::{
+    db::StatementCounter,
+    row_security::{self, Bypass},
+};
 use prometheus_client::{
     collector::Collector,
     encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, text::encode},
@@ -63,6 +66,7 @@ impl Metrics {
             "Open GraphQL WebSocket connections",
             websocket_connections.clone(),
         );
+        registry.register_collector(Box::new(RowSecurityBypasses));
         Self {
             registry: Mutex::new(registry),
             http_requests,
@@ -126,5 +130,27 @@ impl Collector for Statements {
             counter.metric_type(),
         )?;
         counter.encode(metric)
+    }
+}
+
+/// `row_security_bypass_total{reason}`: how often work has crossed tenants
+/// under an explicit bypass of PostgreSQL's row-level security, by reason.
+#[derive(Debug)]
+struct RowSecurityBypasses;
+
+impl Collector for RowSecurityBypasses {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut metric = encoder.encode_descriptor(
+            "row_security_bypass",
+            "Work that crossed tenants under an explicit row-security bypass, by reason",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for reason in Bypass::ALL {
+            let labels = [("reason", reason.as_str())];
+            let counter = ConstCounter::new(row_security::bypass_count(reason));
+            counter.encode(metric.encode_family(&labels)?)?;
+        }
+        Ok(())
     }
 }

@@ -45,7 +45,7 @@ pub use catalogue::{capabilities, connections, plans, policy, prompts};
 pub use identity::{acting, api_keys, tenants};
 pub use kernel::{
     audit, crypto, db, error, http_client, json_schema, page, principal, rate_limit, redact,
-    settings, template,
+    row_security, settings, template,
 };
 pub use memory::graph;
 pub use models::llm;
@@ -53,7 +53,7 @@ pub use runtime::{conversations, events, executor, intent, tasks};
 
 pub use brainstem_entity::{
     ApiKeyId, AuditId, CapabilityId, ConnectionId, ConversationId, EntityId, MemoryId, PlanId,
-    RelationId, SubscriptionId, TaskId, TenantId, TenantScope, UserId,
+    RelationId, SubscriptionId, TaskId, TenantId, TenantScope,
 };
 pub use kernel::{
     audit::PlatformScope,

@@ -64,10 +64,6 @@ id_type!(
     TenantId
 );
 id_type!(
-    /// A user of one tenant.
-    UserId
-);
-id_type!(
     /// A partner API key of one tenant.
     ApiKeyId
 );

@@ -4,7 +4,7 @@
 //! - [`scope`]: [`TenantScope`] and the [`TenantOwned`] trait. Tenant-owned
 //!   rows are read and written only through `find_in`, `find_by_id_in`,
 //!   `update_many_in` and `delete_many_in`, which all take a scope.
-//! - one module per table: [`tenant`], [`user`], [`api_key`], [`audit_log`],
+//! - one module per table: [`tenant`], [`api_key`], [`audit_log`],
 //!   [`platform_setting`], [`connection`]; the executor's [`plan`],
 //!   [`task`], [`task_step`], [`task_event`], [`artifact`], [`review`],
 //!   [`delegation`]; memory: [`memory`], [`memory_version`],
@@ -42,10 +42,9 @@ pub mod task;
 pub mod task_event;
 pub mod task_step;
 pub mod tenant;
-pub mod user;
 
 pub use ids::{
     ApiKeyId, AuditId, CapabilityId, ConnectionId, ConversationId, EntityId, MemoryId, PlanId,
-    RelationId, SubscriptionId, TaskId, TenantId, UserId,
+    RelationId, SubscriptionId, TaskId, TenantId,
 };
 pub use scope::{TenantOwned, TenantScope};

@@ -20,6 +20,7 @@ mod m20261125_100000_task_modes;
 mod m20261125_110000_conversations_and_prompts;
 mod m20261125_120000_executor_policies;
 mod m20261125_130000_task_running_time;
+mod m20261126_090000_row_level_security;
 
 pub struct Migrator;
 
@@ -42,6 +43,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_110000_conversations_and_prompts::Migration),
             Box::new(m20261125_120000_executor_policies::Migration),
             Box::new(m20261125_130000_task_running_time::Migration),
+            Box::new(m20261126_090000_row_level_security::Migration),
         ]
     }
 }

@@ -287,7 +287,7 @@ async fn audit_log_filters_pages_and_verifies(app: TestApp) {
 
     // A row changed in the database no longer verifies.
     sea_orm::ConnectionTrait::execute_unprepared(
-        &app.domain.db,
+        &app.outside_db().await,
         "UPDATE audit_log SET target = 'forged' WHERE action = 'api_key.revoke'",
     )
     .await

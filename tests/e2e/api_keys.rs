@@ -39,7 +39,7 @@ async fn keys_are_listed_without_their_secret(app: TestApp) {
     );
     // Only a hash is stored.
     let stored = sea_orm::ConnectionTrait::query_all_raw(
-        &app.domain.db,
+        &app.outside_db().await,
         sea_orm::Statement::from_string(
             app.domain.db.get_database_backend(),
             "SELECT secret_hash FROM api_keys",

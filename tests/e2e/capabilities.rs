@@ -239,12 +239,14 @@ async fn trial_expiry_switches_a_capability_off(app: TestApp) {
 
     // Read with a clock past the end, the trial is expired already.
     let later = ends + Duration::seconds(1);
-    let read = app
-        .domain
-        .capabilities
-        .subscriptions(scope, PageRequest::default(), later)
-        .await
-        .unwrap();
+    let read = crate::helpers::in_tenant(
+        scope,
+        app.domain
+            .capabilities
+            .subscriptions(scope, PageRequest::default(), later),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         read.items[0].status,
         brainstem_domain::capabilities::SubscriptionStatus::Expired

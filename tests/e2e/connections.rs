@@ -94,7 +94,7 @@ async fn connections_are_managed_without_ever_showing_the_secret(app: TestApp) {
 
     // Stored only encrypted, with a key id.
     let rows = sea_orm::ConnectionTrait::query_all_raw(
-        &app.domain.db,
+        &app.outside_db().await,
         sea_orm::Statement::from_string(
             app.domain.db.get_database_backend(),
             "SELECT secret_ciphertext, secret_key_id, config FROM connections",
@@ -109,7 +109,9 @@ async fn connections_are_managed_without_ever_showing_the_secret(app: TestApp) {
 
     // Tools get it decrypted, by name.
     let scope = tenant_scope(&app.domain, "acme").await;
-    let resolved = app.domain.connections.resolve(scope, "crm").await.unwrap();
+    let resolved = helpers::in_tenant(scope, app.domain.connections.resolve(scope, "crm"))
+        .await
+        .unwrap();
     assert_eq!(
         resolved.secret.as_ref().unwrap().expose(),
         &json!({"apiKey": secret})
@@ -131,17 +133,18 @@ async fn connections_are_managed_without_ever_showing_the_secret(app: TestApp) {
     assert_eq!(updated["hasSecret"], true);
     assert_eq!(updated["config"], json!({"baseUrl": "https://crm.example"}));
     responses.push(res.body.to_string());
-    let resolved = app
-        .domain
-        .connections
-        .resolve(scope, "crm-prod")
+    let resolved = helpers::in_tenant(scope, app.domain.connections.resolve(scope, "crm-prod"))
         .await
         .unwrap();
     assert_eq!(
         resolved.secret.unwrap().expose()["apiKey"],
         rotated.as_str()
     );
-    assert!(app.domain.connections.resolve(scope, "crm").await.is_err());
+    assert!(
+        helpers::in_tenant(scope, app.domain.connections.resolve(scope, "crm"))
+            .await
+            .is_err()
+    );
 
     // Change only the config: the secret stays.
     let res = app
@@ -155,10 +158,7 @@ async fn connections_are_managed_without_ever_showing_the_secret(app: TestApp) {
         res.data()["updateConnection"]["connection"]["hasSecret"],
         true
     );
-    let resolved = app
-        .domain
-        .connections
-        .resolve(scope, "crm-prod")
+    let resolved = helpers::in_tenant(scope, app.domain.connections.resolve(scope, "crm-prod"))
         .await
         .unwrap();
     assert_eq!(
@@ -178,10 +178,7 @@ async fn connections_are_managed_without_ever_showing_the_secret(app: TestApp) {
         res.data()["updateConnection"]["connection"]["hasSecret"],
         false
     );
-    let resolved = app
-        .domain
-        .connections
-        .resolve(scope, "crm-prod")
+    let resolved = helpers::in_tenant(scope, app.domain.connections.resolve(scope, "crm-prod"))
         .await
         .unwrap();
     assert!(resolved.secret.is_none());
@@ -268,17 +265,25 @@ async fn another_tenants_connection_is_not_found(app: TestApp) {
     assert_eq!(res.data()["createConnection"]["connection"]["name"], "crm");
     let acme = tenant_scope(&app.domain, "acme").await;
     let other = tenant_scope(&app.domain, "other").await;
-    let a = app.domain.connections.resolve(acme, "crm").await.unwrap();
-    let b = app.domain.connections.resolve(other, "crm").await.unwrap();
+    let a = helpers::in_tenant(acme, app.domain.connections.resolve(acme, "crm"))
+        .await
+        .unwrap();
+    let b = helpers::in_tenant(other, app.domain.connections.resolve(other, "crm"))
+        .await
+        .unwrap();
     assert_eq!(a.secret.unwrap().expose()["token"], "acme-only");
     assert_eq!(b.secret.unwrap().expose()["token"], "other-only");
 
     // A ciphertext copied into another tenant's row does not decrypt there.
     let sql = "UPDATE connections SET secret_ciphertext = (SELECT c.secret_ciphertext FROM connections c JOIN tenants t ON t.id = c.tenant_id WHERE t.slug = 'acme') WHERE tenant_id = (SELECT id FROM tenants WHERE slug = 'other')";
-    sea_orm::ConnectionTrait::execute_unprepared(&app.domain.db, sql)
+    sea_orm::ConnectionTrait::execute_unprepared(&app.outside_db().await, sql)
         .await
         .unwrap();
-    assert!(app.domain.connections.resolve(other, "crm").await.is_err());
+    assert!(
+        helpers::in_tenant(other, app.domain.connections.resolve(other, "crm"))
+            .await
+            .is_err()
+    );
 }
 
 async fn only_admins_manage_connections_and_input_is_checked(app: TestApp) {
@@ -355,7 +360,7 @@ async fn secrets_survive_key_rotation(backend: Backend) {
     let new = EncryptionKey::from_base64(&EncryptionKey::generate_base64()).unwrap();
     let key_id = || async {
         let rows = sea_orm::ConnectionTrait::query_all_raw(
-            &app.domain.db,
+            &app.outside_db().await,
             sea_orm::Statement::from_string(
                 app.domain.db.get_database_backend(),
                 "SELECT secret_key_id FROM connections ORDER BY name",
@@ -375,7 +380,9 @@ async fn secrets_survive_key_rotation(backend: Backend) {
         .domain
         .clone()
         .with_connection_keys(Keyring::new(new.clone(), vec![old.clone()]));
-    let c = rotated.connections.resolve(scope, "crm").await.unwrap();
+    let c = helpers::in_tenant(scope, rotated.connections.resolve(scope, "crm"))
+        .await
+        .unwrap();
     assert_eq!(c.secret.unwrap().expose()["token"], "t0");
     assert_eq!(key_id().await, [new.id(), old.id()]);
     // ... or by `reencrypt_connections` (`brainstem reencrypt-connections`),
@@ -393,21 +400,32 @@ async fn secrets_survive_key_rotation(backend: Backend) {
         .unwrap();
     assert_eq!(rotated.reencrypt_connections(&platform).await.unwrap(), 1);
     assert_eq!(key_id().await, [new.id(), new.id()]);
-    assert_eq!(rotated.connections.reencrypt(scope).await.unwrap(), 0);
+    assert_eq!(
+        helpers::in_tenant(scope, rotated.connections.reencrypt(scope))
+            .await
+            .unwrap(),
+        0
+    );
 
     // Now the old key can go.
     let only_new = app
         .domain
         .clone()
         .with_connection_keys(Keyring::new(new, vec![]));
-    let c = only_new.connections.resolve(scope, "crm").await.unwrap();
+    let c = helpers::in_tenant(scope, only_new.connections.resolve(scope, "crm"))
+        .await
+        .unwrap();
     assert_eq!(c.secret.unwrap().expose()["token"], "t0");
     // And the old key alone no longer opens it.
     let only_old = app
         .domain
         .clone()
         .with_connection_keys(Keyring::new(old, vec![]));
-    assert!(only_old.connections.resolve(scope, "mail").await.is_err());
+    assert!(
+        helpers::in_tenant(scope, only_old.connections.resolve(scope, "mail"))
+            .await
+            .is_err()
+    );
 }
 
 /// Runs the real binary with every log at `trace`, drives connections with

@@ -445,7 +445,14 @@ impl WsClient {
     }
 }
 
-/// Create a fresh PostgreSQL database from the migrated template.
+/// The role the server connects as in PostgreSQL tests: it owns the schema
+/// (it runs the migrations) but is no superuser, so row-level security binds
+/// it (`FORCE ROW LEVEL SECURITY`), as in a deployment.
+pub const APP_ROLE: &str = "brainstem_app";
+
+/// Create a fresh PostgreSQL database from the migrated template; returns
+/// its URL for [`APP_ROLE`]. (`superuser_url` gives the same database as the
+/// superuser, which row-level security does not bind.)
 pub async fn fresh_postgres_database() -> String {
     let base = std::env::var("TEST_DATABASE_URL").expect(
         "PostgreSQL tests need TEST_DATABASE_URL (a superuser URL); scripts/test provisions one",
@@ -460,6 +467,13 @@ pub async fn fresh_postgres_database() -> String {
         .execute_unprepared("SELECT pg_advisory_lock(727274)")
         .await
         .unwrap();
+    admin
+        .execute_unprepared(&format!(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{APP_ROLE}') THEN \
+             CREATE ROLE {APP_ROLE} LOGIN NOSUPERUSER NOBYPASSRLS; END IF; END $$"
+        ))
+        .await
+        .unwrap();
     let exists = admin
         .query_one_raw(sea_orm::Statement::from_string(
             sea_orm::DbBackend::Postgres,
@@ -470,10 +484,18 @@ pub async fn fresh_postgres_database() -> String {
         .is_some();
     if !exists {
         admin
-            .execute_unprepared(&format!("CREATE DATABASE {template}"))
+            .execute_unprepared(&format!("CREATE DATABASE {template} OWNER {APP_ROLE}"))
             .await
             .unwrap();
-        let conn = connect_single(&format!("{server}/{template}")).await;
+        // What needs a superuser (README, PostgreSQL); the rest is the app
+        // role's.
+        let superuser = connect_single(&format!("{server}/{template}")).await;
+        superuser
+            .execute_unprepared(brainstem_domain::db::SUPERUSER_SETUP)
+            .await
+            .unwrap();
+        superuser.close().await.unwrap();
+        let conn = connect_single(&as_role(&format!("{server}/{template}"), APP_ROLE)).await;
         brainstem_domain::db::migrate(&conn).await.unwrap();
         conn.close().await.unwrap();
     }
@@ -483,11 +505,29 @@ pub async fn fresh_postgres_database() -> String {
         .unwrap();
     let name = format!("test_{}", uuid::Uuid::now_v7().simple());
     admin
-        .execute_unprepared(&format!("CREATE DATABASE {name} TEMPLATE {template}"))
+        .execute_unprepared(&format!(
+            "CREATE DATABASE {name} TEMPLATE {template} OWNER {APP_ROLE}"
+        ))
         .await
         .unwrap();
     admin.close().await.unwrap();
-    format!("{server}/{name}")
+    as_role(&format!("{server}/{name}"), APP_ROLE)
+}
+
+/// `url` with its user replaced by `role` (no password: the test server
+/// trusts local connections).
+pub fn as_role(url: &str, role: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a URL");
+    let host = rest.split_once('@').map_or(rest, |(_, host)| host);
+    format!("{scheme}://{role}@{host}")
+}
+
+/// The same database as the superuser of `TEST_DATABASE_URL`.
+pub fn superuser_url(url: &str) -> String {
+    let base = std::env::var("TEST_DATABASE_URL").expect("TEST_DATABASE_URL");
+    let (_, rest) = base.split_once("://").expect("a URL");
+    let user = rest.split_once('@').map_or("postgres", |(user, _)| user);
+    as_role(url, user)
 }
 
 pub async fn connect_single(url: &str) -> DatabaseConnection {
@@ -505,6 +545,27 @@ fn template_name() -> String {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     brainstem_domain::db::migration_names().hash(&mut hasher);
     format!("brainstem_template_{:016x}", hasher.finish())
+}
+
+impl TestApp {
+    /// The database as its operator sees it, from outside the application:
+    /// on PostgreSQL the superuser, whom row-level security does not bind;
+    /// on SQLite the application's own pool.
+    pub async fn outside_db(&self) -> DatabaseConnection {
+        match self.backend {
+            Backend::Postgres => connect_single(&superuser_url(&self.config.database_url)).await,
+            Backend::Sqlite => self.domain.db.clone(),
+        }
+    }
+}
+
+/// Run `work` as the application does for `scope`'s tenant (on PostgreSQL,
+/// row-level security then shows that tenant's rows only).
+pub async fn in_tenant<F: std::future::Future>(
+    scope: brainstem_domain::TenantScope,
+    work: F,
+) -> F::Output {
+    brainstem_domain::row_security::as_tenant(scope.tenant_id(), work).await
 }
 
 /// Fields of a task the executor tests look at.

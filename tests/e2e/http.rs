@@ -387,7 +387,10 @@ async fn readiness_fails_when_the_database_is_gone_postgres() {
     assert_eq!(ready.status(), 200);
     let url = app.config.database_url.clone();
     let (server, database) = url.rsplit_once('/').unwrap();
-    let admin = crate::helpers::connect_single(&format!("{server}/postgres")).await;
+    let admin = crate::helpers::connect_single(&crate::helpers::superuser_url(&format!(
+        "{server}/postgres"
+    )))
+    .await;
     sea_orm::ConnectionTrait::execute_unprepared(
         &admin,
         &format!("DROP DATABASE \"{database}\" WITH (FORCE)"),

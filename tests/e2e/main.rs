@@ -36,6 +36,7 @@ mod persisted_queries;
 mod ranking;
 mod rate_limit;
 mod retries;
+mod row_security;
 mod runaway;
 mod schema;
 mod scoping;

@@ -19,7 +19,7 @@ on_both_backends!(
 
 async fn audit_count(app: &TestApp, action: &str) -> i64 {
     let row = sea_orm::ConnectionTrait::query_one_raw(
-        &app.domain.db,
+        &app.outside_db().await,
         sea_orm::Statement::from_string(
             app.domain.db.get_database_backend(),
             format!("SELECT COUNT(*) AS n FROM audit_log WHERE action = '{action}'"),
@@ -71,10 +71,7 @@ async fn platform_admin_creates_and_lists_tenants_with_audit(app: TestApp) {
     let scope = brainstem_domain::TenantScope::new(
         app.domain.tenants.resolve_claim("globex").await.unwrap().id,
     );
-    let rows = app
-        .domain
-        .audit
-        .list(scope, Default::default())
+    let rows = crate::helpers::in_tenant(scope, app.domain.audit.list(scope, Default::default()))
         .await
         .unwrap()
         .items;

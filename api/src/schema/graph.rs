@@ -73,7 +73,10 @@ impl Loader<(TenantScope, EntityId)> for EntityLoader {
 
 /// The entity loader this area puts in the schema's data.
 pub(super) fn entity_loader(domain: &Domain) -> DataLoader<EntityLoader> {
-    DataLoader::new(EntityLoader(domain.clone()), tokio::spawn)
+    DataLoader::new(
+        EntityLoader(domain.clone()),
+        brainstem_domain::row_security::spawn,
+    )
 }
 
 pub(super) async fn load_entity(

@@ -41,7 +41,12 @@ impl Loaders {
     /// first key arrives, and what it loaded is kept until the operation
     /// ends.
     pub fn new(domain: Domain, delay: std::time::Duration) -> BrainstemLoader {
-        DataLoader::with_cache(Self { domain }, tokio::spawn, HashMapCache::default()).delay(delay)
+        DataLoader::with_cache(
+            Self { domain },
+            brainstem_domain::row_security::spawn,
+            HashMapCache::default(),
+        )
+        .delay(delay)
     }
 }
 

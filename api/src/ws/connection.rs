@@ -25,6 +25,7 @@ use std::{collections::HashMap, future::Future, pin::Pin, sync::Arc, task::Poll}
 
 use async_graphql::{Data, Response, http::WebSocketProtocols};
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use brainstem_domain::row_security::{self, RowAccess};
 use chrono::{DateTime, Utc};
 use futures_util::{
     FutureExt, SinkExt, Stream, StreamExt,
@@ -51,8 +52,9 @@ enum Phase {
     Waiting,
     /// `connection_init` received; its credential is being checked.
     Initialising,
-    /// Acknowledged: operations run with this context.
-    Ready(Arc<Data>),
+    /// Acknowledged: operations run with this context, seeing the rows
+    /// of the caller's tenant.
+    Ready(Arc<Data>, Option<RowAccess>),
 }
 
 /// A running subscription.
@@ -108,7 +110,7 @@ impl Reply {
 
 /// The credential check's outcome: the operations' context and when the
 /// token expires, or why the client may not connect.
-type Init = Result<(Data, Option<DateTime<Utc>>), String>;
+type Init = Result<(Data, Option<RowAccess>, Option<DateTime<Utc>>), String>;
 
 struct Connection {
     state: ApiState,
@@ -158,12 +160,12 @@ pub(super) async fn serve(state: ApiState, socket: WebSocket, protocol: WebSocke
                 Some(Ok(message)) => connection.on_message(message),
             },
             outcome = until(&mut init) => match outcome {
-                Ok((data, expires_at)) => {
+                Ok((data, access, expires_at)) => {
                     expiry = expires_at.map(|at| {
                         let left = (at - Utc::now()).to_std().unwrap_or_default();
                         Box::pin(tokio::time::sleep(left))
                     });
-                    connection.phase = Phase::Ready(Arc::new(data));
+                    connection.phase = Phase::Ready(Arc::new(data), access);
                     Reply::frame(protocol::ack_frame())
                 }
                 Err(message) => connection.refused(&message),
@@ -231,7 +233,7 @@ impl Connection {
     }
 
     fn subscribe(&mut self, id: String, request: async_graphql::Request) -> Reply {
-        let Phase::Ready(data) = &self.phase else {
+        let Phase::Ready(data, access) = &self.phase else {
             return Reply::close(protocol::CLOSE_UNAUTHORIZED, "Unauthorized");
         };
         if self.protocol == WebSocketProtocols::GraphQLWS && self.subscriptions.contains_key(&id) {
@@ -242,6 +244,7 @@ impl Connection {
             .state
             .schema
             .execute_stream_with_session_data(request, data.clone());
+        let results = row_security::stream(*access, results).boxed();
         self.subscriptions.insert(
             id,
             Subscription::Executing {
@@ -344,11 +347,14 @@ async fn authenticate(state: ApiState, payload: Map<String, Value>) -> Init {
             .map_err(message)?;
     }
     let expires_at = credential.as_ref().and_then(|c| c.expires_at);
+    let access = credential
+        .as_ref()
+        .and_then(|c| row_security::of_principal(&c.principal));
     let mut data = schema::caller_data(credential);
     data.insert(schema::subscription::SubscriptionSlots::new(
         state.limits.max_subscriptions,
     ));
-    Ok((data, expires_at))
+    Ok((data, access, expires_at))
 }
 
 /// The client's messages, read and checked. A `subscribe` whose only root

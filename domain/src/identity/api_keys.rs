@@ -21,6 +21,7 @@ use crate::{
         audit::{self, AuditEntry, sha256_hex},
         page::{self, Page, PageRequest},
         rate_limit::Rate,
+        row_security::{Bypass, as_platform, as_tenant},
     },
 };
 
@@ -285,9 +286,10 @@ impl ApiKeys {
             return Err(invalid());
         }
         // unscoped: the secret names its tenant; nothing else is readable by it.
-        let model = api_key::Entity::find()
+        let lookup = api_key::Entity::find()
             .filter(api_key::Column::SecretHash.eq(sha256_hex(secret.as_bytes())))
-            .one(&self.db)
+            .one(&self.db);
+        let model = as_platform(Bypass::Authentication, lookup)
             .await?
             .ok_or_else(invalid)?;
         let key = ApiKey::from(model);
@@ -301,11 +303,11 @@ impl ApiKeys {
             .last_used_at
             .is_none_or(|t| now - t > LAST_USED_GRANULARITY)
         {
-            api_key::Entity::update_many_in(TenantScope::new(key.tenant))
+            let touch = api_key::Entity::update_many_in(TenantScope::new(key.tenant))
                 .col_expr(api_key::Column::LastUsedAt, Expr::value(now))
                 .filter(api_key::Column::Id.eq(key.id.uuid()))
-                .exec(&self.db)
-                .await?;
+                .exec(&self.db);
+            as_tenant(key.tenant, touch).await?;
         }
         Ok(key)
     }

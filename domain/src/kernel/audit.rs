@@ -19,6 +19,7 @@ use crate::{
     kernel::{
         page::{self, Page, PageRequest},
         redact::redact,
+        row_security::{self, Bypass, as_platform},
     },
 };
 
@@ -103,8 +104,13 @@ impl AuditLog {
     }
 
     /// Append one row. Its `data` is redacted before it is hashed and stored.
+    /// The row is written as its own tenant (a platform row, with no
+    /// tenant, under the platform-admin bypass), whoever asks.
     pub async fn record(&self, entry: AuditEntry) -> Result<AuditRecord> {
-        record(&self.db, entry).await
+        match entry.tenant {
+            Some(tenant) => row_security::as_tenant(tenant, record(&self.db, entry)).await,
+            None => as_platform(Bypass::PlatformAdmin, record(&self.db, entry)).await,
+        }
     }
 
     /// Check a platform admin's role, record the use, and hand out the scope.

@@ -13,11 +13,14 @@ use std::{
 
 use brainstem_migration::{Migrator, MigratorTrait};
 use sea_orm::{
-    ConnectOptions, Database, DatabaseConnection, DbBackend,
+    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement,
     sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous},
 };
 
-use crate::{Error, Result};
+use crate::{
+    Error, Result,
+    kernel::row_security::{self, Bypass},
+};
 
 /// Which kind of database a URL names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +68,21 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnecti
                 .foreign_keys(true)
         });
     }
+    if backend == Backend::Postgres {
+        // Each connection carries the row access of the work that takes it
+        // (`row_security`); writing it also proves the connection alive, so
+        // it replaces the pool's liveness ping.
+        options
+            .test_before_acquire(false)
+            .map_sqlx_postgres_pool_opts(|pool| {
+                pool.after_connect(|conn, _| Box::pin(row_security::set_on_acquire(conn)))
+                    .before_acquire(|conn, _| {
+                        Box::pin(
+                            async move { row_security::set_on_acquire(conn).await.map(|()| true) },
+                        )
+                    })
+            });
+    }
     Database::connect(options)
         .await
         .map_err(|err| Error::Internal(format!("cannot connect to the database: {err}")))
@@ -72,9 +90,59 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnecti
 
 /// Apply every pending migration.
 pub async fn migrate(db: &DatabaseConnection) -> Result<()> {
-    Migrator::up(db, None)
+    row_security::as_platform(Bypass::Migration, Migrator::up(db, None))
         .await
         .map_err(|err| Error::Internal(format!("migration failed: {err}")))
+}
+
+/// What a PostgreSQL superuser runs once in Brainstem's database before
+/// the server, connecting as a role that is no superuser, migrates it:
+/// pgvector, and `@@` (`ts_match_vq`) marked leakproof, without which
+/// row-level security keeps the full-text index of memories from being
+/// used (PostgreSQL uses an index under row security only for leakproof
+/// operators; `ts_match_vq` reads its two arguments and raises no error
+/// that depends on a row's content).
+pub const SUPERUSER_SETUP: &str = "CREATE EXTENSION IF NOT EXISTS vector; \
+     ALTER FUNCTION pg_catalog.ts_match_vq(tsvector, tsquery) LEAKPROOF";
+
+/// On PostgreSQL, whether memory search can use its full-text index under
+/// row-level security (see [`SUPERUSER_SETUP`]); `true` on SQLite.
+pub async fn keyword_index_usable(db: &DatabaseConnection) -> Result<bool> {
+    if Backend::of(db) != Backend::Postgres {
+        return Ok(true);
+    }
+    let row = db
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT proleakproof AS leakproof FROM pg_proc \
+             WHERE oid = 'pg_catalog.ts_match_vq(tsvector, tsquery)'::regprocedure",
+        ))
+        .await?;
+    Ok(row
+        .map(|r| r.try_get::<bool>("", "leakproof"))
+        .transpose()?
+        .unwrap_or(false))
+}
+
+/// On PostgreSQL, the server's role when row-level security does not bind
+/// it (a superuser or a role with `BYPASSRLS`); `None` when it does, or on
+/// SQLite.
+pub async fn role_skipping_row_security(db: &DatabaseConnection) -> Result<Option<String>> {
+    if Backend::of(db) != Backend::Postgres {
+        return Ok(None);
+    }
+    let row = db
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT current_user::text AS role, rolsuper OR rolbypassrls AS skips \
+             FROM pg_roles WHERE rolname = current_user",
+        ))
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    let skips: bool = row.try_get("", "skips")?;
+    Ok(skips
+        .then(|| row.try_get::<String>("", "role"))
+        .transpose()?)
 }
 
 /// Names of all migrations this build knows, oldest first.

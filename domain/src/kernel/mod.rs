@@ -8,6 +8,8 @@
 //!   executor's claim) ask [`db::Backend`] which one they run on.
 //! - [`audit::PlatformScope`] is the only way to read across tenants, and
 //!   opening one writes an audit row.
+//! - On PostgreSQL, [`row_security`] is the second wall: a connection shows
+//!   only the rows of the tenant the work that took it runs for.
 
 pub mod audit;
 pub mod crypto;
@@ -19,5 +21,6 @@ pub mod page;
 pub mod principal;
 pub mod rate_limit;
 pub mod redact;
+pub mod row_security;
 pub mod settings;
 pub mod template;

@@ -9,21 +9,27 @@
 //! every query ANDs it in, so the GIN index looks only at the tenant's
 //! memories.
 //!
-//! Query words whose lexeme is in more than
-//! [`COMMON_FREQUENCY`] of all memories and in more than [`COMMON_ROWS`]
-//! of them (read from the planner's own statistics of `search_tsv`,
-//! `pg_stats.most_common_elems`, and the table's row estimate) are left out
-//! of the keyword leg, like stop words: OR-ing them would match, fetch and
-//! rank a large share of a tenant's memories while barely changing the
+//! Query words whose lexeme is in more than [`COMMON_FREQUENCY`] of the
+//! tenant's memories and in more than [`COMMON_ROWS`] of them (counted by
+//! `ts_stat` over a sample of [`COMMON_SAMPLE`] of the tenant's own
+//! memories, read in its scope, and kept per tenant for a while) are left
+//! out of the keyword leg, like stop words: OR-ing them would match, fetch
+//! and rank a large share of a tenant's memories while barely changing the
 //! order. A query made only of such words looks for memories with all of
 //! them.
+//!
+//! Under row-level security PostgreSQL uses an index for a condition only
+//! if its operator is leakproof: the full-text index needs `ts_match_vq`
+//! (`@@`) marked `LEAKPROOF` by a superuser, once per database (README,
+//! PostgreSQL; the server warns at start-up when it is not).
 
 use std::{
+    collections::HashMap,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
-use brainstem_entity::{MemoryId, TenantScope};
+use brainstem_entity::{MemoryId, TenantId, TenantScope};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 use uuid::Uuid;
 
@@ -59,85 +65,94 @@ pub const COMMON_FREQUENCY: f64 = 0.01;
 /// in more than 1 % of rows, and ranking all matches is cheap anyway.
 pub const COMMON_ROWS: f64 = 1_000.0;
 
-/// How long the list of common lexemes is kept before it is read again.
+/// How many of a tenant's memories the word counts are taken from.
+pub const COMMON_SAMPLE: i64 = 5_000;
+
+/// How long a tenant's list of common lexemes is kept before it is read
+/// again.
 const COMMON_REFRESH: Duration = Duration::from_secs(300);
 
-/// The lexemes common enough to leave out of keyword queries, read from
-/// PostgreSQL's statistics and kept for [`COMMON_REFRESH`].
+/// Tenants whose lists are kept at most (the map is cleared when full).
+const COMMON_TENANTS: usize = 10_000;
+
+/// Per tenant, the lexemes common enough to leave out of its keyword
+/// queries, counted in its own memories and kept for [`COMMON_REFRESH`].
 #[derive(Default)]
 pub struct CommonLexemes {
-    cached: Mutex<Option<(Instant, Arc<String>)>>,
+    cached: Mutex<HashMap<TenantId, (Instant, Arc<String>)>>,
 }
 
 impl CommonLexemes {
-    /// Space-separated lexemes (empty without statistics, as on a small or
-    /// never-analyzed table, and on SQLite).
-    async fn get(&self, db: &DatabaseConnection) -> Arc<String> {
+    /// Space-separated lexemes (empty for a tenant with few memories, and
+    /// on SQLite).
+    async fn get(&self, db: &DatabaseConnection, scope: TenantScope) -> Arc<String> {
+        let tenant = scope.tenant_id();
         if let Ok(cached) = self.cached.lock()
-            && let Some((at, lexemes)) = cached.as_ref()
+            && let Some((at, lexemes)) = cached.get(&tenant)
             && at.elapsed() < COMMON_REFRESH
         {
             return lexemes.clone();
         }
-        let lexemes = Arc::new(read_common(db).await.unwrap_or_else(|err| {
-            tracing::warn!(%err, "cannot read search statistics; keyword search keeps every word");
+        let lexemes = Arc::new(read_common(db, scope).await.unwrap_or_else(|err| {
+            tracing::warn!(%err, "cannot count search words; keyword search keeps every word");
             String::new()
         }));
         if let Ok(mut cached) = self.cached.lock() {
-            *cached = Some((Instant::now(), lexemes.clone()));
+            if cached.len() >= COMMON_TENANTS {
+                cached.clear();
+            }
+            cached.insert(tenant, (Instant::now(), lexemes.clone()));
         }
         lexemes
     }
 }
 
-async fn read_common(db: &DatabaseConnection) -> Result<String> {
-    let row = db
-        .query_one_raw(Statement::from_string(
+async fn read_common(db: &DatabaseConnection, scope: TenantScope) -> Result<String> {
+    let tenant = scope.tenant_id().uuid();
+    let mut sql = Sql::new(DbBackend::Postgres);
+    sql.push("SELECT count(*)::float8 AS rows FROM memories m WHERE ");
+    tenant_condition(&mut sql, scope);
+    let rows: f64 = db
+        .query_one_raw(sql.statement())
+        .await?
+        .map(|row| row.try_get("", "rows"))
+        .transpose()?
+        .unwrap_or(0.0);
+    if rows <= COMMON_ROWS {
+        return Ok(String::new());
+    }
+    // The tenant id is a `Uuid`, formatted by us: nothing to escape.
+    let counted = db
+        .query_all_raw(Statement::from_string(
             DbBackend::Postgres,
-            "SELECT s.most_common_elems::text AS elems, \
-             s.most_common_elem_freqs::text AS freqs, c.reltuples::float8 AS rows \
-             FROM pg_stats s JOIN pg_class c ON c.oid = 'memories'::regclass \
-             WHERE s.schemaname = current_schema() AND s.tablename = 'memories' \
-             AND s.attname = 'search_tsv'",
+            format!(
+                "SELECT word, ndoc::float8 AS ndoc FROM ts_stat(\
+                 'SELECT search_tsv FROM memories WHERE tenant_id = ''{tenant}'' LIMIT {COMMON_SAMPLE}') \
+                 WHERE ndoc > 1"
+            ),
         ))
         .await?;
-    let Some(row) = row else {
-        return Ok(String::new());
-    };
-    let elems: Option<String> = row.try_get("", "elems")?;
-    let freqs: Option<String> = row.try_get("", "freqs")?;
-    let rows: Option<f64> = row.try_get("", "rows")?;
-    Ok(common_from_stats(
-        elems.as_deref().unwrap_or_default(),
-        freqs.as_deref().unwrap_or_default(),
-        rows.unwrap_or(0.0),
-    ))
+    let sample = rows.min(COMMON_SAMPLE as f64);
+    let mut common = Vec::new();
+    for row in counted {
+        let word: String = row.try_get("", "word")?;
+        let docs: f64 = row.try_get("", "ndoc")?;
+        if is_common(&word, docs / sample, rows) {
+            common.push(word);
+        }
+    }
+    common.sort();
+    Ok(common.join(" "))
 }
 
-/// The lexemes of `pg_stats.most_common_elems` (array text) whose
-/// frequency in `most_common_elem_freqs` is above [`COMMON_FREQUENCY`] and
-/// whose estimated count among `rows` is above [`COMMON_ROWS`],
-/// space-separated. Lexemes that need quoting in array text are skipped.
-fn common_from_stats(elems: &str, freqs: &str, rows: f64) -> String {
-    let list = |s: &str| -> Vec<String> {
-        s.trim_matches(|c| c == '{' || c == '}')
-            .split(',')
-            .map(str::to_owned)
-            .collect()
-    };
-    let freqs: Vec<f64> = list(freqs).iter().filter_map(|f| f.parse().ok()).collect();
-    list(elems)
-        .into_iter()
-        .zip(freqs)
-        .filter(|(e, f)| {
-            *f > COMMON_FREQUENCY
-                && f * rows > COMMON_ROWS
-                && !e.is_empty()
-                && e.chars().all(|c| c.is_alphanumeric() || c == '_')
-        })
-        .map(|(e, _)| e)
-        .collect::<Vec<_>>()
-        .join(" ")
+/// Whether a lexeme in `share` of a tenant's `rows` memories is left out of
+/// its queries. The tenant's own lexeme (`~…`) and lexemes that would need
+/// quoting never are.
+fn is_common(lexeme: &str, share: f64, rows: f64) -> bool {
+    share > COMMON_FREQUENCY
+        && share * rows > COMMON_ROWS
+        && !lexeme.is_empty()
+        && lexeme.chars().all(|c| c.is_alphanumeric() || c == '_')
 }
 
 /// Up to `k` memories matching any query word, best first.
@@ -157,7 +172,7 @@ pub async fn search(
     let mut sql = Sql::new(backend);
     match backend {
         DbBackend::Postgres => {
-            let common = common.get(db).await;
+            let common = common.get(db, scope).await;
             // The query's lexemes that are not common, OR-ed; when every
             // one is common, all of them AND-ed (few rows match them all).
             sql.push(
@@ -223,17 +238,17 @@ mod tests {
     }
 
     #[test]
-    fn common_lexemes_are_those_above_the_frequency_with_plain_text() {
-        let elems = r#"{ocr,vin,"a b",carrier,x}"#;
-        let freqs = "{0.2,0.005,0.3,0.011,0.5,0.005,0.5,0}";
-        assert_eq!(
-            common_from_stats(elems, freqs, 1_000_000.0),
-            "ocr carrier x"
-        );
+    fn common_lexemes_are_frequent_many_and_plain() {
+        assert!(is_common("ocr", 0.2, 1_000_000.0));
+        assert!(is_common("carrier", 0.011, 1_000_000.0));
+        assert!(!is_common("vin", 0.005, 1_000_000.0));
         // 1.1 % of 50,000 rows is too few to leave out.
-        assert_eq!(common_from_stats(elems, freqs, 50_000.0), "ocr x");
-        // On a small table nothing is common.
-        assert_eq!(common_from_stats(elems, freqs, 1_500.0), "");
-        assert_eq!(common_from_stats("", "", 1e6), "");
+        assert!(!is_common("carrier", 0.011, 50_000.0));
+        // Among few memories nothing is common.
+        assert!(!is_common("ocr", 0.9, 1_000.0));
+        // The tenant's own lexeme, and lexemes that need quoting, never are.
+        assert!(!is_common("~0192", 1.0, 1e6));
+        assert!(!is_common("a b", 1.0, 1e6));
+        assert!(!is_common("", 1.0, 1e6));
     }
 }

@@ -59,7 +59,13 @@ use super::{
     embedder::cosine,
     sql::{CandidateFilter, Sql, push_filter, tenant_condition},
 };
-use crate::{Error, Result, kernel::db::Backend};
+use crate::{
+    Error, Result,
+    kernel::{
+        db::Backend,
+        row_security::{self, Bypass, as_platform},
+    },
+};
 
 /// Largest dimension an HNSW index on `vector` accepts.
 pub const MAX_DIMENSION: usize = 2000;
@@ -260,6 +266,25 @@ impl PgVectorIndex {
     }
 }
 
+/// The vector table is made here, not by a migration (its column type
+/// follows the configured dimension), so its row-level security policy is
+/// made here too, once, like the migration's for the other tenant tables.
+async fn protect_with_row_security(txn: &DatabaseTransaction) -> Result<()> {
+    let exists = txn
+        .query_one_raw(sea_orm::Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT 1 AS one FROM pg_policies \
+             WHERE tablename = 'memory_embeddings' AND policyname = 'tenant_rows'",
+        ))
+        .await?
+        .is_some();
+    if !exists {
+        txn.execute_unprepared(&row_security::policy_sql("memory_embeddings"))
+            .await?;
+    }
+    Ok(())
+}
+
 fn sqlx_error(err: sqlx::Error) -> Error {
     Error::from(sea_orm::DbErr::Conn(sea_orm::RuntimeErr::SqlxError(
         err.into(),
@@ -275,7 +300,9 @@ impl VectorIndex for PgVectorIndex {
                 "embedding_dimension must be 1..={MAX_DIMENSION}"
             )));
         }
-        let txn = self.db.begin().await?;
+        // A schema change of the whole store (under the maintenance bypass:
+        // a changed dimension clears every tenant's embedding model).
+        let txn = as_platform(Bypass::Maintenance, self.db.begin()).await?;
         // Replicas starting together must not race to create the table.
         txn.execute_unprepared(
             "SELECT pg_advisory_xact_lock(hashtext('brainstem.memory_embeddings'))",
@@ -295,6 +322,7 @@ impl VectorIndex for PgVectorIndex {
             // Earlier versions kept one HNSW index over every tenant.
             txn.execute_unprepared("DROP INDEX IF EXISTS ix_memory_embeddings_hnsw")
                 .await?;
+            protect_with_row_security(&txn).await?;
             txn.commit().await?;
             return Ok(());
         }
@@ -324,6 +352,7 @@ impl VectorIndex for PgVectorIndex {
             "CREATE INDEX ix_memory_embeddings_tenant ON memory_embeddings (tenant_id, memory_id)",
         )
         .await?;
+        protect_with_row_security(&txn).await?;
         txn.commit().await?;
         if let Ok(mut routes) = self.routes.lock() {
             routes.clear();

@@ -24,6 +24,7 @@ use crate::{
     kernel::{
         page::{self, Page, PageRequest},
         principal::Principal,
+        row_security,
     },
     runtime::{
         events::EventBus,
@@ -154,8 +155,8 @@ pub fn conversation_events(
                     let is_turn = match turns.get(&event.task_id) {
                         Some(known) => *known,
                         None => {
-                            let found = tasks
-                                .get(scope, event.task_id)
+                            let task = tasks.get(scope, event.task_id);
+                            let found = row_security::as_tenant(scope.tenant_id(), task)
                                 .await
                                 .is_ok_and(|t| t.conversation == Some(conversation));
                             turns.insert(event.task_id, found);

@@ -15,6 +15,7 @@ use crate::{
     kernel::{
         audit, crypto, db,
         page::{self, PageRequest},
+        row_security,
     },
     memory::{self, graph},
     runtime::{conversations, events, tasks},
@@ -180,10 +181,8 @@ impl Domain {
                 )
                 .await?;
             for tenant in &page.items {
-                total += self
-                    .connections
-                    .reencrypt(TenantScope::new(tenant.id))
-                    .await?;
+                let reseal = self.connections.reencrypt(TenantScope::new(tenant.id));
+                total += row_security::as_tenant(tenant.id, reseal).await?;
             }
             match page.items.last() {
                 Some(last) if page.has_next_page => after = Some(last.id.uuid()),

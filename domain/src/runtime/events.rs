@@ -44,6 +44,7 @@ use uuid::Uuid;
 
 use crate::{
     Result,
+    kernel::row_security,
     runtime::tasks::{EventKind, EventSink, TaskEvent, Tasks},
 };
 
@@ -382,17 +383,13 @@ async fn decode(v: Value, db: &DatabaseConnection) -> Option<TaskEvent> {
     let task_id: TaskId = v["task"].as_str()?.parse().ok()?;
     if v["ref"] == json!(true) {
         let seq = v["seq"].as_i64()?;
-        return crate::runtime::tasks::events_after(
-            db,
-            TenantScope::new(tenant),
-            task_id,
-            seq - 1,
-            1,
-        )
-        .await
-        .ok()?
-        .into_iter()
-        .next();
+        let stored =
+            crate::runtime::tasks::events_after(db, TenantScope::new(tenant), task_id, seq - 1, 1);
+        return row_security::as_tenant(tenant, stored)
+            .await
+            .ok()?
+            .into_iter()
+            .next();
     }
     let strings = |k: &str| -> Vec<String> {
         v[k].as_array()
@@ -737,7 +734,8 @@ pub fn task_updates(
                                 | EventKind::StepFailed
                         ) =>
                 {
-                    let task = tasks.get(scope, event.task_id).await;
+                    let task = tasks.get(scope, event.task_id);
+                    let task = row_security::as_tenant(scope.tenant_id(), task).await;
                     if tx.send(task).await.is_err() {
                         return;
                     }

@@ -93,17 +93,14 @@ async fn remember_many(
     contents: impl IntoIterator<Item = String>,
 ) {
     for content in contents {
-        app.domain
-            .memory
-            .remember(
-                scope,
-                brainstem_domain::memory::NewMemory {
-                    content,
-                    ..Default::default()
-                },
-            )
-            .await
-            .unwrap();
+        let remembered = app.domain.memory.remember(
+            scope,
+            brainstem_domain::memory::NewMemory {
+                content,
+                ..Default::default()
+            },
+        );
+        crate::helpers::in_tenant(scope, remembered).await.unwrap();
     }
 }
 

@@ -186,15 +186,15 @@ async fn big_tenants_get_their_own_vector_index(backend: Backend) {
         ..Default::default()
     };
     let index = app.domain.memory.index().clone();
-    let exact = index
-        .nearest(big_scope, &v, 10, &filter, true)
-        .await
-        .unwrap();
+    let exact =
+        crate::helpers::in_tenant(big_scope, index.nearest(big_scope, &v, 10, &filter, true))
+            .await
+            .unwrap();
     assert_eq!(exact.len(), 10);
-    let before = index
-        .nearest(big_scope, &v, 10, &filter, false)
-        .await
-        .unwrap();
+    let before =
+        crate::helpers::in_tenant(big_scope, index.nearest(big_scope, &v, 10, &filter, false))
+            .await
+            .unwrap();
     assert_eq!(before, exact);
 
     let report = app.domain.memory.run_maintenance(Utc::now()).await.unwrap();
@@ -260,10 +260,10 @@ async fn big_tenants_get_their_own_vector_index(backend: Backend) {
     let ids = |hits: &[(brainstem_domain::MemoryId, f32)]| {
         hits.iter().map(|(id, _)| *id).collect::<Vec<_>>()
     };
-    let after = index
-        .nearest(big_scope, &v, 10, &filter, false)
-        .await
-        .unwrap();
+    let after =
+        crate::helpers::in_tenant(big_scope, index.nearest(big_scope, &v, 10, &filter, false))
+            .await
+            .unwrap();
     assert_eq!(ids(&after), ids(&exact));
     let fresh = brainstem_domain::memory::vector::for_connection(
         &app.domain.db,
@@ -273,10 +273,10 @@ async fn big_tenants_get_their_own_vector_index(backend: Backend) {
             tenant_index_rows: 30,
         },
     );
-    let indexed = fresh
-        .nearest(big_scope, &v, 10, &filter, false)
-        .await
-        .unwrap();
+    let indexed =
+        crate::helpers::in_tenant(big_scope, fresh.nearest(big_scope, &v, 10, &filter, false))
+            .await
+            .unwrap();
     // Through the tenant's index (HNSW over 40 rows finds them all).
     assert_eq!(ids(&indexed), ids(&exact));
 
@@ -294,10 +294,10 @@ async fn big_tenants_get_their_own_vector_index(backend: Backend) {
             .await;
         assert_eq!(res.data()["archiveMemory"]["memory"]["status"], "ARCHIVED");
     }
-    let rest = fresh
-        .nearest(big_scope, &v, 10, &filter, false)
-        .await
-        .unwrap();
+    let rest =
+        crate::helpers::in_tenant(big_scope, fresh.nearest(big_scope, &v, 10, &filter, false))
+            .await
+            .unwrap();
     assert_eq!(rest.len(), 10);
     assert!(
         rest.iter()
@@ -312,10 +312,12 @@ async fn big_tenants_get_their_own_vector_index(backend: Backend) {
     assert_eq!(hit_ids(&hits).len(), 10, "{hits}");
 
     // The small tenant sees only its own five, by index or not.
-    let mine = fresh
-        .nearest(small_scope, &v, 10, &filter, false)
-        .await
-        .unwrap();
+    let mine = crate::helpers::in_tenant(
+        small_scope,
+        fresh.nearest(small_scope, &v, 10, &filter, false),
+    )
+    .await
+    .unwrap();
     assert_eq!(mine.len(), 5);
     let hits = search(
         &app,

@@ -80,7 +80,10 @@ impl Loader<(TenantScope, MemoryId)> for MentionLoader {
 
 /// The mention loader this area puts in the schema's data.
 pub(super) fn mention_loader(domain: &Domain) -> DataLoader<MentionLoader> {
-    DataLoader::new(MentionLoader(domain.clone()), tokio::spawn)
+    DataLoader::new(
+        MentionLoader(domain.clone()),
+        brainstem_domain::row_security::spawn,
+    )
 }
 
 /// Where a memory lives, which decides its lifetime.

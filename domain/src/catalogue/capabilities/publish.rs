@@ -32,7 +32,10 @@ use crate::{
         plans::{self, PlanDef},
         tool::{Tool, ToolRegistry},
     },
-    kernel::crypto::Sealed,
+    kernel::{
+        crypto::Sealed,
+        row_security::{Bypass, as_platform},
+    },
 };
 
 /// What a platform admin publishes.
@@ -69,7 +72,8 @@ impl Capabilities {
     /// Publish a capability, or a new version of one (platform admins).
     pub async fn publish(&self, scope: &PlatformScope, def: CapabilityDef) -> Result<Published> {
         check_capability(&def, &self.registry)?;
-        let txn = self.db.begin().await?;
+        // The catalogue is platform data; its audit row has no tenant.
+        let txn = as_platform(Bypass::PlatformAdmin, self.db.begin()).await?;
         let existing = capability::Entity::find()
             .filter(capability::Column::Key.eq(&def.key))
             .one(&txn)

@@ -25,6 +25,7 @@ use crate::{
     kernel::{
         audit::{self, AuditEntry},
         page::{self, Page, PageRequest},
+        row_security::{Bypass, as_platform},
     },
 };
 
@@ -309,7 +310,7 @@ impl Capabilities {
     pub async fn expire_trials(&self, now: DateTime<Utc>) -> Result<u64> {
         // unscoped: a platform maintenance pass over every tenant's trials;
         // it changes nothing but the status of trials that have ended.
-        let result = capability_subscription::Entity::update_many()
+        let ended = capability_subscription::Entity::update_many()
             .col_expr(
                 capability_subscription::Column::Status,
                 Expr::value(SubscriptionStatus::Expired.as_str()),
@@ -317,8 +318,8 @@ impl Capabilities {
             .col_expr(capability_subscription::Column::UpdatedAt, Expr::value(now))
             .filter(capability_subscription::Column::Status.eq(SubscriptionStatus::Trial.as_str()))
             .filter(capability_subscription::Column::TrialEndsAt.lte(now))
-            .exec(&self.db)
-            .await?;
+            .exec(&self.db);
+        let result = as_platform(Bypass::Maintenance, ended).await?;
         if result.rows_affected > 0 {
             tracing::info!(expired = result.rows_affected, "expired ended trials");
         }

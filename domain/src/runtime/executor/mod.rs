@@ -55,6 +55,7 @@ use crate::{
         audit::{self, sha256_hex},
         json_schema::{self, Mode},
         redact::redact,
+        row_security::{self, Bypass, as_platform, as_tenant},
         template,
     },
     models::{
@@ -236,6 +237,20 @@ impl Executor {
     /// Claim one runnable task and drive it until it finishes, pauses or
     /// backs off. Returns the task, or `None` when nothing was runnable.
     pub async fn run_once(&self) -> Result<Option<TaskId>> {
+        let Some((task, held)) = as_platform(Bypass::Queue, self.claim_next()).await? else {
+            return Ok(None);
+        };
+        let id = task.id;
+        let tenant = task.scope().tenant_id();
+        // Boxed: the driving future is large, and a debug build's stack is
+        // not.
+        as_tenant(tenant, Box::pin(self.drive(task, held))).await?;
+        Ok(Some(id))
+    }
+
+    /// Claim the next runnable task, with the claim's transaction still
+    /// open when the task is to be planned in it.
+    async fn claim_next(&self) -> Result<Option<(Task, Option<DatabaseTransaction>)>> {
         let txn = self.domain.db.begin().await?;
         let Some(task) = self.claim_in(&txn, Utc::now()).await? else {
             txn.commit().await?;
@@ -256,9 +271,7 @@ impl Executor {
             txn.commit().await?;
             None
         };
-        let id = task.id;
-        self.drive(task, held).await?;
-        Ok(Some(id))
+        Ok(Some((task, held)))
     }
 
     /// Run until no task is runnable; returns how many were driven.
@@ -272,7 +285,7 @@ impl Executor {
 
     /// Claim the oldest runnable task of any tenant.
     pub async fn claim(&self, now: DateTime<Utc>) -> Result<Option<Task>> {
-        self.claim_in(&self.domain.db, now).await
+        as_platform(Bypass::Queue, self.claim_in(&self.domain.db, now)).await
     }
 
     async fn claim_in<C: ConnectionTrait>(
@@ -283,10 +296,12 @@ impl Executor {
         let backend = db.get_database_backend();
         let sql = match backend {
             DbBackend::Postgres => {
+                // The claim's transaction then sees only the claimed
+                // task's tenant (row security), at no extra round trip.
                 "UPDATE tasks SET lease_owner = $1, lease_expires_at = $2, updated_at = $3 \
                  WHERE id = (SELECT id FROM tasks WHERE status = 'PENDING' AND lease_owner IS NULL \
                  AND run_after <= $3 ORDER BY run_after, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
-                 RETURNING *"
+                 RETURNING *, set_config('brainstem.tenant', tenant_id::text, true) AS row_access"
             }
             // SQLite has one writer at a time: the UPDATE itself is the claim.
             _ => {
@@ -311,8 +326,9 @@ impl Executor {
         row.map(Task::try_from).transpose()
     }
 
-    /// Return tasks whose lease expired before `now` to the queue.
-    pub async fn reap_expired(&self, now: DateTime<Utc>) -> Result<usize> {
+    /// Every tenant's tasks whose lease expired before `now`: id, tenant and
+    /// lease owner.
+    async fn expired_leases(&self, now: DateTime<Utc>) -> Result<Vec<sea_orm::QueryResult>> {
         let db = &self.domain.db;
         let backend = db.get_database_backend();
         let sql = match backend {
@@ -322,9 +338,15 @@ impl Executor {
             _ => "SELECT id, tenant_id, lease_owner FROM tasks WHERE lease_expires_at < ?1",
         };
         // unscoped: the reaper looks at every tenant's expired leases.
-        let rows = db
+        Ok(db
             .query_all_raw(Statement::from_sql_and_values(backend, sql, [now.into()]))
-            .await?;
+            .await?)
+    }
+
+    /// Return tasks whose lease expired before `now` to the queue.
+    pub async fn reap_expired(&self, now: DateTime<Utc>) -> Result<usize> {
+        let db = &self.domain.db;
+        let rows = as_platform(Bypass::Queue, self.expired_leases(now)).await?;
         let mut reaped = 0;
         for row in rows {
             let id: Uuid = row.try_get("", "id")?;
@@ -332,25 +354,29 @@ impl Executor {
             let owner: Option<String> = row.try_get("", "lease_owner")?;
             let Some(owner) = owner else { continue };
             let scope = TenantScope::new(tenant.into());
-            let txn = db.begin().await?;
-            let done = mutate(
-                &txn,
-                scope,
-                id.into(),
-                &Guard::Expired(owner.clone(), now),
-                TaskChanges {
-                    status: Some(TaskStatus::Pending),
-                    lease: Some(None),
-                    ..TaskChanges::default()
-                },
-                vec![
-                    NewEvent::status(TaskStatus::Pending, "lease expired; back in the queue")
-                        .data(json!({"reason": "lease_expired", "worker": owner})),
-                ],
-            )
+            let returned = as_tenant(scope.tenant_id(), async {
+                let txn = db.begin().await?;
+                let done = mutate(
+                    &txn,
+                    scope,
+                    id.into(),
+                    &Guard::Expired(owner.clone(), now),
+                    TaskChanges {
+                        status: Some(TaskStatus::Pending),
+                        lease: Some(None),
+                        ..TaskChanges::default()
+                    },
+                    vec![
+                        NewEvent::status(TaskStatus::Pending, "lease expired; back in the queue")
+                            .data(json!({"reason": "lease_expired", "worker": owner})),
+                    ],
+                )
+                .await?;
+                txn.commit().await?;
+                Ok::<_, crate::Error>(done)
+            })
             .await?;
-            txn.commit().await?;
-            if let Some((_, events)) = done {
+            if let Some((_, events)) = returned {
                 tracing::warn!(task = %id, worker = %owner, "reaped an expired lease");
                 self.domain.tasks.sink().publish(&events);
                 reaped += 1;
@@ -451,7 +477,7 @@ impl Executor {
         let db = self.domain.db.clone();
         let owner = self.config.worker_id.clone();
         let lease = self.config.lease;
-        tokio::spawn(async move {
+        row_security::spawn(async move {
             loop {
                 tokio::time::sleep(lease / 3).await;
                 let until = Utc::now() + chrono::Duration::from_std(lease).unwrap_or_default();

@@ -4,6 +4,7 @@
 //! cancel sets a flag the worker honours).
 
 use super::*;
+use crate::kernel::row_security::{self, Bypass, as_platform};
 
 impl Tasks {
     /// Cancel a task. An idle task (pending, in review, delegated) is
@@ -362,7 +363,9 @@ impl Tasks {
     ) -> Result<Task> {
         let refused = || Error::not_found("delegated task or token");
         let hash = sha256_hex(token.as_bytes());
-        let txn = self.db.begin().await?;
+        // The token authenticates the callback: its delegation row is found
+        // across tenants, then the transaction sees only that row's tenant.
+        let txn = as_platform(Bypass::Authentication, self.db.begin()).await?;
         // unscoped: the token names its tenant; the task id must match it.
         let claimed = delegation::Entity::update_many()
             .col_expr(
@@ -391,6 +394,7 @@ impl Tasks {
             return Err(refused());
         };
         let scope = TenantScope::new(delegation.tenant_id.into());
+        row_security::narrow(&txn, scope.tenant_id()).await?;
         let task = get_task(&txn, scope, task_id).await?;
         let step = task
             .frozen_plan
