@@ -41,7 +41,7 @@ pub mod models;
 pub mod runtime;
 pub mod tools;
 
-pub use catalogue::{capabilities, connections, plans, policy, prompts};
+pub use catalogue::{capabilities, connections, guardrails, plans, policy, prompts};
 pub use identity::{acting, api_keys, tenants};
 pub use kernel::{
     audit, crypto, db, error, http_client, json_schema, page, principal, rate_limit, redact,

@@ -26,6 +26,7 @@ pub mod connection;
 pub mod conversation;
 pub mod delegation;
 pub mod executor_policy;
+pub mod guardrail;
 pub mod ids;
 pub mod kg_entity;
 pub mod kg_relation;

@@ -21,6 +21,7 @@ mod m20261125_110000_conversations_and_prompts;
 mod m20261125_120000_executor_policies;
 mod m20261125_130000_task_running_time;
 mod m20261126_090000_row_level_security;
+mod m20261126_100000_guardrails;
 
 pub struct Migrator;
 
@@ -44,6 +45,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_120000_executor_policies::Migration),
             Box::new(m20261125_130000_task_running_time::Migration),
             Box::new(m20261126_090000_row_level_security::Migration),
+            Box::new(m20261126_100000_guardrails::Migration),
         ]
     }
 }

@@ -54,6 +54,19 @@ const TENANT_TABLES: &[&str] = &[
 const CONDITION: &str = "current_setting('brainstem.tenant', true) = '*' \
      OR tenant_id = NULLIF(NULLIF(current_setting('brainstem.tenant', true), ''), '*')::uuid";
 
+/// Row security on `table` (which has a `tenant_id`), forced, with the
+/// `tenant_rows` policy (PostgreSQL only; later migrations call it for
+/// their new tenant tables).
+pub(crate) async fn protect(db: &SchemaManagerConnection<'_>, table: &str) -> Result<(), DbErr> {
+    db.execute_unprepared(&format!(
+        "ALTER TABLE {table} ENABLE ROW LEVEL SECURITY; \
+         ALTER TABLE {table} FORCE ROW LEVEL SECURITY; \
+         CREATE POLICY tenant_rows ON {table} USING ({CONDITION}) WITH CHECK ({CONDITION})"
+    ))
+    .await
+    .map(|_| ())
+}
+
 #[derive(DeriveIden)]
 enum Users {
     Table,
@@ -70,12 +83,7 @@ impl MigrationTrait for Migration {
         }
         let db = manager.get_connection();
         for table in TENANT_TABLES {
-            db.execute_unprepared(&format!(
-                "ALTER TABLE {table} ENABLE ROW LEVEL SECURITY; \
-                 ALTER TABLE {table} FORCE ROW LEVEL SECURITY; \
-                 CREATE POLICY tenant_rows ON {table} USING ({CONDITION}) WITH CHECK ({CONDITION})"
-            ))
-            .await?;
+            protect(db, table).await?;
         }
         Ok(())
     }

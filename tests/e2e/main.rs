@@ -22,6 +22,7 @@ mod fanout;
 mod fuzz;
 mod graph;
 mod graphql_http_audit;
+mod guardrails;
 mod hostile;
 mod http;
 mod layers;

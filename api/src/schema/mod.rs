@@ -30,6 +30,7 @@ pub mod capabilities;
 pub mod context;
 pub mod conversations;
 pub mod graph;
+pub mod guardrails;
 pub mod identity;
 pub mod ids;
 pub mod limits;
@@ -75,6 +76,7 @@ pub struct Query(
     conversations::ConversationQuery,
     prompts::PromptQuery,
     policy::PolicyQuery,
+    guardrails::GuardrailQuery,
 );
 
 // The mutation root, merged like `Query`.
@@ -90,6 +92,7 @@ pub struct Mutation(
     conversations::ConversationMutation,
     prompts::PromptMutation,
     policy::PolicyMutation,
+    guardrails::GuardrailMutation,
 );
 
 /// The schema and what runs around each of its operations

@@ -1,8 +1,9 @@
 //! The catalogue: what a tenant can run. Plans as data, the platform's
 //! capability catalogue and tenants' subscriptions to it, tenants'
 //! connections to external systems, the [`tool`] contract with its
-//! registry, the limits agent steps run under ([`policy`]), and how the
-//! tenant's model is instructed ([`prompts`]).
+//! registry, the limits agent steps run under ([`policy`]), the tenant's
+//! rules checked before each step ([`guardrails`]), and how the tenant's
+//! model is instructed ([`prompts`]).
 //!
 //! Invariants:
 //! - A plan is checked against the tools it names before it is stored; a
@@ -15,6 +16,7 @@
 
 pub mod capabilities;
 pub mod connections;
+pub mod guardrails;
 pub mod plans;
 pub mod policy;
 pub mod prompts;

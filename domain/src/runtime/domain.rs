@@ -10,7 +10,7 @@ use sea_orm::DatabaseConnection;
 
 use crate::{
     Error, PlatformScope, Principal, Result, TaskId, TenantScope,
-    catalogue::{capabilities, connections, plans, policy, prompts, tool as tools},
+    catalogue::{capabilities, connections, guardrails, plans, policy, prompts, tool as tools},
     identity::{acting, api_keys, tenants},
     kernel::{
         audit, crypto, db,
@@ -42,6 +42,8 @@ pub struct Domain {
     pub prompts: prompts::Prompts,
     /// The executor policy and tenants' overrides.
     pub policies: policy::Policies,
+    /// Tenants' rules checked before each step.
+    pub guardrails: guardrails::Guardrails,
 }
 
 impl Domain {
@@ -103,6 +105,7 @@ impl Domain {
             conversations: conversations::Conversations::new(db.clone()),
             prompts: prompts::Prompts::new(db.clone()),
             policies: policy::Policies::new(db.clone(), Default::default()),
+            guardrails: guardrails::Guardrails::new(db.clone()),
             statements,
             db,
         }

@@ -139,4 +139,12 @@ event_types! {
                 .unwrap_or_default()
         }
     }
+    /// A `WARN` guardrail matched the step, which ran all the same
+    /// (`data.guardrail`, `data.severity`).
+    GuardrailMatched {
+        /// The guardrail's name.
+        pub async fn guardrail(&self) -> String {
+            self.0.data["guardrail"].as_str().unwrap_or_default().to_owned()
+        }
+    }
 }

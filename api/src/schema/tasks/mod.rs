@@ -86,7 +86,7 @@ mirror_enum!(
     /// What a task event records.
     TaskEventKind = tasks::EventKind {
         StatusChanged, StepStarted, StepCompleted, StepFailed, StepSkipped, StepsInjected,
-        ReviewRequested, Delegated, TokenDelta, MemoryRecalled,
+        ReviewRequested, Delegated, TokenDelta, MemoryRecalled, GuardrailMatched,
     }
 );
 

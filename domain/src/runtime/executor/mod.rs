@@ -46,6 +46,7 @@ use crate::{
     Domain, Error, Result,
     catalogue::{
         capabilities,
+        guardrails::{self, Severity, StepFacts},
         plans::{self, FALLBACK_INTENT, StepDef},
         tool::{
             ArtifactDef, Control, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSettings,

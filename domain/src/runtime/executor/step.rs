@@ -101,11 +101,53 @@ impl Executor {
                 )
                 .await;
         }
+        // The tenant's guardrails, last before the call: a BLOCK stops the
+        // step, a WARN is recorded with its start.
+        let facts = StepFacts {
+            tool: &step.tool,
+            step: &step.id,
+            plan: task.plan_key.as_deref(),
+            intent: task.intent.as_deref(),
+            confidence: task.confidence,
+            channel: task.channel.as_str(),
+            mode: task.mode.as_str(),
+            attempt,
+            args: &args,
+            payload: &task.payload,
+            state: &task.state,
+        };
+        let matched = self.domain.guardrails.check(task.scope(), &facts).await?;
+        if let Some(block) = matched.iter().find(|m| m.severity == Severity::Block) {
+            let message = format!(
+                "{}: guardrail `{}` blocks step `{}` (tool `{}`)",
+                guardrails::BLOCKED,
+                block.name,
+                step.id,
+                step.tool
+            );
+            return self
+                .step_failed(task, &step, attempt, ToolError::fatal(message), Some(&args))
+                .await;
+        }
+        let warnings: Vec<NewEvent> = matched
+            .iter()
+            .map(|m| {
+                NewEvent::new(
+                    EventKind::GuardrailMatched,
+                    format!("guardrail `{}` matched step `{}`", m.name, step.id),
+                )
+                .step(&step.id, &step.tool)
+                .data(json!({"guardrail": m.name, "severity": m.severity.as_str()}))
+            })
+            .collect();
         // Commit the start: the step is now current.
         let mut attempts = task.attempts.clone();
         attempts.insert(step.id.clone(), json!(attempt));
-        let started = if prestarted {
+        let started = if prestarted && warnings.is_empty() {
             Some(task)
+        } else if prestarted {
+            self.commit(&task, TaskChanges::default(), warnings, Extra::default())
+                .await?
         } else {
             self.commit(
                 &task,
@@ -115,7 +157,9 @@ impl Executor {
                     attempts: Some(attempts),
                     ..TaskChanges::default()
                 },
-                vec![started_event(&step, attempt)],
+                std::iter::once(started_event(&step, attempt))
+                    .chain(warnings)
+                    .collect(),
                 Extra::default(),
             )
             .await?

@@ -140,6 +140,7 @@ string_enum!(
         Delegated => "Delegated",
         TokenDelta => "TokenDelta",
         MemoryRecalled => "MemoryRecalled",
+        GuardrailMatched => "GuardrailMatched",
     }
 );
 

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::{
+    catalogue::guardrails,
     models::llm::{Message, Role, ToolCall},
     runtime::tasks::StepAttempt,
 };
@@ -218,6 +219,9 @@ fn step_result(step: &str, outputs: &Value, attempts: &[StepAttempt]) -> String 
         .and_then(|a| a.error.clone());
     match error {
         Some(message) if message.starts_with("timed out") => error_content("TIMEOUT", &message),
+        Some(message) if message.starts_with(guardrails::BLOCKED) => {
+            error_content(guardrails::BLOCKED, &message)
+        }
         Some(message) => error_content("EXECUTION_ERROR", &message),
         None => error_content("EXECUTION_ERROR", "the tool returned nothing"),
     }
