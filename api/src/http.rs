@@ -40,7 +40,12 @@ use axum::{
     response::{Html, IntoResponse, Response},
     routing::{get, post},
 };
-use brainstem_domain::{Error, TaskId, row_security, tasks::DelegationOutcome};
+use brainstem_domain::{
+    Error, TaskId,
+    origin::{self, Origin},
+    row_security,
+    tasks::DelegationOutcome,
+};
 use serde_json::{Value, json};
 use tower_http::{catch_panic::CatchPanicLayer, trace::TraceLayer};
 
@@ -247,10 +252,34 @@ async fn graphql_post(
     execute(state, peer, headers, media, request).await
 }
 
+/// Run a GraphQL request within its origin (request and trace ids, for
+/// the audit rows it writes and the tasks it starts); the response names
+/// the request id in `X-Request-Id`.
 async fn execute(
     state: ApiState,
     peer: Peer,
     headers: HeaderMap,
+    media: Media,
+    request: async_graphql::Request,
+) -> Response {
+    let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let origin = Origin::of_request(value(REQUEST_ID), value("traceparent"));
+    let request_id = origin.request_id.clone().unwrap_or_default();
+    let mut response =
+        origin::within(origin, execute_in(state, peer, &headers, media, request)).await;
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert(REQUEST_ID, value);
+    }
+    response
+}
+
+/// The header that names a request (given by the client, or made here).
+pub const REQUEST_ID: &str = "x-request-id";
+
+async fn execute_in(
+    state: ApiState,
+    peer: Peer,
+    headers: &HeaderMap,
     media: Media,
     mut request: async_graphql::Request,
 ) -> Response {

@@ -19,9 +19,14 @@ pub struct Model {
     pub target: String,
     /// Details with PII keys redacted.
     pub data: Json,
-    /// Hex SHA-256 of the canonical JSON of the fields above.
+    /// Hex SHA-256 of the canonical JSON of the other fields (the two ids
+    /// below only when set, so rows written before them verify).
     pub hash: String,
     pub created_at: DateTimeUtc,
+    /// The request that did it (`X-Request-Id`), if it came from one.
+    pub request_id: Option<String>,
+    /// The trace it belongs to: a request's, or the task's whose work it is.
+    pub trace_id: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

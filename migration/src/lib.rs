@@ -22,6 +22,7 @@ mod m20261125_120000_executor_policies;
 mod m20261125_130000_task_running_time;
 mod m20261126_090000_row_level_security;
 mod m20261126_100000_guardrails;
+mod m20261126_110000_audit_origin;
 
 pub struct Migrator;
 
@@ -46,6 +47,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261125_130000_task_running_time::Migration),
             Box::new(m20261126_090000_row_level_security::Migration),
             Box::new(m20261126_100000_guardrails::Migration),
+            Box::new(m20261126_110000_audit_origin::Migration),
         ]
     }
 }

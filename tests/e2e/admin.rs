@@ -17,6 +17,7 @@ on_both_backends!(
     audit_log_filters_pages_and_verifies,
     audit_log_is_the_tenants_own_and_needs_admin,
 );
+crate::for_both_backends!(audit_rows_name_their_request_and_trace);
 
 const VIEWER: &str = "{ viewer { roles tenant { slug } } }";
 const AUDIT: &str = "query($filter: AuditLogFilter, $first: Int, $after: String) {
@@ -344,4 +345,89 @@ async fn audit_log_is_the_tenants_own_and_needs_admin(app: TestApp) {
     }
     let res = app.graphql(None, AUDIT, json!({})).await;
     assert_eq!(res.error_code(), "UNAUTHENTICATED");
+}
+
+/// Every audit row names its origin: the request (`X-Request-Id`, echoed
+/// or made) and the trace (the client's `traceparent`, which a task started
+/// in the request keeps, and under which its steps' rows are written).
+async fn audit_rows_name_their_request_and_trace(backend: crate::helpers::Backend) {
+    let app = TestApp::spawn_with(backend, |c| c.audit_tool_calls = true).await;
+    app.create_tenant("acme").await;
+    let admin = app.admin_token("acme");
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let traceparent = format!("00-{trace}-00f067aa0ba902b7-01");
+    let (created, headers) = app
+        .graphql_with(
+            Some(&admin),
+            &[("x-request-id", "req-7"), ("traceparent", &traceparent)],
+            json!({"query": "mutation { createApiKey(input: {name: \"ci\", scopes: [\"tasks:read\"]}) { apiKey { id } } }"}),
+        )
+        .await;
+    assert!(created.data()["createApiKey"]["apiKey"]["id"].is_string());
+    assert_eq!(headers["x-request-id"], "req-7");
+    // Without the headers the server makes both ids, and says the request's.
+    let (_, made) = app
+        .graphql_with(
+            Some(&admin),
+            &[],
+            json!({"query": "mutation { createApiKey(input: {name: \"cd\", scopes: [\"tasks:read\"]}) { apiKey { id } } }"}),
+        )
+        .await;
+    let made = made["x-request-id"].to_str().unwrap().to_owned();
+    assert_eq!(made.len(), 32);
+
+    let rows = |res: &Gql| -> Vec<Value> {
+        res.data()["auditLog"]["edges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["node"].clone())
+            .collect()
+    };
+    let keys = app
+        .graphql(
+            Some(&admin),
+            "{ auditLog(filter: {actionPrefix: \"api_key.create\"}) { edges { node { requestId traceId verified } } } }",
+            json!({}),
+        )
+        .await;
+    let keys = rows(&keys);
+    assert_eq!(keys.len(), 2);
+    assert_eq!(keys[0]["requestId"], "req-7");
+    assert_eq!(keys[0]["traceId"], trace);
+    assert_eq!(keys[1]["requestId"], made.as_str());
+    assert_eq!(keys[1]["traceId"].as_str().map(str::len), Some(32));
+    assert_ne!(keys[1]["traceId"], trace);
+    assert!(keys.iter().all(|k| k["verified"] == true), "{keys:?}");
+
+    // A task started in a traced request keeps the trace; its steps' audit
+    // rows (written by the executor, not the request) carry it too.
+    app.publish_plan(
+        "acme",
+        json!({"key": "mark", "intent": "mark",
+               "steps": [{"id": "one", "tool": "set_state", "args": {"x": 1}}]}),
+    )
+    .await
+    .data();
+    let (started, _) = app
+        .graphql_with(
+            Some(&admin),
+            &[("traceparent", &traceparent)],
+            json!({"query": "mutation { startTask(input: {planKey: \"mark\"}) { task { id traceId } } }"}),
+        )
+        .await;
+    assert_eq!(started.data()["startTask"]["task"]["traceId"], trace);
+    app.run_tasks().await;
+    let calls = app
+        .graphql(
+            Some(&admin),
+            "{ auditLog(filter: {actionPrefix: \"tool.call\"}) { edges { node { requestId traceId verified } } } }",
+            json!({}),
+        )
+        .await;
+    let calls = rows(&calls);
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0]["traceId"], trace);
+    assert_eq!(calls[0]["requestId"], Value::Null);
+    assert_eq!(calls[0]["verified"], true);
 }

@@ -109,6 +109,17 @@ impl AuditEntry {
         self.0.created_at
     }
 
+    /// The request that did it (its `X-Request-Id`), if it came from one.
+    async fn request_id(&self) -> Option<&str> {
+        self.0.request_id.as_deref()
+    }
+
+    /// The trace it belongs to: the request's, or that of the task whose
+    /// work it is (`Task.traceId`).
+    async fn trace_id(&self) -> Option<&str> {
+        self.0.trace_id.as_deref()
+    }
+
     /// The stored SHA-256 (hex) of the row's canonical JSON.
     async fn hash(&self) -> &str {
         &self.0.hash

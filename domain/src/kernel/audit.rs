@@ -17,6 +17,7 @@ use sha2::{Digest, Sha256};
 use crate::{
     Principal, Result,
     kernel::{
+        origin,
         page::{self, Page, PageRequest},
         redact::redact,
         row_security::{self, Bypass, as_platform},
@@ -63,6 +64,10 @@ pub struct AuditRecord {
     pub data: Value,
     pub hash: String,
     pub created_at: DateTime<Utc>,
+    /// The request that did it, if it came from one.
+    pub request_id: Option<String>,
+    /// The trace it belongs to (a request's, or its task's).
+    pub trace_id: Option<String>,
 }
 
 impl From<audit_log::Model> for AuditRecord {
@@ -76,6 +81,8 @@ impl From<audit_log::Model> for AuditRecord {
             data: m.data,
             hash: m.hash,
             created_at: m.created_at,
+            request_id: m.request_id,
+            trace_id: m.trace_id,
         }
     }
 }
@@ -211,6 +218,7 @@ pub async fn record<C: sea_orm::ConnectionTrait>(db: &C, entry: AuditEntry) -> R
 /// The row `entry` becomes (redacted, hashed), for a caller that sends it
 /// with other statements in one round trip.
 pub fn prepare(entry: AuditEntry) -> (AuditRecord, audit_log::ActiveModel) {
+    let origin = origin::current();
     let mut record = AuditRecord {
         id: AuditId::new(),
         tenant: entry.tenant,
@@ -221,6 +229,8 @@ pub fn prepare(entry: AuditEntry) -> (AuditRecord, audit_log::ActiveModel) {
         hash: String::new(),
         // Stored timestamps keep microseconds on both backends; hash what is stored.
         created_at: truncate_to_micros(Utc::now()),
+        request_id: origin.request_id,
+        trace_id: origin.trace_id,
     };
     record.hash = hash_of(&record);
     let row = audit_log::ActiveModel {
@@ -232,6 +242,8 @@ pub fn prepare(entry: AuditEntry) -> (AuditRecord, audit_log::ActiveModel) {
         data: Set(record.data.clone()),
         hash: Set(record.hash.clone()),
         created_at: Set(record.created_at),
+        request_id: Set(record.request_id.clone()),
+        trace_id: Set(record.trace_id.clone()),
     };
     (record, row)
 }
@@ -242,7 +254,7 @@ fn truncate_to_micros(t: DateTime<Utc>) -> DateTime<Utc> {
 }
 
 fn hash_of(record: &AuditRecord) -> String {
-    let body = json!({
+    let mut body = json!({
         "id": record.id.to_string(),
         "tenant": record.tenant.map(|t| t.to_string()),
         "actor": record.actor,
@@ -251,6 +263,15 @@ fn hash_of(record: &AuditRecord) -> String {
         "data": record.data,
         "created_at": record.created_at.to_rfc3339_opts(SecondsFormat::Micros, true),
     });
+    // Only when set: rows written before the ids existed still verify.
+    for (key, id) in [
+        ("request_id", &record.request_id),
+        ("trace_id", &record.trace_id),
+    ] {
+        if let Some(id) = id {
+            body[key] = json!(id);
+        }
+    }
     sha256_hex(canonical_json(&body).as_bytes())
 }
 
@@ -358,10 +379,21 @@ mod tests {
             data: json!({"k": 1}),
             hash: String::new(),
             created_at: truncate_to_micros(Utc::now()),
+            request_id: None,
+            trace_id: None,
         };
         record.hash = hash_of(&record);
+        let without_ids = record.hash.clone();
         assert!(AuditLog::verify(&record));
         record.data = json!({"k": 2});
+        assert!(!AuditLog::verify(&record));
+        record.data = json!({"k": 1});
+        // The ids count once set, and a row without them hashes as before.
+        record.trace_id = Some("abc".into());
+        assert!(!AuditLog::verify(&record));
+        record.hash = hash_of(&record);
+        assert_ne!(record.hash, without_ids);
+        record.request_id = Some("req".into());
         assert!(!AuditLog::verify(&record));
     }
 }

@@ -15,6 +15,7 @@ for_both_backends!(
     step_cap_stops_endless_injection,
     long_plan_under_its_cap_completes,
     plan_integrity_errors_name_plan_step_and_tool,
+    the_start_up_check_names_every_broken_stored_plan,
     every_step_leaves_events_in_sequence,
     conditions_templates_and_review_gates,
 );
@@ -313,4 +314,48 @@ async fn conditions_templates_and_review_gates(backend: Backend) {
     assert_eq!(task["state"]["approved_amount"], 120);
     // PII in the input never reaches the event log.
     assert!(!task["events"].to_string().contains("123-45-6789"));
+}
+
+/// `Plans::check_all`, the start-up integrity check, reads every tenant's
+/// latest plan versions: a stored plan that names a tool this build does
+/// not have (written by another build, or edited in the database) is
+/// reported with its tenant's plan and step, and only the latest version
+/// counts.
+async fn the_start_up_check_names_every_broken_stored_plan(backend: Backend) {
+    let (app, _) = app(backend).await;
+    app.create_tenant("globex").await;
+    for tenant in ["acme", "globex"] {
+        app.publish_plan(
+            tenant,
+            json!({"key": "mark", "intent": "t.mark", "steps": steps(&[("one", "set_state", json!({"x": 1}))])}),
+        )
+        .await
+        .data();
+    }
+    app.domain.plans.check_all().await.unwrap();
+
+    // Another build's tool, in globex's stored plan.
+    let outside = app.outside_db().await;
+    sea_orm::ConnectionTrait::execute_unprepared(
+        &outside,
+        "UPDATE plans SET steps = '[{\"id\": \"one\", \"tool\": \"gone.tool\", \"args\": {}}]' \
+         WHERE tenant_id = (SELECT id FROM tenants WHERE slug = 'globex')",
+    )
+    .await
+    .unwrap();
+    let err = app.domain.plans.check_all().await.unwrap_err().to_string();
+    assert!(err.contains("1 error(s)"), "{err}");
+    assert!(
+        err.contains("plan `mark` step `one`: tool `gone.tool` is not registered"),
+        "{err}"
+    );
+
+    // A newer, valid version is what runs now: the check passes again.
+    app.publish_plan(
+        "globex",
+        json!({"key": "mark", "intent": "t.mark", "steps": steps(&[("one", "set_state", json!({"x": 2}))])}),
+    )
+    .await
+    .data();
+    app.domain.plans.check_all().await.unwrap();
 }

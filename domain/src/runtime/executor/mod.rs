@@ -55,6 +55,7 @@ use crate::{
     kernel::{
         audit::{self, sha256_hex},
         json_schema::{self, Mode},
+        origin::{self, Origin},
         redact::redact,
         row_security::{self, Bypass, as_platform, as_tenant},
         template,
@@ -245,7 +246,12 @@ impl Executor {
         let tenant = task.scope().tenant_id();
         // Boxed: the driving future is large, and a debug build's stack is
         // not.
-        as_tenant(tenant, Box::pin(self.drive(task, held))).await?;
+        let origin = Origin::of_trace(&task.trace_id);
+        as_tenant(
+            tenant,
+            origin::within(origin, Box::pin(self.drive(task, held))),
+        )
+        .await?;
         Ok(Some(id))
     }
 

@@ -42,6 +42,7 @@ use crate::{
     catalogue::plans::{Plans, StepDef},
     kernel::{
         audit::{self, AuditEntry, sha256_hex},
+        origin,
         page::{self, Page, PageRequest},
         redact::redact,
     },
@@ -228,7 +229,8 @@ impl Tasks {
             step_outputs: Set(json!({})),
             max_steps: Set(i32::try_from(max_steps).unwrap_or(i32::MAX)),
             error_message: Set(None),
-            trace_id: Set(Uuid::now_v7().simple().to_string()),
+            // The request's trace, when a request started it.
+            trace_id: Set(origin::current().trace_id.unwrap_or_else(origin::new_id)),
             lease_owner: Set(None),
             lease_expires_at: Set(None),
             run_after: Set(now),
