@@ -18,6 +18,9 @@ pub struct Model {
     /// `null` when the response is not checked beyond being JSON.
     pub output_schema: Option<Json>,
     pub timeout_ms: i64,
+    /// The capability's retry policy for this tool (`null`: the
+    /// outgoing-call default).
+    pub retry: Option<Json>,
     pub created_at: DateTimeUtc,
 }
 

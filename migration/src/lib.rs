@@ -23,6 +23,7 @@ mod m20261125_130000_task_running_time;
 mod m20261126_090000_row_level_security;
 mod m20261126_100000_guardrails;
 mod m20261126_110000_audit_origin;
+mod m20261126_120000_partner_tool_retry;
 
 pub struct Migrator;
 
@@ -48,6 +49,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_090000_row_level_security::Migration),
             Box::new(m20261126_100000_guardrails::Migration),
             Box::new(m20261126_110000_audit_origin::Migration),
+            Box::new(m20261126_120000_partner_tool_retry::Migration),
         ]
     }
 }

@@ -29,6 +29,7 @@ use crate::{
 on_both_backends!(
     a_signed_partner_call_feeds_the_next_step,
     a_partner_timeout_is_retried,
+    a_capability_sets_its_tools_retry_policy_and_a_step_overrides_it,
     bad_partner_answers_fail_the_step,
     partner_tools_are_for_subscribers_only,
 );
@@ -41,6 +42,7 @@ struct Partner {
     bodies: Mutex<Vec<Value>>,
     bad_signatures: AtomicU32,
     slow_calls: AtomicU32,
+    busy_calls: AtomicU32,
 }
 
 impl Partner {
@@ -103,6 +105,15 @@ async fn slow(State(p): State<Arc<Partner>>, headers: HeaderMap, body: Bytes) ->
     Json(json!({"ok": true})).into_response()
 }
 
+/// Always busy: 503.
+async fn busy(State(p): State<Arc<Partner>>, headers: HeaderMap, body: Bytes) -> Response {
+    if p.admit(&headers, &body).is_none() {
+        return refused();
+    }
+    p.busy_calls.fetch_add(1, Ordering::SeqCst);
+    (axum::http::StatusCode::SERVICE_UNAVAILABLE, "busy").into_response()
+}
+
 async fn not_json(State(p): State<Arc<Partner>>, headers: HeaderMap, body: Bytes) -> Response {
     match p.admit(&headers, &body) {
         Some(_) => "plain text".into_response(),
@@ -123,6 +134,7 @@ async fn start_partner() -> (Arc<Partner>, String) {
         .route("/rate", post(rate))
         .route("/slow", post(slow))
         .route("/not-json", post(not_json))
+        .route("/busy", post(busy))
         .route("/wrong-shape", post(wrong_shape))
         .with_state(partner.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -156,10 +168,13 @@ fn capability(base: &str) -> Value {
     slow["outputSchema"] = Value::Null;
     let mut not_json = tool("partner.not_json", "/not-json", 5_000);
     not_json["outputSchema"] = Value::Null;
+    // The capability's own retry policy for this tool.
+    let mut busy = tool("partner.busy", "/busy", 5_000);
+    busy["retry"] = json!({"maxAttempts": 2, "initialBackoffMs": 1, "maxBackoffMs": 1});
     json!({
         "key": "fleet.rating",
         "name": "Fleet Rating",
-        "tools": [rate, slow, not_json, tool("partner.wrong_shape", "/wrong-shape", 5_000)],
+        "tools": [rate, slow, not_json, tool("partner.wrong_shape", "/wrong-shape", 5_000), busy],
         "plans": [
             {"key": "fleet.rate", "intent": "fleet.rate", "steps": [
                 {"id": "rate", "tool": "partner.rate", "args": {"vehicles": "{{ input.payload.vehicles }}"}, "retry": retry()},
@@ -174,6 +189,12 @@ fn capability(base: &str) -> Value {
             ]},
             {"key": "fleet.wrong_shape", "intent": "fleet.wrong_shape", "steps": [
                 {"id": "call", "tool": "partner.wrong_shape"},
+            ]},
+            {"key": "fleet.busy", "intent": "fleet.busy", "steps": [
+                {"id": "call", "tool": "partner.busy"},
+            ]},
+            {"key": "fleet.busy_once", "intent": "fleet.busy_once", "steps": [
+                {"id": "call", "tool": "partner.busy", "retry": {"maxAttempts": 1}},
             ]},
         ],
     })
@@ -284,6 +305,44 @@ async fn a_partner_timeout_is_retried(app: TestApp) {
         })
         .collect();
     assert_eq!(attempts, vec![(1, "FAILED"), (2, "COMPLETED")]);
+}
+
+async fn a_capability_sets_its_tools_retry_policy_and_a_step_overrides_it(app: TestApp) {
+    let (partner, _) = setup(&app).await;
+    // The capability says two attempts (the default would be three, a
+    // second apart).
+    let id = start(&app, "fleet.busy", json!({})).await;
+    let task = run_to_end(&app, &id).await;
+    assert_eq!(task["status"], "FAILED", "{task}");
+    assert_eq!(partner.busy_calls.load(Ordering::SeqCst), 2);
+    let error = task["error"].as_str().unwrap();
+    assert!(error.contains("(after 2 attempts)"), "{error}");
+    // A step's own policy wins: one attempt.
+    let id = start(&app, "fleet.busy_once", json!({})).await;
+    let task = run_to_end(&app, &id).await;
+    assert_eq!(task["status"], "FAILED", "{task}");
+    assert_eq!(partner.busy_calls.load(Ordering::SeqCst), 3);
+    // The catalogue shows each tool's policy.
+    let tools = app
+        .graphql(
+            Some(&app.admin_token("acme")),
+            "{ capability(key: \"fleet.rating\") { tools { key retry { maxAttempts initialBackoffMs maxBackoffMs } } } }",
+            json!({}),
+        )
+        .await;
+    let tools = tools.data()["capability"]["tools"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let retry_of = |key: &str| tools.iter().find(|t| t["key"] == key).unwrap()["retry"].clone();
+    assert_eq!(
+        retry_of("partner.busy"),
+        json!({"maxAttempts": 2, "initialBackoffMs": 1, "maxBackoffMs": 1})
+    );
+    assert_eq!(
+        retry_of("partner.rate"),
+        json!({"maxAttempts": 3, "initialBackoffMs": 1000, "maxBackoffMs": 30000})
+    );
 }
 
 async fn bad_partner_answers_fail_the_step(app: TestApp) {

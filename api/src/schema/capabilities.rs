@@ -11,6 +11,7 @@ use async_graphql::{
 use brainstem_domain::{
     CapabilityId, Error, Principal, SubscriptionId,
     capabilities::{self, CapabilityDef, Limits, PartnerToolDef},
+    plans,
 };
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -65,6 +66,19 @@ pub struct PartnerTool {
     pub input_schema: Json<Value>,
     pub output_schema: Option<Json<Value>>,
     pub timeout_ms: u64,
+    /// How calls to it are retried (a plan step's own `retry` wins).
+    pub retry: RetryPolicy,
+}
+
+/// How a failed call is retried: attempts in all, and the backoff before
+/// each retry (doubling from `initialBackoffMs` up to `maxBackoffMs`, with
+/// jitter). Only retryable failures are retried: timeouts, connection
+/// errors, 429 and 5xx answers.
+#[derive(SimpleObject, Clone, Copy)]
+pub struct RetryPolicy {
+    pub max_attempts: u32,
+    pub initial_backoff_ms: u64,
+    pub max_backoff_ms: u64,
 }
 
 impl From<PartnerToolDef> for PartnerTool {
@@ -76,6 +90,14 @@ impl From<PartnerToolDef> for PartnerTool {
             input_schema: Json(t.input_schema),
             output_schema: t.output_schema.map(Json),
             timeout_ms: t.timeout_ms,
+            retry: {
+                let r = t.retry.unwrap_or(plans::RetryPolicy::OUTGOING_CALLS);
+                RetryPolicy {
+                    max_attempts: r.max_attempts,
+                    initial_backoff_ms: r.initial_backoff_ms,
+                    max_backoff_ms: r.max_backoff_ms,
+                }
+            },
         }
     }
 }
@@ -319,6 +341,9 @@ pub struct PartnerToolInput {
     pub output_schema: Option<Json<Value>>,
     /// Per call (default 10000, at most 120000); a timeout is retryable.
     pub timeout_ms: Option<u64>,
+    /// How calls are retried (without it: 3 attempts, 1000 ms, doubling,
+    /// at most 30000 ms); a plan step's own `retry` wins.
+    pub retry: Option<super::plans::RetryPolicyInput>,
 }
 
 #[derive(InputObject)]
@@ -405,6 +430,11 @@ impl CapabilityMutation {
                     timeout_ms: t
                         .timeout_ms
                         .unwrap_or(capabilities::DEFAULT_TOOL_TIMEOUT_MS),
+                    retry: t.retry.map(|r| plans::RetryPolicy {
+                        max_attempts: r.max_attempts,
+                        initial_backoff_ms: r.initial_backoff_ms,
+                        max_backoff_ms: r.max_backoff_ms,
+                    }),
                 })
                 .collect(),
             limits: Limits {

@@ -89,6 +89,21 @@ impl RetryPolicy {
         max_backoff_ms: 30_000,
     };
 
+    /// Whether the policy is within bounds: 1-20 attempts, backoffs of at
+    /// most 5 minutes, the first no longer than the cap.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        const MAX_BACKOFF_MS: u64 = 300_000;
+        if self.max_attempts == 0 || self.max_attempts > 20 {
+            return Err("max_attempts must be 1-20".into());
+        }
+        if self.max_backoff_ms > MAX_BACKOFF_MS || self.initial_backoff_ms > self.max_backoff_ms {
+            return Err(format!(
+                "backoffs must satisfy initial_backoff_ms <= max_backoff_ms <= {MAX_BACKOFF_MS}"
+            ));
+        }
+        Ok(())
+    }
+
     /// Delay before attempt `next` (2 for the first retry): exponential
     /// backoff with "equal jitter" (half fixed, half random).
     pub fn backoff_ms(&self, next: u32, random: f64) -> u64 {
@@ -230,9 +245,9 @@ pub fn check_steps(
             errors.push(format!("{at} (tool `{}`): condition: {e}", step.tool));
         }
         if let Some(retry) = &step.retry
-            && (retry.max_attempts == 0 || retry.max_attempts > 20)
+            && let Err(e) = retry.check()
         {
-            errors.push(format!("{at}: retry.max_attempts must be 1-20"));
+            errors.push(format!("{at}: retry.{e}"));
         }
     }
     if errors.is_empty() {

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use super::{Capabilities, DEFAULT_TOOL_TIMEOUT_MS, catalogue_row};
 use crate::{
     Error, Result,
-    catalogue::plans::Plan,
+    catalogue::plans::{Plan, RetryPolicy},
     kernel::page::{self, Page, PageRequest},
 };
 
@@ -61,6 +61,9 @@ pub struct PartnerToolDef {
     /// JSON Schema the response must match, if any.
     pub output_schema: Option<Value>,
     pub timeout_ms: u64,
+    /// How calls to it are retried, set by its capability; `None` keeps
+    /// [`RetryPolicy::OUTGOING_CALLS`]. A plan step's own `retry` wins.
+    pub retry: Option<RetryPolicy>,
 }
 
 impl From<capability_tool::Model> for PartnerToolDef {
@@ -72,6 +75,7 @@ impl From<capability_tool::Model> for PartnerToolDef {
             input_schema: m.input_schema,
             output_schema: m.output_schema,
             timeout_ms: u64::try_from(m.timeout_ms).unwrap_or(DEFAULT_TOOL_TIMEOUT_MS),
+            retry: m.retry.and_then(|r| serde_json::from_value(r).ok()),
         }
     }
 }

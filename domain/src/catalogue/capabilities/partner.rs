@@ -102,7 +102,11 @@ impl Tool for PartnerTool {
     /// The request's own timeout fires first, with a clearer message; the
     /// executor's is a backstop a second later.
     fn retry(&self) -> Option<crate::catalogue::plans::RetryPolicy> {
-        Some(crate::catalogue::plans::RetryPolicy::OUTGOING_CALLS)
+        Some(
+            self.def
+                .retry
+                .unwrap_or(crate::catalogue::plans::RetryPolicy::OUTGOING_CALLS),
+        )
     }
     fn timeout(&self) -> Duration {
         self.limit() + Duration::from_secs(1)

@@ -173,6 +173,7 @@ impl Capabilities {
                 input_schema: Set(tool.input_schema.clone()),
                 output_schema: Set(tool.output_schema.clone()),
                 timeout_ms: Set(i64::try_from(tool.timeout_ms).unwrap_or(i64::MAX)),
+                retry: Set(tool.retry.map(|r| serde_json::json!(r))),
                 created_at: Set(now),
             }
             .insert(&txn)
@@ -278,6 +279,11 @@ fn check_capability(def: &CapabilityDef, registry: &ToolRegistry) -> Result<()> 
                 "{at}: timeoutMs must be between 1 and {MAX_TOOL_TIMEOUT_MS}"
             ));
         }
+        if let Some(retry) = &tool.retry
+            && let Err(e) = retry.check()
+        {
+            errors.push(format!("{at}: retry.{e}"));
+        }
         if !tool.input_schema.is_object() {
             errors.push(format!("{at}: inputSchema must be a JSON Schema object"));
         }
@@ -378,6 +384,7 @@ mod tests {
             input_schema: json!({"type": "object"}),
             output_schema: None,
             timeout_ms: 1000,
+            retry: None,
         }
     }
 
@@ -410,6 +417,11 @@ mod tests {
         let mut bad = def.clone();
         bad.tools = vec![tool("acme.rate"), tool("partner.x"), tool("partner.x")];
         bad.tools[1].url = "ftp://x".into();
+        bad.tools[2].retry = Some(plans::RetryPolicy {
+            max_attempts: 0,
+            initial_backoff_ms: 10,
+            max_backoff_ms: 10,
+        });
         bad.plans.push(bad.plans[0].clone());
         bad.limits.max_tasks_per_month = Some(0);
         let err = check_capability(&bad, &registry).unwrap_err().to_string();
@@ -417,6 +429,7 @@ mod tests {
             "tool `acme.rate`: a partner tool's key is `partner.`",
             "tool `partner.x`: url must be an http(s) URL",
             "tool `partner.x`: declared twice",
+            "tool `partner.x`: retry.max_attempts must be 1-20",
             "plan `acme.quote`: declared twice",
             "tool `partner.acme.rate` is not registered",
             "maxTasksPerMonth",
