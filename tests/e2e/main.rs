@@ -41,6 +41,7 @@ mod row_security;
 mod runaway;
 mod schema;
 mod scoping;
+mod statements;
 mod streams;
 mod tenants;
 mod tools;

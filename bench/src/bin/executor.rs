@@ -22,6 +22,7 @@ use brainstem_domain::{
     events::EventBus,
     executor::{Executor, ExecutorConfig},
     plans::{PlanDef, StepDef},
+    row_security,
     tasks::NewTask,
     tools::{ToolRegistry, ToolSettings, WithBuiltins},
 };
@@ -93,6 +94,11 @@ async fn main() -> anyhow::Result<()> {
     let domain = Domain::new(conn.clone(), registry, bus);
 
     let principal = bench_tenant(&domain).await?;
+    // The bench's own calls run as the tenant, as a request would (on
+    // PostgreSQL as a role row security binds, nothing else is visible).
+    let tenant = principal
+        .tenant
+        .context("the bench principal has a tenant")?;
     let step = |id: &str| StepDef {
         id: id.into(),
         tool: "bench.noop".into(),
@@ -103,20 +109,18 @@ async fn main() -> anyhow::Result<()> {
         requires_review: false,
         timeout_secs: None,
     };
-    domain
-        .plans
-        .publish(
-            &principal,
-            PlanDef {
-                key: "noop3".into(),
-                intent: "bench.noop".into(),
-                description: "three no-op steps".into(),
-                priority: 0,
-                patterns: vec![],
-                steps: vec![step("a"), step("b"), step("c")],
-            },
-        )
-        .await?;
+    let publish = domain.plans.publish(
+        &principal,
+        PlanDef {
+            key: "noop3".into(),
+            intent: "bench.noop".into(),
+            description: "three no-op steps".into(),
+            priority: 0,
+            patterns: vec![],
+            steps: vec![step("a"), step("b"), step("c")],
+        },
+    );
+    row_security::as_tenant(tenant, publish).await?;
 
     println!(
         "database: {}",
@@ -152,7 +156,7 @@ async fn main() -> anyhow::Result<()> {
             let domain = domain.clone();
             let principal = principal.clone();
             let completions = completions.clone();
-            clients.push(tokio::spawn(async move {
+            clients.push(tokio::spawn(row_security::as_tenant(tenant, async move {
                 let mut latencies = Vec::with_capacity(per_client);
                 for _ in 0..per_client {
                     let t0 = Instant::now();
@@ -170,7 +174,7 @@ async fn main() -> anyhow::Result<()> {
                     latencies.push(done.duration_since(t0));
                 }
                 Ok::<_, brainstem_domain::Error>(latencies)
-            }));
+            })));
         }
         let mut latencies = Vec::new();
         for client in clients {

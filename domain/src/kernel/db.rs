@@ -5,7 +5,7 @@
 
 use std::{
     sync::{
-        Arc,
+        Arc, OnceLock,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
@@ -155,22 +155,52 @@ pub fn migration_names() -> Vec<String> {
 
 /// Counts the SQL statements a connection pool sends, in and out of
 /// transactions. Exported as `brainstem_db_statements_total`; it is how a
-/// test sees that batching keeps a list's statements flat.
-#[derive(Clone, Debug, Default)]
-pub struct StatementCounter(Arc<AtomicU64>);
+/// test sees that batching keeps a list's statements flat. One observer may
+/// also be handed each statement's SQL, in the task that sent it (the
+/// tenancy check that reads queries, `tests/e2e/statements.rs`).
+#[derive(Clone, Default)]
+pub struct StatementCounter {
+    count: Arc<AtomicU64>,
+    observer: Arc<OnceLock<StatementObserver>>,
+}
+
+/// Called with the SQL of every statement sent.
+pub type StatementObserver = Arc<dyn Fn(&str) + Send + Sync>;
+
+impl std::fmt::Debug for StatementCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StatementCounter")
+            .field("count", &self.get())
+            .field("observed", &self.observer.get().is_some())
+            .finish()
+    }
+}
 
 impl StatementCounter {
     /// Count every statement of `db` and of the clones made of it from now
     /// on (attach before the pool is shared).
     pub fn attach(&self, db: &mut DatabaseConnection) {
-        let count = self.0.clone();
-        db.set_metric_callback(move |_| {
+        let count = self.count.clone();
+        let observer = self.observer.clone();
+        db.set_metric_callback(move |info| {
             count.fetch_add(1, Ordering::Relaxed);
+            if let Some(observe) = observer.get() {
+                observe(&info.statement.sql);
+            }
         });
+    }
+
+    /// Hand every statement sent from now on to `observer`; there is one
+    /// observer at most (`Err` with it back if one is set).
+    pub fn observe(
+        &self,
+        observer: StatementObserver,
+    ) -> std::result::Result<(), StatementObserver> {
+        self.observer.set(observer)
     }
 
     /// Statements sent so far.
     pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        self.count.load(Ordering::Relaxed)
     }
 }
