@@ -52,7 +52,7 @@ use tower_http::{catch_panic::CatchPanicLayer, trace::TraceLayer};
 use crate::{
     ApiState,
     error::{self, code_and_message},
-    metrics, schema, ws,
+    hooks, metrics, schema, ws,
 };
 
 pub const GRAPHQL_RESPONSE_JSON: &str = "application/graphql-response+json";
@@ -62,6 +62,7 @@ pub fn routes(state: ApiState) -> Router {
         .route("/graphql", get(graphql_get).post(graphql_post))
         .route("/graphql/ws", get(ws::handler))
         .route("/callbacks/tasks/{task_id}", post(delegation_callback))
+        .route("/hooks/{tenant}/{source}", hooks::route())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))

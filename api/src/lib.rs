@@ -23,6 +23,7 @@ pub mod coercion;
 pub mod cost;
 pub mod error;
 pub mod fanout;
+pub mod hooks;
 pub mod http;
 pub mod metrics;
 pub mod schema;

@@ -52,6 +52,7 @@ const API: &[&[&str]] = &[
         "schema::conversations",
         "schema::prompts",
         "schema::policy",
+        "schema::guardrails",
     ],
     // The roots, assembled from the areas.
     &["schema::node", "schema::subscription"],
@@ -59,7 +60,7 @@ const API: &[&[&str]] = &[
     // The transports.
     &["fanout"],
     &["state"],
-    &["ws"],
+    &["ws", "hooks"],
     &["http"],
 ];
 

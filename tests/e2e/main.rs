@@ -23,6 +23,7 @@ mod fuzz;
 mod graph;
 mod graphql_http_audit;
 mod guardrails;
+mod hooks;
 mod hostile;
 mod http;
 mod layers;

@@ -49,6 +49,8 @@ pub enum CredentialKind {
     Token,
     /// A partner API key.
     ApiKey,
+    /// An inbound hook (`/hooks/{tenant}/{source}`).
+    Hook,
 }
 
 /// The caller of this request.
@@ -71,6 +73,7 @@ impl Viewer {
         match actor {
             Actor::User(sub) => (sub.clone(), CredentialKind::Token),
             Actor::ApiKey(_) => (actor.to_string(), CredentialKind::ApiKey),
+            Actor::Hook(_) => (actor.to_string(), CredentialKind::Hook),
         }
     }
 }

@@ -73,6 +73,8 @@ pub enum Actor {
     User(String),
     /// A partner API key.
     ApiKey(ApiKeyId),
+    /// An inbound hook (a delivery to `/hooks/{tenant}/{source}`), by name.
+    Hook(String),
 }
 
 impl fmt::Display for Actor {
@@ -80,6 +82,7 @@ impl fmt::Display for Actor {
         match self {
             Actor::User(sub) => write!(f, "user:{sub}"),
             Actor::ApiKey(id) => write!(f, "api_key:{id}"),
+            Actor::Hook(name) => write!(f, "hook:{name}"),
         }
     }
 }
@@ -134,7 +137,10 @@ impl Principal {
     pub fn require_scope(&self, scope: &str) -> Result<TenantScope> {
         let tenant = self.tenant_scope()?;
         let allowed = match self.actor {
-            Actor::ApiKey(_) => self.scopes.contains(scope) || self.scopes.contains("admin"),
+            // A hook holds exactly the scopes it was given (`tasks:write`).
+            Actor::ApiKey(_) | Actor::Hook(_) => {
+                self.scopes.contains(scope) || self.scopes.contains("admin")
+            }
             Actor::User(_) if scope == "admin" => self.has_role(Role::TenantAdmin),
             Actor::User(_) => !self.roles.is_empty(),
         };
@@ -155,6 +161,7 @@ impl Principal {
                 self.scopes.contains("reviews:write") || self.scopes.contains("admin")
             }
             Actor::User(_) => self.has_role(Role::TenantAdmin) || self.has_role(Role::Reviewer),
+            Actor::Hook(_) => false,
         };
         if allowed {
             Ok(tenant)

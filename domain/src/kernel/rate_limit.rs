@@ -206,7 +206,7 @@ impl RateLimiter {
     pub fn check(&self, principal: &Principal, key_rate: Option<Rate>, now: Instant) -> Result<()> {
         let key = match principal.actor {
             Actor::ApiKey(id) => Some((id, key_rate.unwrap_or(self.limits.per_key))),
-            Actor::User(_) => None,
+            Actor::User(_) | Actor::Hook(_) => None,
         };
         if let Some((id, rate)) = key
             && let Err(wait) = self.keys.take(id, rate, now)

@@ -13,5 +13,6 @@ pub mod conversations;
 pub mod domain;
 pub mod events;
 pub mod executor;
+pub mod hooks;
 pub mod intent;
 pub mod tasks;
