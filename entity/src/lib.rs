@@ -37,6 +37,7 @@ pub mod memory_version;
 pub mod plan;
 pub mod platform_setting;
 pub mod review;
+pub mod schedule;
 pub mod scope;
 pub mod system_prompt;
 pub mod task;

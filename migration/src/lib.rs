@@ -24,6 +24,7 @@ mod m20261126_090000_row_level_security;
 mod m20261126_100000_guardrails;
 mod m20261126_110000_audit_origin;
 mod m20261126_120000_partner_tool_retry;
+mod m20261126_130000_schedules;
 
 pub struct Migrator;
 
@@ -50,6 +51,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_100000_guardrails::Migration),
             Box::new(m20261126_110000_audit_origin::Migration),
             Box::new(m20261126_120000_partner_tool_retry::Migration),
+            Box::new(m20261126_130000_schedules::Migration),
         ]
     }
 }

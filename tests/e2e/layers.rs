@@ -53,6 +53,7 @@ const API: &[&[&str]] = &[
         "schema::prompts",
         "schema::policy",
         "schema::guardrails",
+        "schema::schedules",
     ],
     // The roots, assembled from the areas.
     &["schema::node", "schema::subscription"],

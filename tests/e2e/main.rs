@@ -40,6 +40,7 @@ mod rate_limit;
 mod retries;
 mod row_security;
 mod runaway;
+mod schedules;
 mod schema;
 mod scoping;
 mod statements;

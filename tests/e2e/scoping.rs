@@ -63,6 +63,12 @@ const UNSCOPED: &[(&str, &str, &str)] = &[
          it writes nothing",
     ),
     (
+        "runtime/schedules.rs",
+        "run_due",
+        "the housekeeping beat finds every tenant's due schedules (under the queue bypass); \
+         each run is then started and its schedule moved on under its own tenant's scope",
+    ),
+    (
         "catalogue/capabilities/subscriptions.rs",
         "expire_trials",
         "a platform maintenance pass that ends every tenant's lapsed trials; it changes \

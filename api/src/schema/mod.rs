@@ -43,6 +43,7 @@ pub mod page;
 pub mod plans;
 pub mod policy;
 pub mod prompts;
+pub mod schedules;
 pub mod subscription;
 pub mod tasks;
 
@@ -77,6 +78,7 @@ pub struct Query(
     prompts::PromptQuery,
     policy::PolicyQuery,
     guardrails::GuardrailQuery,
+    schedules::ScheduleQuery,
 );
 
 // The mutation root, merged like `Query`.
@@ -93,6 +95,7 @@ pub struct Mutation(
     prompts::PromptMutation,
     policy::PolicyMutation,
     guardrails::GuardrailMutation,
+    schedules::ScheduleMutation,
 );
 
 /// The schema and what runs around each of its operations

@@ -18,7 +18,7 @@ use crate::{
         row_security,
     },
     memory::{self, graph},
-    runtime::{conversations, events, tasks},
+    runtime::{conversations, events, schedules, tasks},
 };
 
 /// Every service of the domain, sharing one connection pool. Cheap to clone.
@@ -44,6 +44,8 @@ pub struct Domain {
     pub policies: policy::Policies,
     /// Tenants' rules checked before each step.
     pub guardrails: guardrails::Guardrails,
+    /// Tenants' plans started on a cron.
+    pub schedules: schedules::Schedules,
 }
 
 impl Domain {
@@ -91,11 +93,13 @@ impl Domain {
         let statements = db::StatementCounter::default();
         statements.attach(&mut db);
         let plans = plans::Plans::new(db.clone(), registry.clone());
+        let tasks = tasks::Tasks::new(db.clone(), plans.clone(), sink);
         Self {
             tenants: tenants::Tenants::new(db.clone()),
             api_keys: api_keys::ApiKeys::new(db.clone()),
             audit: audit::AuditLog::new(db.clone()),
-            tasks: tasks::Tasks::new(db.clone(), plans.clone(), sink),
+            schedules: schedules::Schedules::new(db.clone(), tasks.clone()),
+            tasks,
             plans,
             connections: connections::Connections::new(db.clone(), None),
             events,

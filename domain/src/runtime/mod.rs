@@ -15,4 +15,5 @@ pub mod events;
 pub mod executor;
 pub mod hooks;
 pub mod intent;
+pub mod schedules;
 pub mod tasks;

@@ -435,9 +435,18 @@ impl Executor {
             if let Err(err) = self.reap_expired(Utc::now()).await {
                 tracing::error!(%err, "reaper error");
             }
-            // The same housekeeping beat stores the end of ended trials.
+            // The same housekeeping beat stores the end of ended trials
+            // and starts the schedules' due runs.
             if let Err(err) = self.domain.capabilities.expire_trials(Utc::now()).await {
                 tracing::error!(%err, "trial expiry error");
+            }
+            match self.domain.schedules.run_due(Utc::now()).await {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(runs = n, "started scheduled runs");
+                    self.domain.tasks.wake_signal().notify_waiters();
+                }
+                Err(err) => tracing::error!(%err, "schedule error"),
             }
             tokio::select! {
                 () = tokio::time::sleep(self.config.reap_every) => {}

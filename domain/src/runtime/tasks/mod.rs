@@ -104,6 +104,17 @@ impl Tasks {
             .await
     }
 
+    /// Start a task the platform itself starts (a schedule's run), as
+    /// `created_by`.
+    pub async fn start_system(
+        &self,
+        scope: TenantScope,
+        created_by: String,
+        new: NewTask,
+    ) -> Result<Task> {
+        self.insert(scope, None, created_by, new).await
+    }
+
     /// Start a child task for a tool, keyed by the step's idempotency key.
     pub async fn start_child(&self, child: NewChildTask) -> Result<TaskId> {
         let scope = TenantScope::new(child.tenant);
