@@ -1,5 +1,5 @@
 //! `plans`: One published version of a plan. Publishing creates a new row;
-//! rows are never changed.
+//! a row's definition never changes (archiving only stamps `archived_at`).
 
 use sea_orm::entity::prelude::*;
 
@@ -22,6 +22,9 @@ pub struct Model {
     pub steps: Json,
     pub created_by: String,
     pub created_at: DateTimeUtc,
+    /// When the plan's key was archived (on every version); `None` while
+    /// the plan may start tasks.
+    pub archived_at: Option<DateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

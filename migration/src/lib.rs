@@ -25,6 +25,7 @@ mod m20261126_100000_guardrails;
 mod m20261126_110000_audit_origin;
 mod m20261126_120000_partner_tool_retry;
 mod m20261126_130000_schedules;
+mod m20261126_140000_plan_archive;
 
 pub struct Migrator;
 
@@ -52,6 +53,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_110000_audit_origin::Migration),
             Box::new(m20261126_120000_partner_tool_retry::Migration),
             Box::new(m20261126_130000_schedules::Migration),
+            Box::new(m20261126_140000_plan_archive::Migration),
         ]
     }
 }

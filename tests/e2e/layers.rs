@@ -54,6 +54,7 @@ const API: &[&[&str]] = &[
         "schema::policy",
         "schema::guardrails",
         "schema::schedules",
+        "schema::usage",
     ],
     // The roots, assembled from the areas.
     &["schema::node", "schema::subscription"],

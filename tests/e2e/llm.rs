@@ -200,6 +200,7 @@ for_both_backends!(
     a_failing_model_gives_a_retryable_step_failure,
     the_offline_model_needs_no_server,
     llm_intent_detection_falls_back_to_the_rules_on_bad_json,
+    the_usage_report_adds_up_the_tasks_run,
 );
 
 async fn a_step_streams_from_the_model_and_records_usage_and_cost(backend: Backend) {
@@ -612,4 +613,93 @@ async fn token_deltas_reach_a_websocket_subscriber_in_order(backend: Backend) {
             .any(|e| e["__typename"] == "StepCompleted" && e["stepId"] == "draft"),
         "{events:?}"
     );
+}
+
+/// `usage(from, to)`: a tenant's tasks, step attempts, tokens and cost in
+/// a period, as the tasks themselves record them.
+async fn the_usage_report_adds_up_the_tasks_run(backend: Backend) {
+    let (_fake, url) = fake_model(Answer::Stream(DELTAS.to_vec(), (20, 10))).await;
+    let app = TestApp::spawn_with(backend, |c| use_fake(c, &url)).await;
+    app.create_tenant("acme").await;
+    app.create_tenant("globex").await;
+    let admin = app.admin_token("acme");
+    let before = chrono::Utc::now() - chrono::Duration::seconds(1);
+    app.publish_plan("acme", generate_plan("live", json!({"prompt": "Say it"})))
+        .await
+        .data();
+    // One run fails: its second step is blocked.
+    app.graphql(
+        Some(&admin),
+        "mutation($c: JSON!) { saveGuardrail(input: {name: \"no\", severity: BLOCK, condition: $c}) { guardrail { name } } }",
+        json!({"c": {"step": "after", "payload.fail": true}}),
+    )
+    .await
+    .data();
+    let mut ids = Vec::new();
+    for fail in [false, false, true] {
+        let task = app
+            .start_task(
+                "acme",
+                json!({"planKey": "live", "payload": {"fail": fail}}),
+            )
+            .await;
+        ids.push(task["id"].as_str().unwrap().to_owned());
+    }
+    app.run_tasks().await;
+    let after = chrono::Utc::now() + chrono::Duration::seconds(1);
+
+    // What the tasks themselves say.
+    let (mut attempts, mut input, mut output, mut cost) = (0, 0, 0, 0);
+    let mut statuses = Vec::new();
+    for id in &ids {
+        let task = task_with_usage(&app, "acme", id).await;
+        statuses.push(task["status"].as_str().unwrap().to_owned());
+        attempts += task["steps"].as_array().unwrap().len() as i64;
+        input += task["usage"]["inputTokens"].as_i64().unwrap();
+        output += task["usage"]["outputTokens"].as_i64().unwrap();
+        cost += task["usage"]["costMicros"].as_i64().unwrap();
+    }
+    assert_eq!(statuses, ["COMPLETED", "COMPLETED", "FAILED"]);
+    assert_eq!((input, output), (60, 30));
+    assert!(cost > 0);
+
+    let usage = |token: String,
+                 from: chrono::DateTime<chrono::Utc>,
+                 to: chrono::DateTime<chrono::Utc>| {
+        let app = &app;
+        async move {
+            app.graphql(
+                Some(&token),
+                "query($from: DateTime!, $to: DateTime!) { usage(from: $from, to: $to) { \
+                 tasksStarted tasksCompleted tasksFailed stepAttempts inputTokens outputTokens costMicros } }",
+                json!({"from": from.to_rfc3339(), "to": to.to_rfc3339()}),
+            )
+            .await
+        }
+    };
+    let report = usage(admin.clone(), before, after).await;
+    assert_eq!(
+        report.data()["usage"],
+        json!({"tasksStarted": 3, "tasksCompleted": 2, "tasksFailed": 1, "stepAttempts": attempts,
+               "inputTokens": input, "outputTokens": output, "costMicros": cost})
+    );
+    // Another period, another tenant: nothing.
+    let earlier = usage(admin.clone(), before - chrono::Duration::days(1), before).await;
+    assert_eq!(earlier.data()["usage"]["tasksStarted"], 0);
+    assert_eq!(earlier.data()["usage"]["inputTokens"], 0);
+    let theirs = usage(app.admin_token("globex"), before, after).await;
+    assert_eq!(theirs.data()["usage"]["stepAttempts"], 0);
+    // Refused: a period backwards or too long, a caller who is no admin.
+    assert_eq!(
+        usage(admin.clone(), after, before).await.error_code(),
+        "BAD_USER_INPUT"
+    );
+    assert_eq!(
+        usage(admin.clone(), before - chrono::Duration::days(400), after)
+            .await
+            .error_code(),
+        "BAD_USER_INPUT"
+    );
+    let member = app.token(Some("acme"), &[brainstem_domain::Role::Member]);
+    assert_eq!(usage(member, before, after).await.error_code(), "FORBIDDEN");
 }

@@ -46,6 +46,7 @@ pub mod prompts;
 pub mod schedules;
 pub mod subscription;
 pub mod tasks;
+pub mod usage;
 
 use std::sync::Arc;
 
@@ -79,6 +80,7 @@ pub struct Query(
     policy::PolicyQuery,
     guardrails::GuardrailQuery,
     schedules::ScheduleQuery,
+    usage::UsageQuery,
 );
 
 // The mutation root, merged like `Query`.

@@ -94,6 +94,11 @@ impl Plan {
     async fn capability_key(&self) -> Option<&str> {
         self.0.capability.as_deref()
     }
+    /// When the plan was archived; an archived plan starts no new task
+    /// (`restorePlan`, or publishing a new version, makes it current again).
+    async fn archived_at(&self) -> Option<DateTime<Utc>> {
+        self.0.archived_at
+    }
     /// Every version of this plan, newest first.
     async fn versions(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<Plan>> {
         let versions = match &self.0.capability {
@@ -261,6 +266,42 @@ impl PlanMutation {
             .gql()?;
         Ok(PublishPlanPayload { plan: Plan(plan) })
     }
+
+    /// Archive a plan, every version of its key (tenant admins). New tasks
+    /// naming it are refused and intent detection no longer chooses it;
+    /// tasks already started finish on their frozen version. Audited.
+    async fn archive_plan(
+        &self,
+        ctx: &Context<'_>,
+        input: PlanKeyInput,
+    ) -> async_graphql::Result<PublishPlanPayload> {
+        let plan = domain(ctx)
+            .plans
+            .set_archived(principal(ctx)?, &input.key, true, chrono::Utc::now())
+            .await
+            .gql()?;
+        Ok(PublishPlanPayload { plan: Plan(plan) })
+    }
+
+    /// Make an archived plan current again (tenant admins). Audited.
+    async fn restore_plan(
+        &self,
+        ctx: &Context<'_>,
+        input: PlanKeyInput,
+    ) -> async_graphql::Result<PublishPlanPayload> {
+        let plan = domain(ctx)
+            .plans
+            .set_archived(principal(ctx)?, &input.key, false, chrono::Utc::now())
+            .await
+            .gql()?;
+        Ok(PublishPlanPayload { plan: Plan(plan) })
+    }
+}
+
+/// A plan, by key.
+#[derive(async_graphql::InputObject)]
+pub struct PlanKeyInput {
+    pub key: String,
 }
 
 /// A plan version of the caller's tenant.

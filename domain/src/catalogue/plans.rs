@@ -18,7 +18,7 @@ use chrono::{DateTime, Utc};
 use regex::Regex;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection,
-    EntityTrait, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
+    EntityTrait, QueryFilter, QueryOrder, QuerySelect, TransactionTrait, sea_query::Expr,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -171,6 +171,8 @@ pub struct Plan {
     pub created_at: DateTime<Utc>,
     /// The capability that brings this plan; `None` for the tenant's own.
     pub capability: Option<String>,
+    /// When the tenant archived the plan; an archived plan starts no task.
+    pub archived_at: Option<DateTime<Utc>>,
 }
 
 impl TryFrom<plan::Model> for Plan {
@@ -191,6 +193,7 @@ impl TryFrom<plan::Model> for Plan {
             created_by: m.created_by,
             created_at: m.created_at,
             capability: None,
+            archived_at: m.archived_at,
         })
     }
 }
@@ -335,6 +338,7 @@ impl Plans {
             steps: Set(serde_json::to_value(&def.steps).map_err(Error::internal)?),
             created_by: Set(principal.actor.to_string()),
             created_at: Set(Utc::now()),
+            archived_at: Set(None),
         }
         .insert(&txn)
         .await
@@ -358,6 +362,52 @@ impl Plans {
         .await?;
         txn.commit().await?;
         Plan::try_from(model)
+    }
+
+    /// Archive (`archived`) or restore a plan's key, every version of it
+    /// (tenant admins; audited as `plan.archive` or `plan.restore`). An
+    /// archived plan starts no new task and is not chosen by intent
+    /// detection; tasks already started finish on their frozen version.
+    /// Returns the latest version.
+    pub async fn set_archived(
+        &self,
+        principal: &Principal,
+        key: &str,
+        archived: bool,
+        now: DateTime<Utc>,
+    ) -> Result<Plan> {
+        let scope = principal.require_scope("admin")?;
+        let txn = self.db.begin().await?;
+        let changed = plan::Entity::update_many_in(scope)
+            .col_expr(
+                plan::Column::ArchivedAt,
+                Expr::value(archived.then_some(now)),
+            )
+            .filter(plan::Column::Key.eq(key))
+            .exec(&txn)
+            .await?
+            .rows_affected;
+        if changed == 0 {
+            return Err(Error::not_found(format!("plan `{key}`")));
+        }
+        audit::record(
+            &txn,
+            AuditEntry {
+                tenant: Some(scope.tenant_id()),
+                actor: principal.actor.to_string(),
+                action: if archived {
+                    "plan.archive"
+                } else {
+                    "plan.restore"
+                }
+                .into(),
+                target: key.to_owned(),
+                data: serde_json::json!({"versions": changed}),
+            },
+        )
+        .await?;
+        txn.commit().await?;
+        self.latest(scope, key).await
     }
 
     /// The latest version of each plan, by key.
@@ -447,6 +497,7 @@ impl Plans {
     /// plan choice look only at these.
     pub async fn available(&self, scope: TenantScope, now: DateTime<Utc>) -> Result<Vec<Plan>> {
         let mut plans = self.all_latest(scope).await?;
+        plans.retain(|p| p.archived_at.is_none());
         plans.extend(capabilities::subscribed_plans(&self.db, scope, now).await?);
         Ok(plans)
     }
@@ -466,6 +517,9 @@ impl Plans {
             Err(Error::NotFound(_)) => capabilities::plan_for_tenant(&self.db, scope, key, now)
                 .await?
                 .ok_or_else(|| Error::not_found(format!("plan `{key}`"))),
+            Ok(plan) if plan.archived_at.is_some() => Err(Error::validation(format!(
+                "plan `{key}` is archived: restore it (restorePlan) or publish a new version"
+            ))),
             other => other,
         }
     }

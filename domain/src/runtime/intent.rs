@@ -238,6 +238,7 @@ mod tests {
             created_by: "t".into(),
             created_at: Utc::now(),
             capability: None,
+            archived_at: None,
         }
     }
 

@@ -17,3 +17,4 @@ pub mod hooks;
 pub mod intent;
 pub mod schedules;
 pub mod tasks;
+pub mod usage;

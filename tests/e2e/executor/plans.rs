@@ -16,6 +16,7 @@ for_both_backends!(
     long_plan_under_its_cap_completes,
     plan_integrity_errors_name_plan_step_and_tool,
     the_start_up_check_names_every_broken_stored_plan,
+    an_archived_plan_starts_nothing_while_started_tasks_finish,
     every_step_leaves_events_in_sequence,
     conditions_templates_and_review_gates,
 );
@@ -358,4 +359,127 @@ async fn the_start_up_check_names_every_broken_stored_plan(backend: Backend) {
     .await
     .data();
     app.domain.plans.check_all().await.unwrap();
+}
+
+/// Archiving a plan (every version of its key): new tasks naming it are
+/// refused with the reason, intent detection no longer picks it, tasks
+/// already started finish on their frozen version; restoring it, or
+/// publishing a new version, makes it current again. Audited.
+async fn an_archived_plan_starts_nothing_while_started_tasks_finish(backend: Backend) {
+    let (app, _) = app(backend).await;
+    let admin = app.admin_token("acme");
+    app.publish_plan(
+        "acme",
+        json!({"key": "report", "intent": "t.report", "patterns": ["monthly report"],
+               "steps": steps(&[("one", "set_state", json!({"done": true}))])}),
+    )
+    .await
+    .data();
+    let started = app.start_task("acme", json!({"planKey": "report"})).await;
+    let started_id = started["id"].as_str().unwrap().to_owned();
+
+    let archive = |name: &'static str| {
+        let app = &app;
+        let admin = admin.clone();
+        async move {
+            app.graphql(
+                Some(&admin),
+                &format!("mutation {{ {name}(input: {{key: \"report\"}}) {{ plan {{ key version archivedAt }} }} }}"),
+                json!({}),
+            )
+            .await
+        }
+    };
+    let archived = archive("archivePlan").await;
+    assert!(archived.data()["archivePlan"]["plan"]["archivedAt"].is_string());
+
+    // New starts are refused, with the reason.
+    let refused = app
+        .graphql(
+            Some(&admin),
+            "mutation { startTask(input: {planKey: \"report\"}) { task { id } } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(refused.error_code(), "BAD_USER_INPUT");
+    assert!(
+        refused
+            .error_message()
+            .contains("plan `report` is archived"),
+        "{}",
+        refused.error_message()
+    );
+    // Intent detection does not choose it.
+    let detected = app
+        .start_task("acme", json!({"input": "the monthly report please"}))
+        .await;
+    let detected_id = detected["id"].as_str().unwrap().to_owned();
+
+    // The task started before the archive finishes on its version.
+    app.run_tasks().await;
+    let finished = app.task("acme", &started_id).await;
+    assert_eq!(finished["status"], "COMPLETED", "{finished}");
+    assert_eq!(finished["state"]["done"], true);
+    let other = app.task("acme", &detected_id).await;
+    assert_ne!(other["plan"]["key"], "report", "{other}");
+
+    // Restored, it starts tasks again; archived and republished, too.
+    let restored = archive("restorePlan").await;
+    assert_eq!(
+        restored.data()["restorePlan"]["plan"]["archivedAt"],
+        Value::Null
+    );
+    assert!(app.start_task("acme", json!({"planKey": "report"})).await["id"].is_string());
+    archive("archivePlan").await.data();
+    let republished = app
+        .publish_plan(
+            "acme",
+            json!({"key": "report", "intent": "t.report", "steps": steps(&[("one", "set_state", json!({"done": 2}))])}),
+        )
+        .await;
+    assert_eq!(republished.data()["publishPlan"]["plan"]["version"], 2);
+    assert!(app.start_task("acme", json!({"planKey": "report"})).await["id"].is_string());
+
+    // Unknown keys and other tenants' plans are not found.
+    let missing = app
+        .graphql(
+            Some(&admin),
+            "mutation { archivePlan(input: {key: \"nope\"}) { plan { key } } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(missing.error_code(), "NOT_FOUND");
+    app.create_tenant("globex").await;
+    let theirs = app
+        .graphql(
+            Some(&app.admin_token("globex")),
+            "mutation { archivePlan(input: {key: \"report\"}) { plan { key } } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(theirs.error_code(), "NOT_FOUND");
+
+    let audit = app
+        .graphql(
+            Some(&admin),
+            "{ auditLog(filter: {actionPrefix: \"plan.\"}) { edges { node { action } } } }",
+            json!({}),
+        )
+        .await;
+    let actions: Vec<&str> = audit.data()["auditLog"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["node"]["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "plan.publish",
+            "plan.archive",
+            "plan.restore",
+            "plan.archive",
+            "plan.publish"
+        ]
+    );
 }

@@ -236,5 +236,6 @@ pub(super) fn plan_of(row: capability_plan::Model, capability_key: &str) -> Resu
         created_by: row.created_by,
         created_at: row.created_at,
         capability: Some(capability_key.to_owned()),
+        archived_at: None,
     })
 }
