@@ -50,6 +50,8 @@ pub struct MaintenanceReport {
     pub expired: u64,
     /// `MEMORY_BANK` memories archived by the cap.
     pub capped: u64,
+    /// Deleted memories purged for good, past their time in the bin.
+    pub purged: u64,
     /// Per-tenant vector indexes built (PostgreSQL).
     pub vector_indexes_built: u64,
     /// Another process held the lock; nothing was done.
@@ -147,6 +149,8 @@ impl Memories {
             set_status(txn, scope, m, Status::Expired, "EXPIRED", now).await?;
             report.expired += 1;
         }
+
+        report.purged += Memories::purge_deleted(txn, scope, now).await?;
 
         let cap = self.config.memory_bank_capacity;
         let mut bank = active()

@@ -66,6 +66,7 @@ mod sql;
 pub mod vector;
 
 mod dossier;
+pub mod forget;
 mod outcomes;
 mod reads;
 mod writes;

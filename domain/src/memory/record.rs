@@ -77,6 +77,8 @@ pub enum Status {
     Active,
     Archived,
     Expired,
+    /// In the bin: restorable until purged (`forget`).
+    Deleted,
 }
 
 impl Status {
@@ -85,14 +87,20 @@ impl Status {
             Status::Active => "ACTIVE",
             Status::Archived => "ARCHIVED",
             Status::Expired => "EXPIRED",
+            Status::Deleted => "DELETED",
         }
     }
 
     pub fn parse(s: &str) -> Result<Self> {
-        [Status::Active, Status::Archived, Status::Expired]
-            .into_iter()
-            .find(|t| t.as_str() == s)
-            .ok_or_else(|| Error::internal(format!("unknown memory status `{s}`")))
+        [
+            Status::Active,
+            Status::Archived,
+            Status::Expired,
+            Status::Deleted,
+        ]
+        .into_iter()
+        .find(|t| t.as_str() == s)
+        .ok_or_else(|| Error::internal(format!("unknown memory status `{s}`")))
     }
 }
 

@@ -4,13 +4,14 @@
 use chrono::{Duration, Utc};
 use serde_json::{Value, json};
 
-use super::{approx, get, member, outcome, remember, remember_id, time};
+use super::{approx, entity, get, hit_ids, member, outcome, remember, remember_id, search, time};
 use crate::{helpers::TestApp, on_both_backends};
 
 on_both_backends!(
     outcomes_move_scores_by_the_exact_deltas,
     promotion_and_archiving_follow_the_thresholds,
     tiers_expire_after_their_ttl,
+    deleted_memories_wait_in_the_bin_then_go_and_a_subject_is_forgotten,
 );
 
 async fn outcomes_move_scores_by_the_exact_deltas(app: TestApp) {
@@ -260,4 +261,153 @@ async fn memory_bank_keeps_its_capacity(app: TestApp) {
             .capped,
         0
     );
+}
+
+/// Deleting moves a memory to the bin (out of search and default lists,
+/// listed as `DELETED`, restorable) until maintenance purges it 30 days
+/// later; forgetting a subject removes its memories and the entity at
+/// once, for tenant admins only, audited.
+async fn deleted_memories_wait_in_the_bin_then_go_and_a_subject_is_forgotten(app: TestApp) {
+    app.create_tenant("acme").await;
+    let t = member(&app, "acme");
+    let ann = entity(&app, &t, "person", "Ann").await;
+    let cara = entity(&app, &t, "person", "Cara").await;
+    let about_ann = remember_id(
+        &app,
+        &t,
+        json!({"content": "Ann likes green tea", "subjectId": ann}),
+    )
+    .await;
+    let truck = remember_id(&app, &t, json!({"content": "The red truck needs brakes"})).await;
+    let met = remember_id(
+        &app,
+        &t,
+        json!({"content": "Cara met Ann at the depot", "subjectId": cara, "mentionIds": [ann]}),
+    )
+    .await;
+    let mutate = |name: &'static str, id: String| {
+        let (app, t) = (&app, t.clone());
+        async move {
+            app.graphql(
+                Some(&t),
+                &format!("mutation($id: ID!) {{ {name}(input: {{id: $id}}) {{ memory {{ id status }} }} }}"),
+                json!({"id": id}),
+            )
+            .await
+        }
+    };
+    let listed = |status: &'static str| {
+        let (app, t) = (&app, t.clone());
+        async move {
+            app.graphql(
+                Some(&t),
+                &format!(
+                    "{{ memories(filter: {{status: {status}}}) {{ edges {{ node {{ id }} }} }} }}"
+                ),
+                json!({}),
+            )
+            .await
+            .data()["memories"]["edges"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["node"]["id"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+
+    let deleted = mutate("deleteMemory", truck.clone()).await;
+    assert_eq!(
+        deleted.data()["deleteMemory"]["memory"]["status"],
+        "DELETED"
+    );
+    let found = hit_ids(&search(&app, &t, json!({"q": "red truck brakes"})).await);
+    assert!(!found.contains(&truck), "{found:?}");
+    assert_eq!(listed("DELETED").await, std::slice::from_ref(&truck));
+    assert!(!listed("ACTIVE").await.contains(&truck));
+    let restored = mutate("restoreMemory", truck.clone()).await;
+    assert_eq!(
+        restored.data()["restoreMemory"]["memory"]["status"],
+        "ACTIVE"
+    );
+    let found = hit_ids(&search(&app, &t, json!({"q": "red truck brakes"})).await);
+    assert_eq!(found.first(), Some(&truck), "{found:?}");
+    // Only a deleted memory can be restored.
+    assert_eq!(
+        mutate("restoreMemory", truck.clone()).await.error_code(),
+        "BAD_USER_INPUT"
+    );
+
+    // In the bin past its 30 days, maintenance purges it for good.
+    mutate("deleteMemory", truck.clone()).await.data();
+    let soon = app
+        .domain
+        .memory
+        .run_maintenance(Utc::now() + Duration::days(29))
+        .await
+        .unwrap();
+    assert_eq!(soon.purged, 0);
+    assert_eq!(get(&app, &t, &truck).await["status"], "DELETED");
+    let later = app
+        .domain
+        .memory
+        .run_maintenance(Utc::now() + Duration::days(31))
+        .await
+        .unwrap();
+    assert_eq!(later.purged, 1);
+    let gone = app
+        .graphql(
+            Some(&t),
+            "query($id: ID!) { memory(id: $id) { id } }",
+            json!({"id": truck}),
+        )
+        .await;
+    assert_eq!(gone.error_code(), "NOT_FOUND");
+
+    // Forgetting Ann: members may not; an admin removes her memories and
+    // her entity (Cara's memory stays, without the mention).
+    let forget = "mutation($id: ID!) { forgetSubject(input: {entityId: $id}) { memoriesRemoved entityRemoved } }";
+    let refused = app.graphql(Some(&t), forget, json!({"id": ann})).await;
+    assert_eq!(refused.error_code(), "FORBIDDEN");
+    let admin = app.admin_token("acme");
+    let forgotten = app.graphql(Some(&admin), forget, json!({"id": ann})).await;
+    assert_eq!(
+        forgotten.data()["forgetSubject"],
+        json!({"memoriesRemoved": 1, "entityRemoved": true})
+    );
+    let gone = app
+        .graphql(
+            Some(&t),
+            "query($id: ID!) { memory(id: $id) { id } }",
+            json!({"id": about_ann}),
+        )
+        .await;
+    assert_eq!(gone.error_code(), "NOT_FOUND");
+    let kept = app
+        .graphql(
+            Some(&t),
+            "query($id: ID!) { memory(id: $id) { content mentions { id } } }",
+            json!({"id": met}),
+        )
+        .await;
+    assert_eq!(
+        kept.data()["memory"]["content"],
+        "Cara met Ann at the depot"
+    );
+    assert_eq!(kept.data()["memory"]["mentions"], json!([]));
+    let again = app.graphql(Some(&admin), forget, json!({"id": ann})).await;
+    assert_eq!(again.error_code(), "NOT_FOUND");
+    let audit = app
+        .graphql(
+            Some(&admin),
+            "{ auditLog(filter: {actionPrefix: \"memory.forget\"}) { edges { node { target data } } } }",
+            json!({}),
+        )
+        .await;
+    let rows = audit.data()["auditLog"]["edges"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["node"]["data"]["memories"], 1);
 }

@@ -134,6 +134,9 @@ pub enum MemoryStatus {
     Archived,
     /// Its tier's lifetime ran out.
     Expired,
+    /// In the bin (`deleteMemory`): `restoreMemory` brings it back until
+    /// it is purged, 30 days after.
+    Deleted,
 }
 
 impl From<dm::Status> for MemoryStatus {
@@ -142,6 +145,7 @@ impl From<dm::Status> for MemoryStatus {
             dm::Status::Active => MemoryStatus::Active,
             dm::Status::Archived => MemoryStatus::Archived,
             dm::Status::Expired => MemoryStatus::Expired,
+            dm::Status::Deleted => MemoryStatus::Deleted,
         }
     }
 }
@@ -152,6 +156,7 @@ impl From<MemoryStatus> for dm::Status {
             MemoryStatus::Active => dm::Status::Active,
             MemoryStatus::Archived => dm::Status::Archived,
             MemoryStatus::Expired => dm::Status::Expired,
+            MemoryStatus::Deleted => dm::Status::Deleted,
         }
     }
 }

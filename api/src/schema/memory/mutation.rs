@@ -1,6 +1,6 @@
 //! Writing memories: remember a fact (merging near-duplicates), record how
-//! using one turned out, update, archive, and re-embed the tenant's
-//! memories. Every mutation takes one `input` object and returns a payload
+//! using one turned out, update, archive, delete and restore, forget a
+//! subject, and re-embed the tenant's memories. Every mutation takes one `input` object and returns a payload
 //! object.
 
 use async_graphql::{Context, ID, InputObject, MaybeUndefined, Object, SimpleObject};
@@ -15,7 +15,7 @@ use super::{Memory, MemoryOutcome, MemoryTier, memory_id, write_scope};
 use crate::{
     error::ResultExt,
     schema::{
-        context::domain,
+        context::{domain, principal},
         graph::entity_id,
         ids::{self, NodeType},
     },
@@ -90,6 +90,20 @@ pub struct MemoryPayload {
 #[derive(InputObject)]
 pub struct ArchiveMemoryInput {
     pub id: ID,
+}
+
+#[derive(InputObject)]
+pub struct ForgetSubjectInput {
+    /// The knowledge-graph entity to forget.
+    pub entity_id: ID,
+}
+
+#[derive(SimpleObject)]
+pub struct ForgetSubjectPayload {
+    /// Memories whose subject it was, deleted for good.
+    pub memories_removed: u64,
+    /// Whether the entity itself was removed.
+    pub entity_removed: bool,
 }
 
 #[derive(InputObject)]
@@ -250,6 +264,61 @@ impl MemoryMutation {
         let id = memory_id(&input.id)?;
         let m = domain(ctx).memory.archive(scope, id).await.gql()?;
         Ok(MemoryPayload { memory: Memory(m) })
+    }
+
+    /// Move a memory to the bin: out of search and lists at once,
+    /// restorable with `restoreMemory` for 30 days, then purged with its
+    /// versions, events, mentions and vector.
+    async fn delete_memory(
+        &self,
+        ctx: &Context<'_>,
+        input: ArchiveMemoryInput,
+    ) -> async_graphql::Result<MemoryPayload> {
+        let scope = write_scope(ctx)?;
+        let id = memory_id(&input.id)?;
+        let m = domain(ctx)
+            .memory
+            .delete(scope, id, chrono::Utc::now())
+            .await
+            .gql()?;
+        Ok(MemoryPayload { memory: Memory(m) })
+    }
+
+    /// Bring a deleted memory back (before it is purged).
+    async fn restore_memory(
+        &self,
+        ctx: &Context<'_>,
+        input: ArchiveMemoryInput,
+    ) -> async_graphql::Result<MemoryPayload> {
+        let scope = write_scope(ctx)?;
+        let id = memory_id(&input.id)?;
+        let m = domain(ctx)
+            .memory
+            .restore(scope, id, chrono::Utc::now())
+            .await
+            .gql()?;
+        Ok(MemoryPayload { memory: Memory(m) })
+    }
+
+    /// Remove everything about a subject at once and for good (tenant
+    /// admins; audited as `memory.forget_subject`): the memories whose
+    /// subject it is, and the entity with its relations and the mentions
+    /// of it.
+    async fn forget_subject(
+        &self,
+        ctx: &Context<'_>,
+        input: ForgetSubjectInput,
+    ) -> async_graphql::Result<ForgetSubjectPayload> {
+        let entity = entity_id(&input.entity_id)?;
+        let forgotten = domain(ctx)
+            .memory
+            .forget_subject(principal(ctx)?, entity)
+            .await
+            .gql()?;
+        Ok(ForgetSubjectPayload {
+            memories_removed: forgotten.memories,
+            entity_removed: forgotten.entity,
+        })
     }
 
     /// Embed the tenant's active memories again (after changing the
