@@ -43,6 +43,8 @@ struct Partner {
     bad_signatures: AtomicU32,
     slow_calls: AtomicU32,
     busy_calls: AtomicU32,
+    /// The `traceparent` header of each admitted call.
+    traceparents: Mutex<Vec<String>>,
 }
 
 impl Partner {
@@ -78,6 +80,12 @@ impl Partner {
         }
         let body: Value = serde_json::from_slice(body).unwrap();
         self.bodies.lock().unwrap().push(body.clone());
+        let traceparent = headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        self.traceparents.lock().unwrap().push(traceparent);
         Some(body)
     }
 }
@@ -252,6 +260,24 @@ async fn a_signed_partner_call_feeds_the_next_step(app: TestApp) {
     assert_eq!(body["idempotency_key"], format!("{}:rate", uuid_of(&id)));
     let step = &task["steps"][0];
     assert_eq!(step["status"], "COMPLETED");
+    // The call carried the task's trace in a W3C traceparent.
+    let trace = app
+        .graphql(
+            Some(&app.admin_token("acme")),
+            "query($id: ID!) { task(id: $id) { traceId } }",
+            json!({"id": id}),
+        )
+        .await
+        .data()["task"]["traceId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let traceparents = partner.traceparents.lock().unwrap().clone();
+    assert_eq!(traceparents.len(), 1);
+    assert!(
+        traceparents[0].starts_with(&format!("00-{trace}-")),
+        "{traceparents:?} for {trace}"
+    );
 
     // After a rotation the partner's old secret no longer matches: the
     // signature is real, and a refusal (401) is final.

@@ -226,11 +226,13 @@ async fn a_task_past_its_running_time_fails_with_timeout() {
     );
 }
 
-/// The `(trace id, idempotency key)` headers of each request a sink saw.
-type Seen = Arc<std::sync::Mutex<Vec<(String, String)>>>;
+/// The `(trace id, idempotency key, traceparent)` headers of each request
+/// a sink saw.
+type Seen = Arc<std::sync::Mutex<Vec<(String, String, String)>>>;
 
 /// A task's `traceId` reaches the systems its steps call: `http_request`
-/// sends it as `X-Brainstem-Trace-Id`, beside the step's idempotency key.
+/// sends it as `X-Brainstem-Trace-Id` and in a W3C `traceparent`, beside
+/// the step's idempotency key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tasks_trace_id_reaches_the_called_system() {
     let seen: Seen = Arc::default();
@@ -246,9 +248,11 @@ async fn the_tasks_trace_id_reaches_the_called_system() {
                             .unwrap_or_default()
                             .to_owned()
                     };
-                    seen.lock()
-                        .unwrap()
-                        .push((header("x-brainstem-trace-id"), header("idempotency-key")));
+                    seen.lock().unwrap().push((
+                        header("x-brainstem-trace-id"),
+                        header("idempotency-key"),
+                        header("traceparent"),
+                    ));
                     "{}"
                 },
             ),
@@ -273,8 +277,12 @@ async fn the_tasks_trace_id_reaches_the_called_system() {
         .to_owned();
     assert!(!trace.is_empty());
     let calls = seen.lock().unwrap().clone();
-    assert_eq!(
-        calls,
-        [(trace, format!("{}:call", crate::helpers::uuid_of(id)))]
-    );
+    assert_eq!(calls.len(), 1);
+    let (sent_trace, key, traceparent) = &calls[0];
+    assert_eq!(sent_trace, &trace);
+    assert_eq!(key, &format!("{}:call", crate::helpers::uuid_of(id)));
+    let parts: Vec<&str> = traceparent.split('-').collect();
+    assert_eq!(parts.len(), 4, "{traceparent}");
+    assert_eq!((parts[0], parts[1], parts[3]), ("00", trace.as_str(), "01"));
+    assert_eq!(parts[2].len(), 16);
 }

@@ -65,6 +65,19 @@ pub fn current() -> Origin {
     ORIGIN.try_with(Origin::clone).unwrap_or_default()
 }
 
+/// The W3C `traceparent` an outgoing call carries for `trace_id` (a new
+/// parent id each call, sampled), when `trace_id` is a W3C trace id (32
+/// hex digits, as every trace id Brainstem makes or accepts is).
+pub fn traceparent(trace_id: &str) -> Option<String> {
+    let w3c = trace_id.len() == 32
+        && trace_id.bytes().all(|b| b.is_ascii_hexdigit())
+        && trace_id.bytes().any(|b| b != b'0');
+    w3c.then(|| {
+        let parent: u64 = rand::random::<u64>().max(1);
+        format!("00-{}-{parent:016x}-01", trace_id.to_ascii_lowercase())
+    })
+}
+
 /// A new id: a UUIDv7 in 32 hex digits (also a valid W3C trace id).
 pub fn new_id() -> String {
     Uuid::now_v7().simple().to_string()
@@ -125,6 +138,21 @@ mod tests {
                 == 32
         );
         assert_eq!(trace_of("01-abc-def-00"), None);
+    }
+
+    #[test]
+    fn a_traceparent_carries_the_trace_and_a_new_parent() {
+        let trace = new_id();
+        let a = traceparent(&trace).unwrap();
+        let b = traceparent(&trace).unwrap();
+        assert_eq!(trace_of(&a).as_deref(), Some(trace.as_str()));
+        assert_ne!(a, b, "a new parent id per call");
+        assert!(
+            a.starts_with("00-") && a.ends_with("-01") && a.len() == 55,
+            "{a}"
+        );
+        assert_eq!(traceparent("not-a-trace"), None);
+        assert_eq!(traceparent(&"0".repeat(32)), None);
     }
 
     #[tokio::test]

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
 use super::{Control, Tool, ToolContext, ToolError, ToolOutput, platform};
-use crate::runtime::tasks::NewChildTask;
+use crate::{kernel::origin, runtime::tasks::NewChildTask};
 
 pub fn all() -> Vec<Arc<dyn Tool>> {
     let tools: Vec<Arc<dyn Tool>> = vec![
@@ -97,6 +97,9 @@ async fn send(
         .request(method, url)
         .header("Idempotency-Key", &ctx.idempotency_key)
         .header("X-Brainstem-Trace-Id", &ctx.trace_id);
+    if let Some(parent) = origin::traceparent(&ctx.trace_id) {
+        request = request.header("traceparent", parent);
+    }
     for (name, value) in headers {
         if let Some(v) = value.as_str() {
             request = request.header(name.as_str(), v);

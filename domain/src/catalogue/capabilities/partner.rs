@@ -20,8 +20,8 @@
 //! and the headers `X-Brainstem-Timestamp` (Unix seconds),
 //! `X-Brainstem-Signature: sha256=<hex>` (HMAC-SHA256 with the capability's
 //! signing secret over `<timestamp>.<body>`), `Idempotency-Key` and
-//! `X-Brainstem-Trace-Id`. A partner checks the signature and refuses stale
-//! timestamps.
+//! `X-Brainstem-Trace-Id` (with the same trace in a W3C `traceparent`). A
+//! partner checks the signature and refuses stale timestamps.
 //!
 //! **The answer.** A 2xx JSON body is the step's output (checked against the
 //! tool's output schema when it has one). A timeout, a connection failure,
@@ -40,7 +40,10 @@ use sha2::Sha256;
 use super::PartnerToolDef;
 use crate::{
     catalogue::tool::{Tool, ToolContext, ToolError, ToolOutput},
-    kernel::json_schema::{self, Mode},
+    kernel::{
+        json_schema::{self, Mode},
+        origin,
+    },
 };
 
 pub const TIMESTAMP_HEADER: &str = "X-Brainstem-Timestamp";
@@ -142,7 +145,7 @@ impl Tool for PartnerTool {
         let body = serde_json::to_vec(&body)
             .map_err(|e| ToolError::fatal(format!("cannot encode the request: {e}")))?;
         let timestamp = Utc::now().timestamp();
-        let response = ctx
+        let mut request = ctx
             .settings
             .http
             .post(&self.def.url)
@@ -151,20 +154,20 @@ impl Tool for PartnerTool {
             .header(TIMESTAMP_HEADER, timestamp.to_string())
             .header(SIGNATURE_HEADER, signature(&secret, timestamp, &body))
             .header("Idempotency-Key", &ctx.idempotency_key)
-            .header("X-Brainstem-Trace-Id", &ctx.trace_id)
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| {
-                if e.is_timeout() {
-                    ToolError::retryable(format!(
-                        "`{key}` timed out after {} ms",
-                        self.def.timeout_ms
-                    ))
-                } else {
-                    ToolError::retryable(format!("`{key}` could not be reached: {e}"))
-                }
-            })?;
+            .header("X-Brainstem-Trace-Id", &ctx.trace_id);
+        if let Some(parent) = origin::traceparent(&ctx.trace_id) {
+            request = request.header("traceparent", parent);
+        }
+        let response = request.body(body).send().await.map_err(|e| {
+            if e.is_timeout() {
+                ToolError::retryable(format!(
+                    "`{key}` timed out after {} ms",
+                    self.def.timeout_ms
+                ))
+            } else {
+                ToolError::retryable(format!("`{key}` could not be reached: {e}"))
+            }
+        })?;
         let status = response.status().as_u16();
         let text = response.text().await.map_err(|e| {
             if e.is_timeout() {
