@@ -26,6 +26,8 @@ pub struct Model {
     pub published_by: String,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
+    /// When a platform admin archived it; `None` while it is offered.
+    pub archived_at: Option<DateTimeUtc>,
 }
 
 // Written by hand so that a row printed by mistake shows no ciphertext.

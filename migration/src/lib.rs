@@ -26,6 +26,7 @@ mod m20261126_110000_audit_origin;
 mod m20261126_120000_partner_tool_retry;
 mod m20261126_130000_schedules;
 mod m20261126_140000_plan_archive;
+mod m20261126_150000_capability_archive;
 
 pub struct Migrator;
 
@@ -54,6 +55,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_120000_partner_tool_retry::Migration),
             Box::new(m20261126_130000_schedules::Migration),
             Box::new(m20261126_140000_plan_archive::Migration),
+            Box::new(m20261126_150000_capability_archive::Migration),
         ]
     }
 }

@@ -17,6 +17,7 @@ on_both_backends!(
     subscriptions_are_isolated_between_tenants,
     publishing_is_for_platform_admins_and_checked,
     a_capability_quota_stops_tasks_for_the_month,
+    an_archived_capability_starts_nothing_new,
 );
 
 pub const CAPABILITY_FIELDS: &str = "id key name description version limits { maxTasksPerMonth } \
@@ -477,4 +478,77 @@ async fn a_capability_quota_stops_tasks_for_the_month(app: TestApp) {
     // Each tenant has its own quota.
     let res = try_start(&app, "globex", json!({"planKey": "fleet.quote_request"})).await;
     res.data();
+}
+
+/// A platform admin archives a capability: its subscribers start no new
+/// task on its plans (with the reason), intent detection skips them, it
+/// takes no new subscription; a task already started finishes. Restoring
+/// it makes it current again. Audited; platform admins only.
+async fn an_archived_capability_starts_nothing_new(app: TestApp) {
+    app.create_tenant("acme").await;
+    app.create_tenant("globex").await;
+    publish_capability(&app, quotes_capability()).await.data();
+    subscribe(&app, "acme", "fleet.quotes", None).await.data();
+    let started = try_start(
+        &app,
+        "acme",
+        json!({"planKey": "fleet.quote_request", "payload": {"name": "Ann"}}),
+    )
+    .await;
+    let started_id = started.data()["startTask"]["task"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let archive = |name: &'static str, token: String| {
+        let app = &app;
+        async move {
+            app.graphql(
+                Some(&token),
+                &format!("mutation {{ {name}(input: {{key: \"fleet.quotes\"}}) {{ capability {{ key archivedAt }} }} }}"),
+                json!({}),
+            )
+            .await
+        }
+    };
+    assert_eq!(
+        archive("archiveCapability", app.admin_token("acme"))
+            .await
+            .error_code(),
+        "FORBIDDEN"
+    );
+    let archived = archive("archiveCapability", app.platform_admin_token()).await;
+    assert!(archived.data()["archiveCapability"]["capability"]["archivedAt"].is_string());
+
+    let refused = try_start(&app, "acme", json!({"planKey": "fleet.quote_request"})).await;
+    assert_eq!(refused.error_code(), "BAD_USER_INPUT");
+    assert!(
+        refused.error_message().contains("which is archived"),
+        "{}",
+        refused.error_message()
+    );
+    let detected = try_start(&app, "acme", json!({"input": "a quote for three trucks"})).await;
+    let detected_id = detected.data()["startTask"]["task"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let new_subscriber = subscribe(&app, "globex", "fleet.quotes", None).await;
+    assert_eq!(new_subscriber.error_code(), "BAD_USER_INPUT");
+    assert!(new_subscriber.error_message().contains("archived"));
+
+    app.run_tasks().await;
+    let done = app.task("acme", &started_id).await;
+    assert_eq!(done["status"], "COMPLETED", "{done}");
+    assert_eq!(done["state"]["quoted"], true);
+    let other = app.task("acme", &detected_id).await;
+    assert_ne!(other["plan"]["key"], "fleet.quote_request", "{other}");
+
+    let restored = archive("restoreCapability", app.platform_admin_token()).await;
+    assert_eq!(
+        restored.data()["restoreCapability"]["capability"]["archivedAt"],
+        Value::Null
+    );
+    let again = try_start(&app, "acme", json!({"planKey": "fleet.quote_request"})).await;
+    assert!(again.data()["startTask"]["task"]["id"].is_string());
+    subscribe(&app, "globex", "fleet.quotes", None).await.data();
 }

@@ -622,6 +622,23 @@ impl TestApp {
         .await
     }
 
+    /// The actions of `tenant`'s audit rows that start with `prefix`,
+    /// oldest first (read as its admin).
+    pub async fn audit_actions(&self, tenant: &str, prefix: &str) -> Vec<String> {
+        self.graphql(
+            Some(&self.admin_token(tenant)),
+            "query($p: String!) { auditLog(filter: {actionPrefix: $p}) { edges { node { action } } } }",
+            json!({"p": prefix}),
+        )
+        .await
+        .data()["auditLog"]["edges"]
+            .as_array()
+            .expect("audit rows")
+            .iter()
+            .map(|e| e["node"]["action"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
     /// Drive the executor until nothing is runnable.
     pub async fn run_tasks(&self) -> usize {
         self.executor.run_until_idle().await.expect("executor runs")

@@ -236,19 +236,7 @@ async fn schedules_are_checked_paused_resumed_and_kept_per_tenant(app: TestApp) 
     let ours = app.graphql(Some(&admin), delete, json!({})).await;
     assert_eq!(ours.data()["deleteSchedule"]["deleted"], true);
     assert!(schedules(&app, "acme").await.is_empty());
-    let audit = app
-        .graphql(
-            Some(&admin),
-            "{ auditLog(filter: {actionPrefix: \"schedule.\"}) { edges { node { action } } } }",
-            json!({}),
-        )
-        .await;
-    let actions: Vec<&str> = audit.data()["auditLog"]["edges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["node"]["action"].as_str().unwrap())
-        .collect();
+    let actions = app.audit_actions("acme", "schedule.").await;
     assert_eq!(
         actions,
         [

@@ -138,6 +138,11 @@ impl Capability {
     async fn version(&self) -> i32 {
         self.0.version
     }
+    /// When a platform admin archived it: it starts no new task and takes
+    /// no new subscription (tasks already started finish).
+    async fn archived_at(&self) -> Option<DateTime<Utc>> {
+        self.0.archived_at
+    }
     async fn limits(&self) -> CapabilityLimits {
         CapabilityLimits {
             max_tasks_per_month: self.0.limits.max_tasks_per_month,
@@ -449,6 +454,27 @@ impl CapabilityMutation {
         })
     }
 
+    /// Archive a capability (platform admins; audited): its subscribers
+    /// start no new task on its plans, intent detection skips them, and it
+    /// takes no new subscription; tasks already started finish. Publishing
+    /// a new version, or `restoreCapability`, makes it current again.
+    async fn archive_capability(
+        &self,
+        ctx: &Context<'_>,
+        input: CapabilityKeyInput,
+    ) -> async_graphql::Result<CapabilityPayload> {
+        set_archived(ctx, &input.key, true).await
+    }
+
+    /// Make an archived capability current again (platform admins; audited).
+    async fn restore_capability(
+        &self,
+        ctx: &Context<'_>,
+        input: CapabilityKeyInput,
+    ) -> async_graphql::Result<CapabilityPayload> {
+        set_archived(ctx, &input.key, false).await
+    }
+
     /// Subscribe the caller's tenant (tenant admins): a trial with
     /// `trialDays`, else active. Subscribing during a trial makes it active.
     async fn subscribe_capability(
@@ -517,4 +543,41 @@ pub(super) async fn subscription_node(
         .await
         .gql()?;
     Ok(CapabilitySubscription(subscription))
+}
+
+/// A capability, by key.
+#[derive(InputObject)]
+pub struct CapabilityKeyInput {
+    pub key: String,
+}
+
+#[derive(SimpleObject)]
+pub struct CapabilityPayload {
+    pub capability: Capability,
+}
+
+async fn set_archived(
+    ctx: &Context<'_>,
+    key: &str,
+    archived: bool,
+) -> async_graphql::Result<CapabilityPayload> {
+    let domain = domain(ctx);
+    let action = if archived {
+        "capability.archive"
+    } else {
+        "capability.restore"
+    };
+    let scope = domain
+        .audit
+        .open_platform_scope(principal(ctx)?, action, key, None)
+        .await
+        .gql()?;
+    let capability = domain
+        .capabilities
+        .set_archived(&scope, key, archived, Utc::now())
+        .await
+        .gql()?;
+    Ok(CapabilityPayload {
+        capability: Capability(capability),
+    })
 }

@@ -459,19 +459,7 @@ async fn an_archived_plan_starts_nothing_while_started_tasks_finish(backend: Bac
         .await;
     assert_eq!(theirs.error_code(), "NOT_FOUND");
 
-    let audit = app
-        .graphql(
-            Some(&admin),
-            "{ auditLog(filter: {actionPrefix: \"plan.\"}) { edges { node { action } } } }",
-            json!({}),
-        )
-        .await;
-    let actions: Vec<&str> = audit.data()["auditLog"]["edges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["node"]["action"].as_str().unwrap())
-        .collect();
+    let actions = app.audit_actions("acme", "plan.").await;
     assert_eq!(
         actions,
         [

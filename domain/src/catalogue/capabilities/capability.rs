@@ -92,6 +92,9 @@ pub struct Capability {
     pub published_by: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// When it was archived: it starts no new task and takes no new
+    /// subscription.
+    pub archived_at: Option<DateTime<Utc>>,
 }
 
 impl From<&capability::Model> for Capability {
@@ -106,6 +109,7 @@ impl From<&capability::Model> for Capability {
             published_by: m.published_by.clone(),
             created_at: m.created_at,
             updated_at: m.updated_at,
+            archived_at: m.archived_at,
         }
     }
 }

@@ -73,7 +73,9 @@ pub(crate) async fn subscribed_plans(
     scope: TenantScope,
     now: DateTime<Utc>,
 ) -> Result<Vec<Plan>> {
-    let capabilities = subscribed(db, scope, now).await?;
+    let mut capabilities = subscribed(db, scope, now).await?;
+    // An archived capability's plans start nothing new.
+    capabilities.retain(|c| c.archived_at.is_none());
     if capabilities.is_empty() {
         return Ok(Vec::new());
     }
@@ -198,6 +200,12 @@ pub(crate) async fn plan_for_tenant(
         .any(|c| c.id == owner.id)
     {
         return Err(not_subscribed(&format!("plan `{key}`"), &owner));
+    }
+    if owner.archived_at.is_some() {
+        return Err(Error::validation(format!(
+            "plan `{key}` belongs to capability `{}`, which is archived",
+            owner.key
+        )));
     }
     // The capability may have dropped the plan in its current version.
     let current = capability_plan::Entity::find()

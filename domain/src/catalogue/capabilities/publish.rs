@@ -108,6 +108,7 @@ impl Capabilities {
                     published_by: Set(scope.actor().to_owned()),
                     created_at: Set(now),
                     updated_at: Set(now),
+                    archived_at: Set(None),
                 }
                 .insert(&txn)
                 .await
@@ -125,6 +126,8 @@ impl Capabilities {
                 }
                 active.published_by = Set(scope.actor().to_owned());
                 active.updated_at = Set(now);
+                // A new version is current again.
+                active.archived_at = Set(None);
                 // Guarded by the version read above: of two concurrent
                 // publishes, one wins and the other is told to try again.
                 let updated = capability::Entity::update_many()
@@ -197,6 +200,36 @@ impl Capabilities {
 
     /// The secret that signs calls to a capability's partner tools. One
     /// sealed with an old key is re-sealed with the current one on the way.
+    /// Archive (`archived`) or restore a capability (platform admins,
+    /// through an audited scope). Archived, it starts no new task for its
+    /// subscribers, is not chosen by intent detection and takes no new
+    /// subscription; tasks already started finish, their partner tools
+    /// still answering. Returns it as it now is.
+    pub async fn set_archived(
+        &self,
+        _scope: &PlatformScope,
+        key: &str,
+        archived: bool,
+        now: chrono::DateTime<Utc>,
+    ) -> Result<Capability> {
+        let changed = as_platform(
+            Bypass::PlatformAdmin,
+            capability::Entity::update_many()
+                .col_expr(
+                    capability::Column::ArchivedAt,
+                    sea_orm::sea_query::Expr::value(archived.then_some(now)),
+                )
+                .filter(capability::Column::Key.eq(key))
+                .exec(&self.db),
+        )
+        .await?
+        .rows_affected;
+        if changed == 0 {
+            return Err(Error::not_found(format!("capability `{key}`")));
+        }
+        self.get_by_key(key).await
+    }
+
     pub(crate) async fn signing_secret(&self, id: CapabilityId) -> Result<String> {
         let row = capability::Entity::find_by_id(id.uuid())
             .one(&self.db)

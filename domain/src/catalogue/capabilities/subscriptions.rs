@@ -144,6 +144,11 @@ impl Capabilities {
             )));
         }
         let capability = self.get_by_key(capability_key).await?;
+        if capability.archived_at.is_some() {
+            return Err(Error::validation(format!(
+                "capability `{capability_key}` is archived and takes no new subscription"
+            )));
+        }
         let existing = self.row(scope, capability.id).await?;
         let (status, trial_ends_at) = match trial_days {
             Some(days) => (
