@@ -6,7 +6,9 @@
 //! started for the same delivery); otherwise `{"error", "code"}` with `400`
 //! (not a JSON object), `401` (unsigned, badly signed or outside the replay
 //! window), `404` (no such hook), `413` (body over
-//! `hooks::MAX_BODY_BYTES`, refused before it is read whole).
+//! `hooks::MAX_BODY_BYTES`, refused before it is read whole), `429` with
+//! `Retry-After` (over the tenant's rate, which deliveries share with its
+//! GraphQL callers).
 
 use axum::{
     body::Bytes,
@@ -16,7 +18,7 @@ use axum::{
     routing::{MethodRouter, post},
 };
 use brainstem_domain::{
-    Error,
+    Actor, Error, Principal,
     hooks::{self, Delivery},
 };
 use serde_json::json;
@@ -34,6 +36,22 @@ async fn receive(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    // Deliveries count against the tenant's rate like its API calls.
+    if let Ok(found) = state.domain.tenants.resolve_claim(&tenant).await {
+        let caller = Principal {
+            actor: Actor::Hook(source.clone()),
+            tenant: Some(found.id),
+            roles: Default::default(),
+            scopes: Default::default(),
+        };
+        if let Err(err) = state
+            .surface
+            .limiter
+            .check(&caller, None, std::time::Instant::now())
+        {
+            return refusal(err);
+        }
+    }
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let delivery = Delivery {
         tenant: &tenant,
@@ -56,16 +74,28 @@ async fn receive(
             })),
         )
             .into_response(),
-        Err(err) => {
-            let (code, message) = code_and_message(&err);
-            let status = match err {
-                Error::NotFound(_) => StatusCode::NOT_FOUND,
-                Error::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
-                Error::Validation(_) => StatusCode::BAD_REQUEST,
-                Error::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-                _ => StatusCode::INTERNAL_SERVER_ERROR,
-            };
-            (status, axum::Json(json!({"error": message, "code": code}))).into_response()
-        }
+        Err(err) => refusal(err),
     }
+}
+
+/// `{"error", "code"}` with the status the error implies.
+fn refusal(err: Error) -> Response {
+    let (code, message) = code_and_message(&err);
+    let (status, retry_after) = match err {
+        Error::NotFound(_) => (StatusCode::NOT_FOUND, None),
+        Error::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, None),
+        Error::Validation(_) => (StatusCode::BAD_REQUEST, None),
+        Error::RateLimited {
+            retry_after_secs, ..
+        } => (StatusCode::TOO_MANY_REQUESTS, Some(retry_after_secs)),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, None),
+    };
+    let mut response =
+        (status, axum::Json(json!({"error": message, "code": code}))).into_response();
+    if let Some(secs) = retry_after {
+        response
+            .headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, secs.max(1).into());
+    }
+    response
 }

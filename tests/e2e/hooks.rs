@@ -5,13 +5,18 @@
 use brainstem_domain::hooks::{REPLAY_WINDOW_SECS, sign};
 use serde_json::{Value, json};
 
-use crate::{helpers::TestApp, on_both_backends};
+use crate::{
+    for_both_backends,
+    helpers::{Backend, TestApp},
+    on_both_backends,
+};
 
 on_both_backends!(
     a_signed_webhook_starts_one_task_however_often_it_arrives,
     bad_deliveries_start_nothing_and_say_why,
     an_email_hook_starts_a_task_from_the_message,
 );
+for_both_backends!(deliveries_share_the_tenants_rate);
 
 const SECRET: &str = "whsec-0123456789";
 
@@ -245,4 +250,43 @@ async fn an_email_hook_starts_a_task_from_the_message(app: TestApp) {
     assert_eq!(task["input"], "Truck 7\n\nBrakes squeal.");
     assert_eq!(task["payload"]["email"]["from"], "ann@example.com");
     assert_eq!(task["payload"]["email"]["message_id"], "m-1@example.com");
+}
+
+/// Deliveries count against their tenant's rate, like its API calls: over
+/// it, `429` with `Retry-After`, and no task.
+async fn deliveries_share_the_tenants_rate(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |c| {
+        c.rate_limit_per_tenant_rps = 0.01;
+        c.rate_limit_per_tenant_burst = 4;
+    })
+    .await;
+    app.create_tenant("acme").await;
+    // Two of the four: the plan and the hook.
+    plan(&app, "acme").await;
+    hook(&app, "acme", "shop", "webhook", "intake").await;
+    let now = chrono::Utc::now().timestamp();
+    let mut statuses = Vec::new();
+    let mut retry_after = None;
+    for n in 0..3 {
+        let body = format!("{{\"order\": \"A-{n}\"}}");
+        let response = app
+            .http
+            .post(app.url("/hooks/acme/shop"))
+            .header("content-type", "application/json")
+            .header("x-brainstem-timestamp", now.to_string())
+            .header(
+                "x-brainstem-signature",
+                sign(SECRET, now, body.as_bytes()).unwrap(),
+            )
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        statuses.push(response.status().as_u16());
+        if let Some(v) = response.headers().get("retry-after") {
+            retry_after = v.to_str().ok().map(str::to_owned);
+        }
+    }
+    assert_eq!(statuses, [202, 202, 429]);
+    assert!(retry_after.is_some_and(|s| s.parse::<u64>().unwrap() >= 1));
 }
