@@ -25,12 +25,12 @@
 //!   tenant's connections.
 
 use chrono::{DateTime, Utc};
-use hmac::{Hmac, Mac};
+use hmac::Mac;
 use serde_json::{Map, Value, json};
-use sha2::Sha256;
 
 use crate::{
     Actor, Domain, Error, Principal, Result, Role, TaskId, TenantScope,
+    catalogue::capabilities::partner::signing_mac,
     kernel::{
         audit::{canonical_json, sha256_hex},
         row_security,
@@ -183,28 +183,15 @@ fn verify(secret: &str, delivery: Delivery<'_>, now: DateTime<Utc>) -> Result<()
         .and_then(|s| s.trim().strip_prefix("sha256="))
         .and_then(|hex| hex::decode(hex).ok())
         .ok_or_else(|| refused("X-Brainstem-Signature must be `sha256=<hex>`"))?;
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes())
-        .map_err(|_| Error::internal("unusable hook secret"))?;
-    mac.update(timestamp.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(delivery.body);
-    mac.verify_slice(&signature)
+    signing_mac(secret, timestamp, delivery.body)
+        .ok_or_else(|| Error::internal("unusable hook secret"))?
+        .verify_slice(&signature)
         .map_err(|_| refused("the signature does not verify"))
 }
 
-/// The signature header value for `body` sent at `timestamp` (for senders
-/// and tests).
-pub fn sign(secret: &str, timestamp: i64, body: &[u8]) -> Result<String> {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes())
-        .map_err(|_| Error::internal("unusable hook secret"))?;
-    mac.update(timestamp.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    Ok(format!(
-        "sha256={}",
-        hex::encode(mac.finalize().into_bytes())
-    ))
-}
+/// The signature header value for `body` sent at `timestamp`, as partner
+/// calls are signed (for senders and tests).
+pub use crate::catalogue::capabilities::partner::signature as sign;
 
 /// An inbound email as posted by common services (SendGrid, Mailgun,
 /// Postmark and the like name the same things differently): the task's
@@ -260,13 +247,13 @@ mod tests {
         let now = Utc::now();
         let body = br#"{"input":"hi"}"#;
         let ts = now.timestamp().to_string();
-        let good = sign("s3cret", now.timestamp(), body).unwrap();
+        let good = sign("s3cret", now.timestamp(), body);
         assert!(verify("s3cret", delivery(&ts, &good, body), now).is_ok());
         // Another secret, another body, a stale or future timestamp.
         assert!(verify("other", delivery(&ts, &good, body), now).is_err());
         assert!(verify("s3cret", delivery(&ts, &good, br#"{"input":"ho"}"#), now).is_err());
         let old = (now.timestamp() - REPLAY_WINDOW_SECS - 1).to_string();
-        let signed_old = sign("s3cret", now.timestamp() - REPLAY_WINDOW_SECS - 1, body).unwrap();
+        let signed_old = sign("s3cret", now.timestamp() - REPLAY_WINDOW_SECS - 1, body);
         let err = verify("s3cret", delivery(&old, &signed_old, body), now).unwrap_err();
         assert!(err.to_string().contains("replay"), "{err}");
         let future = (now.timestamp() + REPLAY_WINDOW_SECS + 1).to_string();

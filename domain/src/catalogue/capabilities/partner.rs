@@ -51,15 +51,20 @@ pub const SIGNATURE_HEADER: &str = "X-Brainstem-Signature";
 
 /// `sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">`, keyed by `secret`.
 pub fn signature(secret: &str, timestamp: i64, body: &[u8]) -> String {
-    // HMAC takes a key of any length; this cannot fail.
-    let mut mac = match Hmac::<Sha256>::new_from_slice(secret.as_bytes()) {
-        Ok(mac) => mac,
-        Err(_) => return String::new(),
-    };
+    signing_mac(secret, timestamp, body)
+        .map(|mac| format!("sha256={}", hex::encode(mac.finalize().into_bytes())))
+        .unwrap_or_default()
+}
+
+/// The HMAC-SHA256 of `"<timestamp>.<body>"` keyed by `secret`, which
+/// partner calls and inbound hooks (`runtime::hooks`) are signed with;
+/// `None` never happens in practice (HMAC takes a key of any length).
+pub fn signing_mac(secret: &str, timestamp: i64, body: &[u8]) -> Option<Hmac<Sha256>> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).ok()?;
     mac.update(timestamp.to_string().as_bytes());
     mac.update(b".");
     mac.update(body);
-    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+    Some(mac)
 }
 
 /// A partner tool of the catalogue.
