@@ -49,8 +49,10 @@ const TENANT_TABLES: &[&str] = &[
     "tasks",
 ];
 
-/// The policy's condition (kept equal to `row_security::POLICY_CONDITION`,
-/// which `tests/e2e/row_security.rs` compares with what PostgreSQL stores).
+/// The policy's condition: the same text as
+/// `brainstem_domain::row_security::POLICY_CONDITION` (a migration is a
+/// snapshot and does not import it); `tests/e2e/row_security.rs` checks
+/// what the policies let through.
 const CONDITION: &str = "current_setting('brainstem.tenant', true) = '*' \
      OR tenant_id = NULLIF(NULLIF(current_setting('brainstem.tenant', true), ''), '*')::uuid";
 

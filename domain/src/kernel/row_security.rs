@@ -93,13 +93,7 @@ impl Bypass {
     }
 
     fn index(self) -> usize {
-        match self {
-            Self::Migration => 0,
-            Self::Authentication => 1,
-            Self::Queue => 2,
-            Self::Maintenance => 3,
-            Self::PlatformAdmin => 4,
-        }
+        self as usize
     }
 }
 
