@@ -92,8 +92,14 @@ pub struct Config {
     pub task_timeout_secs: u64,
     /// Write a `tool.call` audit row for every step attempt.
     pub audit_tool_calls: bool,
-    /// Hosts the `http_request` and `delegate` tools may call (`*`: any).
+    /// Hosts the `http_request` and `delegate` tools may call, and
+    /// outbound webhooks may be on (`*`: any).
     pub http_allowed_hosts: Vec<String>,
+    /// Attempts a webhook delivery gets before it is `FAILED`.
+    pub webhook_max_attempts: u32,
+    /// Seconds before a failed webhook delivery's second attempt; the
+    /// wait doubles with each failure, up to an hour.
+    pub webhook_retry_base_secs: u64,
     /// Public base URL of this server, for callback links handed to
     /// external systems. Defaults to `http://<bind>`.
     pub public_url: Option<String>,
@@ -272,6 +278,8 @@ impl Default for Config {
             executor_lease_secs: 30,
             executor_poll_ms: 500,
             http_allowed_hosts: Vec::new(),
+            webhook_max_attempts: 8,
+            webhook_retry_base_secs: 10,
             public_url: None,
             rate_limit_per_key_rps: rates.per_key.per_second,
             rate_limit_per_key_burst: rates.per_key.burst,
@@ -385,6 +393,9 @@ impl Config {
         }
         if self.graphql_batch_delay_ms > 1000 {
             bail!("graphql_batch_delay_ms must be at most 1000");
+        }
+        if self.webhook_max_attempts < 1 || self.webhook_max_attempts > 50 {
+            bail!("webhook_max_attempts must be 1-50");
         }
         if self.task_timeout_secs < 1 {
             bail!("task_timeout_secs must be at least 1");

@@ -23,6 +23,7 @@ use brainstem_domain::{
     },
     settings,
     tools::{Tool, ToolRegistry, ToolSettings, WithBuiltins},
+    webhooks::WebhookConfig,
 };
 use secrecy::{ExposeSecret, SecretString};
 use tokio::{net::TcpListener, sync::watch};
@@ -289,7 +290,14 @@ async fn prepare(config: &Config, extra: Vec<Arc<dyn Tool>>) -> anyhow::Result<D
     report_models(config);
     let domain = open_domain(config, registry(extra)?).await?;
     let keyring = connection_keyring(config, &domain).await?;
-    let domain = domain.with_connection_keys(keyring);
+    let domain = domain
+        .with_connection_keys(keyring)
+        .with_webhook_config(WebhookConfig {
+            allowed_hosts: config.http_allowed_hosts.clone(),
+            retry_base: Duration::from_secs(config.webhook_retry_base_secs.max(1)),
+            max_attempts: config.webhook_max_attempts as i32,
+            ..WebhookConfig::default()
+        });
     domain
         .plans
         .check_all()

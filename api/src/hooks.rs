@@ -23,7 +23,7 @@ use brainstem_domain::{
 };
 use serde_json::json;
 
-use crate::{ApiState, error::code_and_message};
+use crate::{ApiState, error::code_and_message, schema::ids::NodeType};
 
 /// The route, with its own body limit.
 pub fn route() -> MethodRouter<ApiState> {
@@ -69,7 +69,7 @@ async fn receive(
         Ok(accepted) => (
             StatusCode::ACCEPTED,
             axum::Json(json!({
-                "taskId": accepted.task.to_string(),
+                "taskId": crate::schema::ids::encode(NodeType::Task, accepted.task.uuid()).0,
                 "duplicate": accepted.duplicate,
             })),
         )

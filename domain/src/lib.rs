@@ -49,7 +49,9 @@ pub use kernel::{
 };
 pub use memory::graph;
 pub use models::llm;
-pub use runtime::{conversations, events, executor, hooks, intent, schedules, tasks, usage};
+pub use runtime::{
+    conversations, events, executor, hooks, intent, schedules, tasks, usage, webhooks,
+};
 
 pub use brainstem_entity::{
     ApiKeyId, AuditId, CapabilityId, ConnectionId, ConversationId, EntityId, MemoryId, PlanId,

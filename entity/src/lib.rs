@@ -44,6 +44,8 @@ pub mod task;
 pub mod task_event;
 pub mod task_step;
 pub mod tenant;
+pub mod webhook_delivery;
+pub mod webhook_endpoint;
 
 pub use ids::{
     ApiKeyId, AuditId, CapabilityId, ConnectionId, ConversationId, EntityId, MemoryId, PlanId,

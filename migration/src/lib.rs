@@ -27,6 +27,7 @@ mod m20261126_120000_partner_tool_retry;
 mod m20261126_130000_schedules;
 mod m20261126_140000_plan_archive;
 mod m20261126_150000_capability_archive;
+mod m20261127_090000_webhooks;
 
 pub struct Migrator;
 
@@ -56,6 +57,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_130000_schedules::Migration),
             Box::new(m20261126_140000_plan_archive::Migration),
             Box::new(m20261126_150000_capability_archive::Migration),
+            Box::new(m20261127_090000_webhooks::Migration),
         ]
     }
 }

@@ -163,6 +163,24 @@ impl TestApp {
             ..Config::default()
         };
         tweak(&mut config);
+        Self::launch(backend, config, tools, tempdir).await
+    }
+
+    /// Stop this app and start another on the same database, with the same
+    /// configuration (keys, secrets): a restart.
+    pub async fn restart(mut self) -> Self {
+        let tempdir = self._tempdir.take();
+        let (backend, config) = (self.backend, self.config.clone());
+        drop(self);
+        Self::launch(backend, config, Vec::new(), tempdir).await
+    }
+
+    async fn launch(
+        backend: Backend,
+        config: Config,
+        tools: Vec<Arc<dyn Tool>>,
+        tempdir: Option<tempfile::TempDir>,
+    ) -> Self {
         brainstem::telemetry::init(&config);
         let app = Application::build_with_tools(&config, tools)
             .await

@@ -55,6 +55,7 @@ const API: &[&[&str]] = &[
         "schema::guardrails",
         "schema::schedules",
         "schema::usage",
+        "schema::webhooks",
     ],
     // The roots, assembled from the areas.
     &["schema::node", "schema::subscription"],

@@ -47,5 +47,6 @@ mod statements;
 mod streams;
 mod tenants;
 mod tools;
+mod webhooks;
 mod websocket;
 mod ws_protocol;

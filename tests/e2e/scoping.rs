@@ -69,6 +69,12 @@ const UNSCOPED: &[(&str, &str, &str)] = &[
          each run is then started and its schedule moved on under its own tenant's scope",
     ),
     (
+        "runtime/webhooks.rs",
+        "deliver_due",
+        "the delivery beat finds every tenant's due webhook deliveries (under the queue \
+         bypass); each is then taken, sent and recorded under its own tenant's scope",
+    ),
+    (
         "catalogue/capabilities/subscriptions.rs",
         "expire_trials",
         "a platform maintenance pass that ends every tenant's lapsed trials; it changes \

@@ -64,7 +64,7 @@ impl NodeType {
 }
 
 pub fn encode(ty: NodeType, id: Uuid) -> ID {
-    ID(URL_SAFE_NO_PAD.encode(format!("{}:{id}", ty.as_str())))
+    ID(brainstem_domain::page::global_id(ty.as_str(), id))
 }
 
 /// Decode any global id.

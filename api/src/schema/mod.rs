@@ -47,6 +47,7 @@ pub mod schedules;
 pub mod subscription;
 pub mod tasks;
 pub mod usage;
+pub mod webhooks;
 
 use std::sync::Arc;
 
@@ -81,6 +82,7 @@ pub struct Query(
     guardrails::GuardrailQuery,
     schedules::ScheduleQuery,
     usage::UsageQuery,
+    webhooks::WebhookQuery,
 );
 
 // The mutation root, merged like `Query`.
@@ -98,6 +100,7 @@ pub struct Mutation(
     policy::PolicyMutation,
     guardrails::GuardrailMutation,
     schedules::ScheduleMutation,
+    webhooks::WebhookMutation,
 );
 
 /// The schema and what runs around each of its operations

@@ -8,6 +8,14 @@ use uuid::Uuid;
 
 use crate::{Error, Result};
 
+/// The GraphQL global id of a `type_name` row: base64url (no padding) of
+/// `"{type_name}:{uuid}"`. Clients treat it as opaque; the domain needs it
+/// only where it speaks to clients outside GraphQL (webhook bodies).
+pub fn global_id(type_name: &str, id: Uuid) -> String {
+    use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
+    URL_SAFE_NO_PAD.encode(format!("{type_name}:{id}"))
+}
+
 pub const DEFAULT_PAGE_SIZE: u64 = 20;
 pub const MAX_PAGE_SIZE: u64 = 100;
 

@@ -18,7 +18,7 @@ use crate::{
         row_security,
     },
     memory::{self, graph},
-    runtime::{conversations, events, schedules, tasks},
+    runtime::{conversations, events, schedules, tasks, webhooks},
 };
 
 /// Every service of the domain, sharing one connection pool. Cheap to clone.
@@ -46,6 +46,8 @@ pub struct Domain {
     pub guardrails: guardrails::Guardrails,
     /// Tenants' plans started on a cron.
     pub schedules: schedules::Schedules,
+    /// Tenants' endpoints for task events, and their outbox.
+    pub webhooks: webhooks::Webhooks,
 }
 
 impl Domain {
@@ -99,6 +101,7 @@ impl Domain {
             api_keys: api_keys::ApiKeys::new(db.clone()),
             audit: audit::AuditLog::new(db.clone()),
             schedules: schedules::Schedules::new(db.clone(), tasks.clone()),
+            webhooks: webhooks::Webhooks::new(db.clone()),
             tasks,
             plans,
             connections: connections::Connections::new(db.clone(), None),
@@ -121,7 +124,14 @@ impl Domain {
     pub fn with_connection_keys(mut self, keyring: crypto::Keyring) -> Self {
         let keyring = Arc::new(keyring);
         self.connections = connections::Connections::new(self.db.clone(), Some(keyring.clone()));
-        self.capabilities = self.capabilities.with_keyring(keyring);
+        self.capabilities = self.capabilities.with_keyring(keyring.clone());
+        self.webhooks = self.webhooks.with_keyring(keyring);
+        self
+    }
+
+    /// Send webhook deliveries as `config` says.
+    pub fn with_webhook_config(mut self, config: webhooks::WebhookConfig) -> Self {
+        self.webhooks = self.webhooks.with_config(config);
         self
     }
 

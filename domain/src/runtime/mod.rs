@@ -18,3 +18,4 @@ pub mod intent;
 pub mod schedules;
 pub mod tasks;
 pub mod usage;
+pub mod webhooks;

@@ -91,6 +91,8 @@ pub struct ExecutorConfig {
     pub poll: Duration,
     /// How often expired leases are reaped.
     pub reap_every: Duration,
+    /// How often due webhook deliveries are sent.
+    pub deliver_every: Duration,
     /// How intents are detected when a task names none.
     pub intent_detector: intent::Detector,
     /// The most running time (its steps' tool calls) a task may use; a
@@ -110,6 +112,7 @@ impl Default for ExecutorConfig {
             lease: Duration::from_secs(30),
             poll: Duration::from_millis(500),
             reap_every: Duration::from_secs(5),
+            deliver_every: Duration::from_secs(1),
             intent_detector: intent::Detector::Rules,
             task_timeout: Duration::from_secs(120),
             audit_tool_calls: false,
@@ -406,6 +409,8 @@ impl Executor {
         if self.config.workers > 0 {
             let reaper = self.clone();
             handles.push(tokio::spawn(async move { reaper.reap_loop().await }));
+            let courier = self.clone();
+            handles.push(tokio::spawn(async move { courier.deliver_loop().await }));
         }
         handles
     }
@@ -450,6 +455,23 @@ impl Executor {
             }
             tokio::select! {
                 () = tokio::time::sleep(self.config.reap_every) => {}
+                _ = stopping.changed() => {}
+            }
+        }
+    }
+
+    /// Send due webhook deliveries, apart from the workers so a slow
+    /// endpoint never holds up a step.
+    async fn deliver_loop(self) {
+        let mut stopping = self.stopping.clone();
+        while !self.is_stopping() {
+            match self.domain.webhooks.deliver_due(Utc::now()).await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(delivered = n, "sent webhook deliveries"),
+                Err(err) => tracing::error!(%err, "webhook delivery error"),
+            }
+            tokio::select! {
+                () = tokio::time::sleep(self.config.deliver_every) => {}
                 _ = stopping.changed() => {}
             }
         }

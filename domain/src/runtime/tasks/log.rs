@@ -225,6 +225,11 @@ pub(super) async fn insert_events<C: ConnectionTrait>(
         .map(TaskEvent::try_from)
         .collect::<Result<Vec<_>>>()?;
     let backend = db.get_database_backend();
+    // Deliveries to the tenant's webhooks go with the events they report.
+    let mut rows = rows;
+    rows.extend(crate::runtime::webhooks::outbox(
+        backend, task, &stored, now,
+    ));
     let mut payloads = crate::runtime::events::notification_payloads(backend, &stored);
     if payloads.len() == 1 {
         // One round trip for all: the inserts as data-modifying CTEs (each
