@@ -604,6 +604,15 @@ async fn readyz(State(state): State<ApiState>) -> Response {
 }
 
 async fn metrics_text(State(state): State<ApiState>) -> Response {
+    // The queue's depth is read when asked for, not kept up to date.
+    match state.domain.tasks.queue_depth(chrono::Utc::now()).await {
+        Ok(depth) => {
+            brainstem_domain::metrics::metrics()
+                .queue_depth
+                .set(i64::try_from(depth).unwrap_or(i64::MAX));
+        }
+        Err(err) => tracing::warn!(%err, "the queue depth could not be read"),
+    }
     (
         [(
             header::CONTENT_TYPE,

@@ -67,6 +67,7 @@ impl Metrics {
             websocket_connections.clone(),
         );
         registry.register_collector(Box::new(RowSecurityBypasses));
+        brainstem_domain::metrics::register(&mut registry);
         Self {
             registry: Mutex::new(registry),
             http_requests,

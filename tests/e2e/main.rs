@@ -32,6 +32,7 @@ mod llm;
 mod local_models;
 mod memory;
 mod memory_tools;
+mod metrics;
 mod modes;
 mod partner_tools;
 mod persisted_queries;

@@ -69,6 +69,12 @@ const UNSCOPED: &[(&str, &str, &str)] = &[
          each run is then started and its schedule moved on under its own tenant's scope",
     ),
     (
+        "runtime/tasks/reads.rs",
+        "queue_depth",
+        "the `queue_depth` metric counts the shared work queue's runnable tasks (under the \
+         queue bypass); it reads no row",
+    ),
+    (
         "runtime/webhooks.rs",
         "deliver_due",
         "the delivery beat finds every tenant's due webhook deliveries (under the queue \

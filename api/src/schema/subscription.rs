@@ -9,7 +9,7 @@ use std::sync::{
 };
 
 use async_graphql::{Context, ID, InputObject, Subscription as SubscriptionObject};
-use brainstem_domain::{Error, TaskId, events};
+use brainstem_domain::{Error, TaskId, events, metrics::metrics};
 use futures_util::{Stream, StreamExt, stream::BoxStream};
 
 use super::{
@@ -61,7 +61,10 @@ impl SubscriptionSlots {
                 .used
                 .compare_exchange(used, used + 1, Ordering::SeqCst, Ordering::SeqCst)
             {
-                Ok(_) => return Some(SlotGuard(self.clone())),
+                Ok(_) => {
+                    metrics().subscriptions_open.inc();
+                    return Some(SlotGuard(self.clone()));
+                }
                 Err(now) => used = now,
             }
         }
@@ -74,6 +77,7 @@ pub struct SlotGuard(Arc<SubscriptionSlots>);
 impl Drop for SlotGuard {
     fn drop(&mut self) {
         self.0.used.fetch_sub(1, Ordering::SeqCst);
+        metrics().subscriptions_open.dec();
     }
 }
 

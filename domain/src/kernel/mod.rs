@@ -17,6 +17,7 @@ pub mod db;
 pub mod error;
 pub mod http_client;
 pub mod json_schema;
+pub mod metrics;
 pub mod origin;
 pub mod page;
 pub mod principal;

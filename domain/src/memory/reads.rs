@@ -154,6 +154,22 @@ impl Memories {
 
     /// Hybrid search (see [`rank`] for the scoring).
     pub async fn search(&self, scope: TenantScope, query: SearchQuery) -> Result<SearchResults> {
+        let began = std::time::Instant::now();
+        let results = self.ranked(scope, query).await?;
+        let mode = if results.vector_used {
+            "hybrid"
+        } else {
+            "keyword"
+        };
+        crate::kernel::metrics::metrics()
+            .memory_search_duration
+            .get_or_create(&crate::kernel::metrics::ModeLabels { mode: mode.into() })
+            .observe(began.elapsed().as_secs_f64());
+        Ok(results)
+    }
+
+    /// [`Self::search`]'s work.
+    async fn ranked(&self, scope: TenantScope, query: SearchQuery) -> Result<SearchResults> {
         let text = query.text.trim();
         if text.is_empty() {
             return Err(Error::validation("query must not be empty"));

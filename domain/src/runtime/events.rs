@@ -577,6 +577,11 @@ impl Follow {
             }
             match self.phase {
                 Phase::Replay | Phase::CatchUp => {
+                    if self.phase == Phase::CatchUp {
+                        crate::kernel::metrics::metrics()
+                            .subscription_catch_up_reads
+                            .inc();
+                    }
                     let batch = match self
                         .tasks
                         .events(self.scope, self.task, self.last, PAGE)

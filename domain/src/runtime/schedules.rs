@@ -336,6 +336,9 @@ impl Schedules {
             .filter(schedule::Column::NextRunAt.eq(due))
             .exec(&self.db)
             .await?;
+        if moved.rows_affected == 1 {
+            crate::kernel::metrics::metrics().schedule_runs.inc();
+        }
         Ok(moved.rows_affected == 1)
     }
 

@@ -53,6 +53,7 @@ use crate::{
     kernel::{
         audit::{self, AuditEntry},
         crypto::{Keyring, Sealed},
+        metrics::{OutcomeLabels, metrics},
         origin, page,
         row_security::{self, Bypass, as_platform},
     },
@@ -457,13 +458,16 @@ impl Webhooks {
                     .col_expr(C::DeliveredAt, Expr::value(Some(now)))
                     .col_expr(C::LastStatusCode, Expr::value(Some(code)))
                     .col_expr(C::LastError, Expr::value(Option::<String>::None));
+                count_attempt("delivered");
                 true
             }
             Err(failure) => {
                 tracing::info!(delivery = %row.id, attempts, error = %failure.message, "a webhook attempt failed");
                 changes = if attempts >= self.config.max_attempts {
+                    count_attempt("failed");
                     changes.col_expr(C::Status, Expr::value(FAILED))
                 } else {
+                    count_attempt("retry");
                     let wait = chrono::Duration::from_std(self.config.backoff(attempts))
                         .unwrap_or_else(|_| chrono::Duration::hours(1));
                     changes.col_expr(C::NextAttemptAt, Expr::value(now + wait))
@@ -582,6 +586,13 @@ impl Failure {
             message: message.into(),
         }
     }
+}
+
+fn count_attempt(outcome: &'static str) {
+    metrics()
+        .webhook_attempts
+        .get_or_create(&OutcomeLabels { outcome })
+        .inc();
 }
 
 /// What a sealed secret is bound to: its tenant and its endpoint.

@@ -24,7 +24,10 @@ use super::{
     ErrorKind, FinishReason, LanguageModel, LlmError, Message, Prices, TokenUsage, ToolCall,
     ToolCallDelta, estimate_tokens, offline,
 };
-use crate::models::usage::Usage;
+use crate::{
+    kernel::metrics::{ModelLabels, ModelOutcomeLabels, TokenLabels, metrics},
+    models::usage::Usage,
+};
 
 /// Retries inside the client (A.10): `max_attempts` in all, the first retry
 /// after `initial_delay`, doubling up to `max_delay`, with "equal jitter".
@@ -197,6 +200,7 @@ impl ModelClient {
                         self.inner.breaker.success();
                     }
                     if !err.kind.retried_in_client() || attempt >= s.retry.max_attempts {
+                        count_call(&request.model, "error");
                         tracing::warn!(provider = self.provider(), attempt, %err, "model call failed");
                         return Err(err);
                     }
@@ -232,6 +236,12 @@ impl ModelClient {
             .await
             .map_err(|_| timed_out())?
             .transpose()?;
+        metrics()
+            .llm_time_to_first_token
+            .get_or_create(&ModelLabels {
+                model: request.model.clone(),
+            })
+            .observe(started.elapsed().as_secs_f64());
         Ok(Generation {
             client: self.clone(),
             model: request.model.clone(),
@@ -344,6 +354,7 @@ impl Generation {
 
     fn fail(&mut self, err: LlmError) -> LlmError {
         self.ended = true;
+        count_call(&self.model, "error");
         if err.kind.is_provider_failure() {
             self.client.inner.breaker.failure(Instant::now());
         }
@@ -374,6 +385,24 @@ impl Generation {
             .settings
             .prices
             .cost_micros(&self.model, usage);
+        count_call(&self.model, "ok");
+        let m = metrics();
+        for (kind, tokens) in [
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+        ] {
+            m.llm_tokens
+                .get_or_create(&TokenLabels {
+                    model: self.model.clone(),
+                    kind,
+                })
+                .inc_by(tokens);
+        }
+        m.llm_cost
+            .get_or_create(&ModelLabels {
+                model: self.model.clone(),
+            })
+            .inc_by(cost_micros as f64 / 1e6);
         let finish = match self.finish {
             Some(reason) => reason,
             None if self.tool_calls.is_empty() => FinishReason::Complete,
@@ -426,6 +455,17 @@ impl Completion {
             cost_micros: self.cost_micros,
         }
     }
+}
+
+/// Count one model call's end in `llm_calls_total`.
+fn count_call(model: &str, outcome: &'static str) {
+    metrics()
+        .llm_calls
+        .get_or_create(&ModelOutcomeLabels {
+            model: model.to_owned(),
+            outcome,
+        })
+        .inc();
 }
 
 #[cfg(test)]

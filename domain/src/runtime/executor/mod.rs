@@ -55,6 +55,7 @@ use crate::{
     kernel::{
         audit::{self, sha256_hex},
         json_schema::{self, Mode},
+        metrics::{StepLabels, TaskLabels, ToolLabels, metrics, seconds_between},
         origin::{self, Origin},
         redact::redact,
         row_security::{self, Bypass, as_platform, as_tenant},
@@ -333,7 +334,13 @@ impl Executor {
         // unscoped: the shared work queue; the claimed task's tenant scopes
         // everything done with it afterwards.
         let row = task::Entity::find().from_raw_sql(statement).one(db).await?;
-        row.map(Task::try_from).transpose()
+        let task = row.map(Task::try_from).transpose()?;
+        if let Some(task) = &task {
+            metrics()
+                .claim_latency
+                .observe(seconds_between(task.run_after, now));
+        }
+        Ok(task)
     }
 
     /// Every tenant's tasks whose lease expired before `now`: id, tenant and
@@ -390,6 +397,7 @@ impl Executor {
                 tracing::warn!(task = %id, worker = %owner, "reaped an expired lease");
                 self.domain.tasks.sink().publish(&events);
                 reaped += 1;
+                metrics().lease_expiries.inc();
             }
         }
         if reaped > 0 {

@@ -147,6 +147,15 @@ impl Executor {
             "plan": plan_ref.1,
             "version": plan_ref.2,
         });
+        if task.started_at.is_none() {
+            metrics()
+                .tasks_started
+                .get_or_create(&TaskLabels {
+                    plan: plan_ref.1.clone(),
+                    channel: task.channel.as_str().to_owned(),
+                })
+                .inc();
+        }
         let mut changes = TaskChanges {
             status: Some(TaskStatus::Executing),
             intent: Some(Some(intent)),

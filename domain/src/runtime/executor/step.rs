@@ -320,6 +320,12 @@ impl Executor {
             ..Extra::default()
         };
         if error.retryable && attempt < policy.max_attempts {
+            metrics()
+                .step_retries
+                .get_or_create(&ToolLabels {
+                    tool: step.tool.clone(),
+                })
+                .inc();
             let delay = policy.backoff_ms(attempt + 1, rand::rng().random::<f64>());
             event =
                 event.data(json!({"attempt": attempt, "will_retry": true, "retry_in_ms": delay}));
@@ -674,6 +680,8 @@ pub(super) fn next_after(done: bool, updated: Option<Task>) -> Next {
     }
 }
 
+/// The record of one step attempt (every attempt has one), which also
+/// counts it in `step_duration_seconds`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn step_row(
     task: &Task,
@@ -687,6 +695,17 @@ pub(super) fn step_row(
     finished: DateTime<Utc>,
     usage: crate::models::usage::Usage,
 ) -> task_step::ActiveModel {
+    metrics()
+        .step_duration
+        .get_or_create(&StepLabels {
+            tool: step.tool.clone(),
+            outcome: if error.is_some() {
+                "failed"
+            } else {
+                "completed"
+            },
+        })
+        .observe(seconds_between(started, finished));
     task_step::ActiveModel {
         id: Set(Uuid::now_v7()),
         tenant_id: Set(task.tenant.uuid()),

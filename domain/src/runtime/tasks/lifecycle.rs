@@ -124,7 +124,13 @@ impl Tasks {
             .exec_with_returning(txn)
             .await?;
         match claimed.into_iter().next() {
-            Some(r) => Review::try_from(r),
+            Some(r) => {
+                let review = Review::try_from(r)?;
+                metrics()
+                    .review_wait
+                    .observe(seconds_between(review.created_at, Utc::now()));
+                Ok(review)
+            }
             None => {
                 let exists = review::Entity::find_by_id_in(scope, review_id)
                     .filter(review::Column::TaskId.eq(task.uuid()))

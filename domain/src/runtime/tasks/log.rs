@@ -89,6 +89,7 @@ pub async fn mutate_with<C: ConnectionTrait>(
             .filter(C::LeaseOwner.eq(owner.as_str()))
             .filter(C::LeaseExpiresAt.lt(*now)),
     };
+    let changes_status = changes.status;
     let mut cols: Vec<(C, SimpleExpr)> = Vec::new();
     let mut set = |col: C, value: SimpleExpr| cols.push((col, value));
     if let Some(s) = changes.status {
@@ -169,9 +170,35 @@ pub async fn mutate_with<C: ConnectionTrait>(
         return Ok(None);
     };
     let task = Task::try_from(row)?;
+    if let Some(status) = changes_status {
+        count_status(&task, status, now);
+    }
     let first = task.last_seq - n + 1;
     let stored = insert_events(db, &task, first, events, now, also).await?;
     Ok(Some((task, stored)))
+}
+
+/// Count a task's move to `status` in the task metrics.
+fn count_status(task: &Task, status: TaskStatus, now: DateTime<Utc>) {
+    let m = metrics();
+    let plan = task.plan_key.clone().unwrap_or_default();
+    if status == TaskStatus::NeedsReview {
+        m.reviews_opened
+            .get_or_create(&PlanLabels { plan: plan.clone() })
+            .inc();
+    }
+    if status.is_terminal() {
+        m.tasks_finished
+            .get_or_create(&TaskEndLabels {
+                plan: plan.clone(),
+                channel: task.channel.as_str().to_owned(),
+                status: status.as_str().to_owned(),
+            })
+            .inc();
+        m.task_duration
+            .get_or_create(&PlanLabels { plan })
+            .observe(seconds_between(task.created_at, now));
+    }
 }
 
 /// Store `events` as the task's events `first`, `first + 1`, … in one

@@ -42,6 +42,7 @@ use crate::{
     catalogue::plans::{Plans, StepDef},
     kernel::{
         audit::{self, AuditEntry, sha256_hex},
+        metrics::{PlanLabels, TaskEndLabels, metrics, seconds_between},
         origin,
         page::{self, Page, PageRequest},
         redact::redact,

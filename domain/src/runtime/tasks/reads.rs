@@ -216,6 +216,23 @@ impl TryFrom<EventSummaryRow> for TaskEvent {
 }
 
 impl Tasks {
+    /// Runnable tasks of every tenant waiting for a worker at `now` (for
+    /// the `queue_depth` metric).
+    pub async fn queue_depth(&self, now: DateTime<Utc>) -> Result<u64> {
+        use sea_orm::PaginatorTrait;
+        crate::kernel::row_security::as_platform(
+            crate::kernel::row_security::Bypass::Queue,
+            // unscoped: the shared work queue, counted; no row is read.
+            task::Entity::find()
+                .filter(task::Column::Status.eq(TaskStatus::Pending.as_str()))
+                .filter(task::Column::LeaseOwner.is_null())
+                .filter(task::Column::RunAfter.lte(now))
+                .count(&self.db),
+        )
+        .await
+        .map_err(Error::from)
+    }
+
     pub async fn get(&self, scope: TenantScope, id: TaskId) -> Result<Task> {
         get_task(&self.db, scope, id).await
     }
