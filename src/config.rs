@@ -176,6 +176,9 @@ pub struct Config {
     pub log: String,
     /// `text` or `json`.
     pub log_format: LogFormat,
+    /// Export traces (OpenTelemetry, OTLP over HTTP with JSON) to this
+    /// collector, e.g. `http://127.0.0.1:4318`; unset: no export.
+    pub otlp_endpoint: Option<String>,
     /// Length of memory vectors for the `offline` and `openai` embedders
     /// (`local` is always 384). Changing it drops the stored vectors on
     /// PostgreSQL (memories stay, found by keywords) until `reindexMemories`.
@@ -311,6 +314,7 @@ impl Default for Config {
             llm_context_window: None,
             log: "info,sqlx=warn,sea_orm=warn".into(),
             log_format: LogFormat::Text,
+            otlp_endpoint: None,
             embedding_dimension: memory.embedding_dimension,
             embedding_provider: EmbeddingProvider::Auto,
             models_dir: PathBuf::from("models"),

@@ -266,8 +266,12 @@ async fn execute(
     let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let origin = Origin::of_request(value(REQUEST_ID), value("traceparent"));
     let request_id = origin.request_id.clone().unwrap_or_default();
-    let mut response =
-        origin::within(origin, execute_in(state, peer, &headers, media, request)).await;
+    let trace_id = origin.trace_id.clone().unwrap_or_default();
+    let span = tracing::info_span!("graphql", request_id = %request_id, trace_id = %trace_id);
+    let client_span = value("traceparent").and_then(origin::parent_span_of);
+    origin::adopt(&span, &trace_id, client_span.as_deref());
+    let work = origin::within(origin, execute_in(state, peer, &headers, media, request));
+    let mut response = tracing::Instrument::instrument(work, span).await;
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         response.headers_mut().insert(REQUEST_ID, value);
     }

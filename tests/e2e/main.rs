@@ -48,6 +48,7 @@ mod statements;
 mod streams;
 mod tenants;
 mod tools;
+mod traces;
 mod webhooks;
 mod websocket;
 mod ws_protocol;

@@ -13,8 +13,15 @@
 //!   [`MAX_ID_LEN`]): a client's value that is not one is replaced, never
 //!   stored.
 //! - Work that names no origin writes audit rows without ids.
+//!
+//! **Exported traces.** When the process exports traces (OpenTelemetry,
+//! `otlp_endpoint`), its telemetry installs a [`TraceLink`]: the spans of
+//! a request, of a task's steps and of model calls then join the trace
+//! whose id they carry ([`adopt`]), and an outgoing call's `traceparent`
+//! names the span that makes it. Without one, spans only carry the trace
+//! id in their fields, and an outgoing call names a new parent id.
 
-use std::future::Future;
+use std::{future::Future, sync::OnceLock};
 
 use uuid::Uuid;
 
@@ -65,17 +72,57 @@ pub fn current() -> Origin {
     ORIGIN.try_with(Origin::clone).unwrap_or_default()
 }
 
-/// The W3C `traceparent` an outgoing call carries for `trace_id` (a new
-/// parent id each call, sampled), when `trace_id` is a W3C trace id (32
-/// hex digits, as every trace id Brainstem makes or accepts is).
+/// The W3C `traceparent` an outgoing call carries for `trace_id`, when
+/// `trace_id` is a W3C trace id (32 hex digits, as every trace id
+/// Brainstem makes or accepts is): its parent is the current span when
+/// traces are exported, else a new id each call; sampled.
 pub fn traceparent(trace_id: &str) -> Option<String> {
     let w3c = trace_id.len() == 32
         && trace_id.bytes().all(|b| b.is_ascii_hexdigit())
         && trace_id.bytes().any(|b| b != b'0');
     w3c.then(|| {
-        let parent: u64 = rand::random::<u64>().max(1);
-        format!("00-{}-{parent:016x}-01", trace_id.to_ascii_lowercase())
+        let parent = TRACE_LINK
+            .get()
+            .and_then(|link| link.current_span_id())
+            .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>().max(1)));
+        format!("00-{}-{parent}-01", trace_id.to_ascii_lowercase())
     })
+}
+
+/// The parent span id (16 hex digits) of a W3C `traceparent`, when it is
+/// well formed.
+pub fn parent_span_of(traceparent: &str) -> Option<String> {
+    trace_of(traceparent)?;
+    traceparent
+        .trim()
+        .split('-')
+        .nth(2)
+        .map(str::to_ascii_lowercase)
+}
+
+/// How spans join their trace in an exporter; installed once by a process
+/// that exports traces.
+pub trait TraceLink: Send + Sync + 'static {
+    /// Make `span` (new, not yet entered) part of the trace `trace_id`,
+    /// under the remote span `parent` (16 hex digits) when one is known.
+    fn adopt(&self, span: &tracing::Span, trace_id: &str, parent: Option<&str>);
+    /// The exported id (16 hex digits) of the current span, if it has one.
+    fn current_span_id(&self) -> Option<String>;
+}
+
+static TRACE_LINK: OnceLock<Box<dyn TraceLink>> = OnceLock::new();
+
+/// Install the process's trace link (the first one stays).
+pub fn install_trace_link(link: Box<dyn TraceLink>) {
+    let _ = TRACE_LINK.set(link);
+}
+
+/// Make `span` part of the trace `trace_id` (under `parent`) when traces
+/// are exported; nothing otherwise.
+pub fn adopt(span: &tracing::Span, trace_id: &str, parent: Option<&str>) {
+    if let Some(link) = TRACE_LINK.get() {
+        link.adopt(span, trace_id, parent);
+    }
 }
 
 /// A new id: a UUIDv7 in 32 hex digits (also a valid W3C trace id).

@@ -544,7 +544,8 @@ async fn measure(
             )
             .await?;
             if let Some(before) = before {
-                let after = brainstem_statements(&http, brainstem_port).await?;
+                // Less the statement the scrape itself sends (the queue depth).
+                let after = brainstem_statements(&http, brainstem_port).await? - 1.0;
                 brainstem_counted.0 += after - before;
                 brainstem_counted.1 += window.latencies.len();
             }

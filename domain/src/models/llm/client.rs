@@ -176,6 +176,13 @@ impl ModelClient {
     /// Start a call: admitted by the breaker, retried (A.10) until the
     /// provider has produced its first chunk.
     pub async fn start(&self, request: CompletionRequest) -> Result<Generation, LlmError> {
+        let span =
+            tracing::info_span!("model call", model = %request.model, provider = self.provider());
+        tracing::Instrument::instrument(self.start_attempts(request), span).await
+    }
+
+    /// [`Self::start`]'s attempts.
+    async fn start_attempts(&self, request: CompletionRequest) -> Result<Generation, LlmError> {
         let s = &self.inner.settings;
         let mut attempt = 1;
         loop {

@@ -208,7 +208,8 @@ impl Executor {
             .unwrap_or_else(|| tool.timeout())
             .min(left);
         let started = Utc::now();
-        let span = tracing::info_span!("step", trace_id = %task.trace_id, task = %task.id, step = %step.id, tool = %step.tool);
+        let span = tracing::info_span!("step", trace_id = %task.trace_id, task = %task.id, step = %step.id, tool = %step.tool, attempt);
+        origin::adopt(&span, &task.trace_id, None);
         // The span (with the task's trace id) covers the tool call, so the
         // tool's own logs carry it.
         let call = async {
