@@ -220,6 +220,9 @@ pub struct Config {
     /// Seconds between memory maintenance runs (promotion, expiry, per-tenant
     /// vector indexes); 0 turns the background job off.
     pub memory_maintenance_interval_secs: u64,
+    /// Days a deleted memory or knowledge-graph entity stays restorable
+    /// before maintenance purges it.
+    pub memory_purge_after_days: u32,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -326,6 +329,7 @@ impl Default for Config {
             memory_dedup_threshold: memory.dedup_threshold,
             memory_bank_capacity: memory.memory_bank_capacity,
             memory_maintenance_interval_secs: 1800,
+            memory_purge_after_days: 30,
             memory_hnsw_ef_search: memory.hnsw_ef_search,
             memory_tenant_index_rows: memory.tenant_index_rows,
         }
@@ -397,6 +401,9 @@ impl Config {
         }
         if self.graphql_batch_delay_ms > 1000 {
             bail!("graphql_batch_delay_ms must be at most 1000");
+        }
+        if !(1..=3650).contains(&self.memory_purge_after_days) {
+            bail!("memory_purge_after_days must be 1-3650");
         }
         if self.webhook_max_attempts < 1 || self.webhook_max_attempts > 50 {
             bail!("webhook_max_attempts must be 1-50");
@@ -564,6 +571,7 @@ impl Config {
             memory_bank_capacity: self.memory_bank_capacity,
             hnsw_ef_search: self.memory_hnsw_ef_search,
             tenant_index_rows: self.memory_tenant_index_rows,
+            purge_after_days: self.memory_purge_after_days,
         })
     }
 

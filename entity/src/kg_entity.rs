@@ -19,6 +19,9 @@ pub struct Model {
     pub properties: Json,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
+    /// When it went to the bin (`None`: it is live). A binned entity is in
+    /// no read; maintenance purges it after the restore window.
+    pub deleted_at: Option<DateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -28,6 +28,7 @@ mod m20261126_130000_schedules;
 mod m20261126_140000_plan_archive;
 mod m20261126_150000_capability_archive;
 mod m20261127_090000_webhooks;
+mod m20261127_100000_entity_bin;
 
 pub struct Migrator;
 
@@ -58,6 +59,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_140000_plan_archive::Migration),
             Box::new(m20261126_150000_capability_archive::Migration),
             Box::new(m20261127_090000_webhooks::Migration),
+            Box::new(m20261127_100000_entity_bin::Migration),
         ]
     }
 }

@@ -15,6 +15,7 @@ on_both_backends!(
     symmetric_relations_are_stored_once,
     neighborhoods_walk_current_relations_to_the_depth_asked,
     every_graph_path_is_confined_to_its_tenant,
+    a_deleted_entity_leaves_every_read_until_restored_then_is_purged,
 );
 
 const UPSERT: &str = "mutation($input: UpsertEntityInput!) { upsertEntity(input: $input) { created entity { id type name key properties } } }";
@@ -318,5 +319,137 @@ async fn every_graph_path_is_confined_to_its_tenant(app: TestApp) {
     assert_eq!(
         neighbors(&app, &a, &a1, 1, Value::Null).await,
         vec![("Other Carrier".to_owned(), 1)]
+    );
+}
+
+async fn a_deleted_entity_leaves_every_read_until_restored_then_is_purged(app: TestApp) {
+    app.create_tenant("acme").await;
+    let t = member(&app, "acme");
+    let carrier = entity(&app, &t, "carrier", "Acme Freight").await;
+    let lane = entity(&app, &t, "lane", "Chicago Dallas").await;
+    let shipper = entity(&app, &t, "shipper", "Globex").await;
+    for (from, to) in [(&carrier, &lane), (&lane, &shipper)] {
+        relate(
+            &app,
+            &t,
+            json!({"type": "SERVES", "fromId": from, "toId": to}),
+        )
+        .await
+        .data();
+    }
+    let bin = |deleted: bool| {
+        let app = &app;
+        let t = &t;
+        async move {
+            let res = app
+                .graphql(
+                    Some(t),
+                    "query($d: Boolean!) { entities(filter: {deleted: $d}) { edges { node { name deletedAt } } } }",
+                    json!({"d": deleted}),
+                )
+                .await;
+            res.data()["entities"]["edges"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["node"]["name"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    let change = |name: &'static str, id: String| {
+        let app = &app;
+        let t = &t;
+        async move {
+            app.graphql(
+                Some(t),
+                &format!("mutation($id: ID!) {{ {name}(input: {{id: $id}}) {{ entity {{ name deletedAt }} }} }}"),
+                json!({"id": id}),
+            )
+            .await
+        }
+    };
+
+    let deleted = change("deleteEntity", carrier.clone()).await;
+    assert!(deleted.data()["deleteEntity"]["entity"]["deletedAt"].is_string());
+    let lookup = app
+        .graphql(
+            Some(&t),
+            "query($id: ID!) { entity(id: $id) { name } }",
+            json!({"id": carrier}),
+        )
+        .await;
+    assert_eq!(lookup.error_code(), "NOT_FOUND");
+    assert_eq!(bin(true).await, ["Acme Freight"]);
+    assert!(!bin(false).await.contains(&"Acme Freight".to_owned()));
+    assert_eq!(
+        neighbors(&app, &t, &lane, 2, Value::Null).await,
+        [("Globex".to_owned(), 1)],
+        "no walk reaches a deleted entity"
+    );
+    let related = relate(
+        &app,
+        &t,
+        json!({"type": "SERVES", "fromId": carrier, "toId": shipper}),
+    )
+    .await;
+    assert_eq!(related.error_code(), "NOT_FOUND");
+
+    // Restored with its relations.
+    let restored = change("restoreEntity", carrier.clone()).await;
+    assert!(restored.data()["restoreEntity"]["entity"]["deletedAt"].is_null());
+    let mut around = neighbors(&app, &t, &lane, 1, Value::Null).await;
+    around.sort();
+    assert_eq!(
+        around,
+        [("Acme Freight".to_owned(), 1), ("Globex".to_owned(), 1)]
+    );
+    assert_eq!(
+        change("restoreEntity", carrier.clone()).await.error_code(),
+        "BAD_USER_INPUT",
+        "only a deleted entity can be restored"
+    );
+
+    // Deleted again: kept through the window, purged after it with its
+    // relation.
+    change("deleteEntity", carrier.clone()).await.data();
+    let now = chrono::Utc::now();
+    let early = app
+        .domain
+        .memory
+        .run_maintenance(now + chrono::Duration::days(29))
+        .await
+        .unwrap();
+    assert_eq!(early.purged_entities, 0);
+    assert_eq!(bin(true).await, ["Acme Freight"]);
+    let late = app
+        .domain
+        .memory
+        .run_maintenance(now + chrono::Duration::days(31))
+        .await
+        .unwrap();
+    assert_eq!(late.purged_entities, 1);
+    assert!(bin(true).await.is_empty());
+    assert_eq!(
+        change("restoreEntity", carrier.clone()).await.error_code(),
+        "NOT_FOUND"
+    );
+    let res = app
+        .graphql(
+            Some(&t),
+            NEIGHBORHOOD,
+            json!({"id": lane, "depth": 1, "types": Value::Null}),
+        )
+        .await;
+    assert_eq!(
+        res.data()["neighborhood"]["relations"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "the purged entity's relation went with it"
+    );
+    assert_eq!(
+        app.audit_actions("acme", "entity.").await,
+        ["entity.delete", "entity.restore", "entity.delete"]
     );
 }

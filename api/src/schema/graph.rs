@@ -121,6 +121,11 @@ impl KgEntity {
     async fn updated_at(&self) -> DateTime<Utc> {
         self.0.updated_at
     }
+
+    /// When it went to the bin (`deleteEntity`); `null` while live.
+    async fn deleted_at(&self) -> Option<DateTime<Utc>> {
+        self.0.deleted_at
+    }
 }
 
 /// A typed, weighted edge between two entities.
@@ -217,6 +222,10 @@ pub struct EntityFilter {
     pub entity_type: Option<String>,
     /// Case-insensitive part of the name.
     pub name_contains: Option<String>,
+    /// `true`: the bin (deleted entities, restorable until purged) instead
+    /// of the live ones.
+    #[graphql(default)]
+    pub deleted: bool,
 }
 
 #[derive(Default)]
@@ -248,6 +257,7 @@ impl GraphQuery {
                 DomainEntityFilter {
                     entity_type: filter.entity_type,
                     name_contains: filter.name_contains,
+                    deleted: filter.deleted,
                 },
                 page_request(first, after)?,
             )
@@ -292,6 +302,16 @@ pub struct UpsertEntityInput {
     pub key: Option<String>,
     /// A JSON object; replaces the stored properties when given.
     pub properties: Option<Json<serde_json::Value>>,
+}
+
+#[derive(InputObject)]
+pub struct EntityIdInput {
+    pub id: ID,
+}
+
+#[derive(SimpleObject)]
+pub struct EntityPayload {
+    pub entity: KgEntity,
 }
 
 #[derive(SimpleObject)]
@@ -353,6 +373,45 @@ impl GraphMutation {
         })
     }
 
+    /// Move an entity to the bin: it leaves every read and walk (with its
+    /// relations) until `restoreEntity`, and maintenance purges it with
+    /// its relations and mentions after `memory_purge_after_days`.
+    /// Audited.
+    async fn delete_entity(
+        &self,
+        ctx: &Context<'_>,
+        input: EntityIdInput,
+    ) -> async_graphql::Result<EntityPayload> {
+        let scope = write_scope(ctx)?;
+        let id = entity_id(&input.id)?;
+        let domain = domain(ctx);
+        let entity = domain
+            .graph
+            .delete_entity(scope, id, Utc::now())
+            .await
+            .gql()?;
+        audit_entity(ctx, scope, "entity.delete", &entity).await?;
+        Ok(EntityPayload {
+            entity: KgEntity(entity),
+        })
+    }
+
+    /// Bring a deleted entity back, with its relations (before it is
+    /// purged). Audited.
+    async fn restore_entity(
+        &self,
+        ctx: &Context<'_>,
+        input: EntityIdInput,
+    ) -> async_graphql::Result<EntityPayload> {
+        let scope = write_scope(ctx)?;
+        let id = entity_id(&input.id)?;
+        let entity = domain(ctx).graph.restore_entity(scope, id).await.gql()?;
+        audit_entity(ctx, scope, "entity.restore", &entity).await?;
+        Ok(EntityPayload {
+            entity: KgEntity(entity),
+        })
+    }
+
     /// Create or update the relation of a type between two entities.
     async fn relate(
         &self,
@@ -382,6 +441,29 @@ impl GraphMutation {
             created,
         })
     }
+}
+
+/// Record an entity's move to or from the bin in the audit log.
+async fn audit_entity(
+    ctx: &Context<'_>,
+    scope: TenantScope,
+    action: &str,
+    entity: &DomainEntity,
+) -> async_graphql::Result<()> {
+    let actor = super::context::principal(ctx)?.actor.to_string();
+    brainstem_domain::audit::record(
+        &domain(ctx).db,
+        brainstem_domain::audit::AuditEntry {
+            tenant: Some(scope.tenant_id()),
+            actor,
+            action: action.to_owned(),
+            target: entity.id.to_string(),
+            data: serde_json::json!({"type": entity.entity_type, "key": entity.key}),
+        },
+    )
+    .await
+    .gql()?;
+    Ok(())
 }
 
 /// An entity of the caller's tenant.

@@ -1,6 +1,6 @@
-//! Forgetting: deleting a memory (soft: restorable for
-//! [`PURGE_AFTER_DAYS`], then purged by maintenance with its versions,
-//! events, mentions and vector) and forgetting a subject (at once and for
+//! Forgetting: deleting a memory (soft: restorable for the configured
+//! window, [`MemoryConfig::purge_after_days`](super::MemoryConfig), then
+//! purged by maintenance with its versions, events, mentions and vector) and forgetting a subject (at once and for
 //! good: every memory about the entity, then the entity with its relations
 //! and mentions).
 //!
@@ -15,7 +15,7 @@
 //!   audit row (`memory.forget_subject`, with the counts).
 
 use brainstem_entity::{EntityId, MemoryId, TenantOwned, TenantScope, kg_entity, memory};
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, IntoActiveModel, QueryFilter, TransactionTrait,
 };
@@ -30,8 +30,9 @@ use crate::{
     kernel::audit::{self, AuditEntry},
 };
 
-/// How long a deleted memory can be restored before maintenance purges it.
-pub const PURGE_AFTER_DAYS: i64 = 30;
+/// How long, by default, a deleted memory or entity can be restored before
+/// maintenance purges it.
+pub const PURGE_AFTER_DAYS: u32 = 30;
 
 /// What forgetting a subject removed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -99,11 +100,11 @@ impl Memories {
     pub(super) async fn purge_deleted<C: sea_orm::ConnectionTrait>(
         db: &C,
         scope: TenantScope,
-        now: DateTime<Utc>,
+        before: DateTime<Utc>,
     ) -> Result<u64> {
         Ok(memory::Entity::delete_many_in(scope)
             .filter(memory::Column::Status.eq(Status::Deleted.as_str()))
-            .filter(memory::Column::UpdatedAt.lt(now - Duration::days(PURGE_AFTER_DAYS)))
+            .filter(memory::Column::UpdatedAt.lt(before))
             .exec(db)
             .await?
             .rows_affected)

@@ -10,6 +10,13 @@
 //! - [`Graph::neighborhood`] walks current relations (no `valid_to` in the
 //!   past) breadth-first to depth ≤ [`MAX_DEPTH`].
 //!
+//! - A deleted entity is in the bin (`deleted_at`): out of every read
+//!   (lookups, lists, neighbourhoods, the entities memories mention) and
+//!   of every walk (relations to it are not followed) until restored;
+//!   [`Graph::purge_deleted`] removes it for good, with its relations and
+//!   mentions, after the restore window. Upserting its type and key brings
+//!   it back.
+//!
 //! Every function takes a [`TenantScope`]; an id of another tenant is
 //! `NotFound`, exactly like an id that does not exist.
 
@@ -53,6 +60,8 @@ pub struct Entity {
     pub properties: Json,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// When it went to the bin.
+    pub deleted_at: Option<DateTime<Utc>>,
 }
 
 impl From<kg_entity::Model> for Entity {
@@ -65,6 +74,7 @@ impl From<kg_entity::Model> for Entity {
             properties: m.properties,
             created_at: m.created_at,
             updated_at: m.updated_at,
+            deleted_at: m.deleted_at,
         }
     }
 }
@@ -135,6 +145,8 @@ pub struct EntityFilter {
     pub entity_type: Option<String>,
     /// Case-insensitive substring of the name.
     pub name_contains: Option<String>,
+    /// List the bin (deleted entities) instead of the live ones.
+    pub deleted: bool,
 }
 
 /// An entity reached by a walk, and how many hops away it is.
@@ -225,6 +237,7 @@ impl Graph {
         for _ in 0..2 {
             if let Some(existing) = self.find_by_key(scope, &ty, &key).await? {
                 let mut model: kg_entity::ActiveModel = existing.into();
+                model.deleted_at = Set(None);
                 model.name = Set(name.clone());
                 if let Some(p) = &props {
                     model.properties = Set(p.clone());
@@ -242,6 +255,7 @@ impl Graph {
                 properties: Set(props.clone().unwrap_or_else(|| serde_json::json!({}))),
                 created_at: Set(now),
                 updated_at: Set(now),
+                deleted_at: Set(None),
             }
             .insert(&self.db)
             .await
@@ -272,6 +286,7 @@ impl Graph {
 
     pub async fn get(&self, scope: TenantScope, id: EntityId) -> Result<Entity> {
         kg_entity::Entity::find_by_id_in(scope, id.uuid())
+            .filter(kg_entity::Column::DeletedAt.is_null())
             .one(&self.db)
             .await?
             .map(Entity::from)
@@ -280,6 +295,7 @@ impl Graph {
 
     pub async fn get_relation(&self, scope: TenantScope, id: RelationId) -> Result<Relation> {
         kg_relation::Entity::find_by_id_in(scope, id.uuid())
+            .filter(live_ends(scope))
             .one(&self.db)
             .await?
             .map(Relation::from)
@@ -297,6 +313,7 @@ impl Graph {
         }
         let rows = kg_entity::Entity::find_in(scope)
             .filter(kg_entity::Column::Id.is_in(ids.iter().map(|i| i.uuid())))
+            .filter(kg_entity::Column::DeletedAt.is_null())
             .all(&self.db)
             .await?;
         Ok(rows
@@ -311,7 +328,11 @@ impl Graph {
         filter: EntityFilter,
         request: PageRequest,
     ) -> Result<Page<Entity>> {
-        let mut select = kg_entity::Entity::find_in(scope);
+        let mut select = kg_entity::Entity::find_in(scope).filter(if filter.deleted {
+            kg_entity::Column::DeletedAt.is_not_null()
+        } else {
+            kg_entity::Column::DeletedAt.is_null()
+        });
         if let Some(t) = &filter.entity_type {
             select = select.filter(kg_entity::Column::EntityType.eq(entity_type(t)?));
         }
@@ -452,6 +473,7 @@ impl Graph {
                         .add(kg_relation::Column::ValidTo.is_null())
                         .add(kg_relation::Column::ValidTo.gt(now)),
                 )
+                .filter(live_ends(scope))
                 .order_by_asc(kg_relation::Column::Id);
             if !types.is_empty() {
                 select = select.filter(kg_relation::Column::RelationType.is_in(types.clone()));
@@ -497,6 +519,70 @@ impl Graph {
             relations,
         })
     }
+
+    /// Move an entity to the bin (deleting twice keeps the first time).
+    pub async fn delete_entity(
+        &self,
+        scope: TenantScope,
+        id: EntityId,
+        now: DateTime<Utc>,
+    ) -> Result<Entity> {
+        let row = self.row(scope, id).await?;
+        if row.deleted_at.is_some() {
+            return Ok(row.into());
+        }
+        let mut model: kg_entity::ActiveModel = row.into();
+        model.deleted_at = Set(Some(now));
+        Ok(model.update(&self.db).await?.into())
+    }
+
+    /// Bring an entity back from the bin, with its relations.
+    pub async fn restore_entity(&self, scope: TenantScope, id: EntityId) -> Result<Entity> {
+        let row = self.row(scope, id).await?;
+        if row.deleted_at.is_none() {
+            return Err(Error::validation("only a deleted entity can be restored"));
+        }
+        let mut model: kg_entity::ActiveModel = row.into();
+        model.deleted_at = Set(None);
+        Ok(model.update(&self.db).await?.into())
+    }
+
+    /// Delete for good the tenant's entities binned before `before`, with
+    /// their relations and mentions (by cascade); returns how many (run by
+    /// maintenance).
+    pub(crate) async fn purge_deleted<C: sea_orm::ConnectionTrait>(
+        db: &C,
+        scope: TenantScope,
+        before: DateTime<Utc>,
+    ) -> Result<u64> {
+        Ok(kg_entity::Entity::delete_many_in(scope)
+            .filter(kg_entity::Column::DeletedAt.lt(before))
+            .exec(db)
+            .await?
+            .rows_affected)
+    }
+
+    /// The entity's row, live or binned.
+    async fn row(&self, scope: TenantScope, id: EntityId) -> Result<kg_entity::Model> {
+        kg_entity::Entity::find_by_id_in(scope, id.uuid())
+            .one(&self.db)
+            .await?
+            .ok_or_else(|| Error::not_found("entity"))
+    }
+}
+
+/// Relations whose two ends are live (not in the bin).
+fn live_ends(scope: TenantScope) -> Condition {
+    use sea_orm::sea_query::Query;
+    let binned = Query::select()
+        .column(kg_entity::Column::Id)
+        .from(kg_entity::Entity)
+        .and_where(kg_entity::Column::TenantId.eq(scope.tenant_id().uuid()))
+        .and_where(kg_entity::Column::DeletedAt.is_not_null())
+        .to_owned();
+    Condition::all()
+        .add(kg_relation::Column::FromId.not_in_subquery(binned.clone()))
+        .add(kg_relation::Column::ToId.not_in_subquery(binned))
 }
 
 #[cfg(test)]

@@ -52,6 +52,9 @@ pub struct MaintenanceReport {
     pub capped: u64,
     /// Deleted memories purged for good, past their time in the bin.
     pub purged: u64,
+    /// Deleted entities purged for good (with their relations and
+    /// mentions), past their time in the bin.
+    pub purged_entities: u64,
     /// Per-tenant vector indexes built (PostgreSQL).
     pub vector_indexes_built: u64,
     /// Another process held the lock; nothing was done.
@@ -150,7 +153,10 @@ impl Memories {
             report.expired += 1;
         }
 
-        report.purged += Memories::purge_deleted(txn, scope, now).await?;
+        let purge_before = now - chrono::Duration::days(i64::from(self.config.purge_after_days));
+        report.purged += Memories::purge_deleted(txn, scope, purge_before).await?;
+        report.purged_entities +=
+            super::graph::Graph::purge_deleted(txn, scope, purge_before).await?;
 
         let cap = self.config.memory_bank_capacity;
         let mut bank = active()

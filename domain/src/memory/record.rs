@@ -135,6 +135,9 @@ pub struct MemoryConfig {
     /// HNSW index (built by the maintenance job); smaller tenants are
     /// searched exactly.
     pub tenant_index_rows: usize,
+    /// Days a deleted memory or entity stays restorable before maintenance
+    /// purges it.
+    pub purge_after_days: u32,
 }
 
 impl Default for MemoryConfig {
@@ -146,6 +149,7 @@ impl Default for MemoryConfig {
             memory_bank_capacity: 1000,
             hnsw_ef_search: 250,
             tenant_index_rows: 10_000,
+            purge_after_days: super::forget::PURGE_AFTER_DAYS,
         }
     }
 }

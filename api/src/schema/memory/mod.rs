@@ -135,7 +135,7 @@ pub enum MemoryStatus {
     /// Its tier's lifetime ran out.
     Expired,
     /// In the bin (`deleteMemory`): `restoreMemory` brings it back until
-    /// it is purged, 30 days after.
+    /// it is purged, `memory_purge_after_days` (30) after.
     Deleted,
 }
 

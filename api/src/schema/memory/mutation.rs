@@ -267,7 +267,8 @@ impl MemoryMutation {
     }
 
     /// Move a memory to the bin: out of search and lists at once,
-    /// restorable with `restoreMemory` for 30 days, then purged with its
+    /// restorable with `restoreMemory` for `memory_purge_after_days` (30),
+    /// then purged with its
     /// versions, events, mentions and vector.
     async fn delete_memory(
         &self,
