@@ -4,9 +4,11 @@
 //! - [`startup`]: [`startup::Application`], which opens the store, builds the
 //!   API and binds its port; tests build it on port 0.
 //! - [`cli`]: the subcommands.
-//! - [`telemetry`]: logging setup.
+//! - [`telemetry`]: logging and trace export.
+//! - [`console`]: the admin console's files, served under `/console/`.
 
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod startup;
 pub mod telemetry;

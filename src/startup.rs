@@ -343,7 +343,7 @@ impl Application {
             limits: config.graphql_limits(),
             rate_limits: config.rate_limits(),
         };
-        let router = brainstem_api::router(domain.clone(), api)?;
+        let router = brainstem_api::router(domain.clone(), api)?.merge(crate::console::routes());
         if config.memory_maintenance_interval_secs > 0 {
             domain
                 .memory

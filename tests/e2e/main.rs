@@ -14,6 +14,7 @@ mod architecture;
 mod auth;
 mod capabilities;
 mod connections;
+mod console;
 mod conversations;
 mod dataloader;
 mod durability;

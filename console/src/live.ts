@@ -1,0 +1,101 @@
+// A task's events, live and resumable: subscribes to `taskEvents` after the
+// last stored sequence number seen and, when the stream drops, subscribes
+// again from there, so no stored event is lost or shown twice. Token
+// deltas are merged by offset, so a delta seen twice adds nothing.
+
+import type { Client as WsClient } from "graphql-ws";
+
+export interface TaskEvent {
+  __typename: string;
+  seq: number;
+  kind: string;
+  stepId: string | null;
+  tool: string | null;
+  status: string | null;
+  summary: string;
+  error: string | null;
+  createdAt: string;
+  offset?: number;
+  text?: string;
+}
+
+const EVENTS = `subscription($id: ID!, $after: Int) {
+  taskEvents(taskId: $id, after: $after) {
+    __typename seq kind stepId tool status summary error createdAt
+    ... on TokenDelta { offset text }
+  }
+}`;
+
+export interface Timeline {
+  /** Stored events, in order, each once. */
+  events: TaskEvent[];
+  /** Streamed text per step. */
+  text: Record<string, string>;
+  /** Whether the stream is connected now. */
+  live: boolean;
+  ended: boolean;
+}
+
+export function emptyTimeline(): Timeline {
+  return { events: [], text: {}, live: false, ended: false };
+}
+
+/** Fold one event into the timeline (pure: returns a new one). */
+export function fold(timeline: Timeline, event: TaskEvent): Timeline {
+  if (event.__typename === "TokenDelta" && event.stepId && event.text !== undefined) {
+    const sofar = timeline.text[event.stepId] ?? "";
+    const offset = event.offset ?? 0;
+    if (offset > sofar.length) return timeline;
+    const merged = sofar.slice(0, offset) + event.text;
+    if (merged.length <= sofar.length) return timeline;
+    return { ...timeline, text: { ...timeline.text, [event.stepId]: merged } };
+  }
+  const last = timeline.events.length ? timeline.events[timeline.events.length - 1].seq : 0;
+  if (event.seq <= last) return timeline;
+  return { ...timeline, events: [...timeline.events, event] };
+}
+
+const TERMINAL = new Set(["COMPLETED", "FAILED", "CANCELLED"]);
+
+/** Follow a task's events until it ends or `stop` is called. */
+export function follow(
+  ws: WsClient,
+  taskId: string,
+  onChange: (update: (t: Timeline) => Timeline) => void,
+): () => void {
+  let lastSeq = 0;
+  let stopped = false;
+  let unsubscribe: (() => void) | null = null;
+
+  const start = () => {
+    if (stopped) return;
+    onChange((t) => ({ ...t, live: true }));
+    unsubscribe = ws.subscribe<{ taskEvents: TaskEvent }>(
+      { query: EVENTS, variables: { id: taskId, after: lastSeq } },
+      {
+        next(result) {
+          const event = result.data?.taskEvents;
+          if (!event) return;
+          if (event.__typename !== "TokenDelta") lastSeq = Math.max(lastSeq, event.seq);
+          onChange((t) => fold(t, event));
+          if (event.kind === "STATUS_CHANGED" && event.status && TERMINAL.has(event.status)) {
+            onChange((t) => ({ ...t, ended: true }));
+          }
+        },
+        error() {
+          onChange((t) => ({ ...t, live: false }));
+          // Resubscribe from the last event seen.
+          setTimeout(start, 500);
+        },
+        complete() {
+          onChange((t) => ({ ...t, live: false }));
+        },
+      },
+    );
+  };
+  start();
+  return () => {
+    stopped = true;
+    unsubscribe?.();
+  };
+}

@@ -1,0 +1,163 @@
+// One task: its state and steps (read once, then again when its status
+// changes) and a live timeline of its events, tokens streaming into the
+// step that produces them; cancel and retry.
+
+import { useEffect, useReducer, useRef } from "react";
+import { useMutation, useQuery } from "urql";
+
+import { useClients } from "../clients";
+import { emptyTimeline, follow, type Timeline } from "../live";
+import { Empty, ErrorBox, Json, Loading, Status, when } from "../ui";
+
+const TASK = `query($id: ID!) { task(id: $id) {
+  id status input intent channel error traceId createdAt startedAt completedAt
+  plan { key version }
+  usage { inputTokens outputTokens costMicros }
+  result { content model }
+  pendingReview { id stepId reason proposed }
+  steps { stepId tool attempt status args output summary error durationMs }
+} }`;
+
+const CANCEL = `mutation($id: ID!) { cancelTask(input: {id: $id}) { task { id status } } }`;
+const RETRY = `mutation($id: ID!) { retryTask(input: {id: $id}) { task { id status } } }`;
+
+interface Step {
+  stepId: string;
+  tool: string;
+  attempt: number;
+  status: string;
+  args: unknown;
+  output: unknown;
+  summary: string;
+  error: string | null;
+  durationMs: number;
+}
+
+interface Task {
+  id: string;
+  status: string;
+  input: string;
+  intent: string | null;
+  channel: string;
+  error: string | null;
+  traceId: string;
+  createdAt: string;
+  startedAt: string | null;
+  completedAt: string | null;
+  plan: { key: string; version: number } | null;
+  usage: { inputTokens: number; outputTokens: number; costMicros: number };
+  result: { content: string; model: string } | null;
+  steps: Step[];
+}
+
+export function TaskPage({ id }: { id: string }) {
+  const { ws } = useClients();
+  const [{ data, error, fetching }, reload] = useQuery<{ task: Task }>({
+    query: TASK,
+    variables: { id },
+    requestPolicy: "network-only",
+  });
+  const [timeline, update] = useReducer(
+    (t: Timeline, change: (t: Timeline) => Timeline) => change(t),
+    undefined,
+    emptyTimeline,
+  );
+  useEffect(() => follow(ws, id, update), [ws, id]);
+  // Read the task again whenever its status or steps move on.
+  const seen = useRef(0);
+  useEffect(() => {
+    const last = timeline.events[timeline.events.length - 1];
+    if (!last || last.seq === seen.current) return;
+    if (["STATUS_CHANGED", "STEP_COMPLETED", "STEP_FAILED"].includes(last.kind)) {
+      seen.current = last.seq;
+      reload({ requestPolicy: "network-only" });
+    }
+  }, [timeline.events, reload]);
+  const [cancelled, cancel] = useMutation(CANCEL);
+  const [retried, retry] = useMutation(RETRY);
+
+  if (error) return <ErrorBox error={error} />;
+  if (fetching && !data) return <Loading what="the task" />;
+  const task = data?.task;
+  if (!task) return <Empty>No such task.</Empty>;
+  const settled = ["COMPLETED", "FAILED", "CANCELLED"].includes(task.status);
+  // A step's streamed text shows under its first event.
+  const firstOfStep: Record<string, number> = {};
+  for (const e of timeline.events) {
+    if (e.stepId && !(e.stepId in firstOfStep)) firstOfStep[e.stepId] = e.seq;
+  }
+  return (
+    <article aria-labelledby="task-title">
+      <h1 id="task-title">{task.input || task.intent || "Task"}</h1>
+      <p className="facts">
+        <Status status={task.status} /> · {task.plan ? `${task.plan.key} v${task.plan.version}` : "no plan yet"} ·{" "}
+        {task.channel} · started {when(task.startedAt)} · trace <code>{task.traceId}</code>
+      </p>
+      <p className="facts" data-testid="usage">
+        {task.usage.inputTokens} input and {task.usage.outputTokens} output tokens · cost{" "}
+        {(task.usage.costMicros / 1e6).toFixed(6)}
+      </p>
+      {task.error && <ErrorBox error={task.error} />}
+      <div className="actions">
+        <button onClick={() => cancel({ id: task.id })} disabled={settled || cancelled.fetching}>
+          Cancel
+        </button>
+        <button onClick={() => retry({ id: task.id })} disabled={task.status !== "FAILED" || retried.fetching}>
+          Retry
+        </button>
+        {(cancelled.error || retried.error) && <ErrorBox error={(cancelled.error || retried.error)!} />}
+      </div>
+      {task.result && (
+        <section aria-label="Result">
+          <h2>Answer</h2>
+          <p className="answer">{task.result.content}</p>
+        </section>
+      )}
+      <div className="columns">
+        <section aria-labelledby="timeline-title">
+          <h2 id="timeline-title">
+            Timeline <span className={timeline.live ? "live on" : "live off"}>{timeline.live ? "live" : timeline.ended ? "ended" : "reconnecting"}</span>
+          </h2>
+          {timeline.events.length === 0 ? (
+            <Empty>No events yet.</Empty>
+          ) : (
+            <ol className="timeline" aria-label="Events">
+              {timeline.events.map((e) => (
+                <li key={e.seq} data-testid="event" data-seq={e.seq}>
+                  <span className="seq">#{e.seq}</span> <span className="kind">{e.kind}</span>
+                  {e.stepId && <span className="step"> {e.stepId}</span>}
+                  {e.status && <Status status={e.status} />} <span>{e.summary}</span>
+                  {e.error && <span className="error"> {e.error}</span>}
+                  {e.stepId && firstOfStep[e.stepId] === e.seq && timeline.text[e.stepId] && (
+                    <p className="stream" data-testid="stream">
+                      {timeline.text[e.stepId]}
+                    </p>
+                  )}
+                </li>
+              ))}
+            </ol>
+          )}
+        </section>
+        <section aria-labelledby="steps-title">
+          <h2 id="steps-title">Steps</h2>
+          {task.steps.length === 0 ? (
+            <Empty>No step has run yet.</Empty>
+          ) : (
+            task.steps.map((s) => (
+              <details key={`${s.stepId}:${s.attempt}`} className="step">
+                <summary>
+                  {s.stepId} <code>{s.tool}</code> attempt {s.attempt} <Status status={s.status} /> {s.durationMs} ms
+                </summary>
+                <h3>Input</h3>
+                <Json value={s.args} />
+                <h3>Output</h3>
+                <Json value={s.output} />
+                {s.error && <ErrorBox error={s.error} />}
+              </details>
+            ))
+          )}
+        </section>
+      </div>
+    </article>
+  );
+}

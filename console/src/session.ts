@@ -1,0 +1,64 @@
+// The signed-in session: the bearer token (kept in sessionStorage, so it
+// leaves with the tab) and the GraphQL clients built on it. Every request
+// and the WebSocket carry the token; the server scopes all data to its
+// tenant.
+
+import { createClient as createWsClient, type Client as WsClient } from "graphql-ws";
+import { Client, cacheExchange, fetchExchange, subscriptionExchange } from "urql";
+
+const TOKEN_KEY = "brainstem.token";
+
+export function storedToken(): string | null {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+export function storeToken(token: string | null): void {
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  else sessionStorage.removeItem(TOKEN_KEY);
+}
+
+function wsUrl(): string {
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  return `${scheme}//${location.host}/graphql/ws`;
+}
+
+/** The clients of one session: urql for queries, mutations and list
+ * subscriptions; the graphql-ws client for resumable event streams. */
+export interface Clients {
+  urql: Client;
+  ws: WsClient;
+}
+
+export function connect(token: string): Clients {
+  const ws = createWsClient({
+    url: wsUrl(),
+    connectionParams: { Authorization: `Bearer ${token}` },
+    lazy: true,
+    retryAttempts: Infinity,
+    shouldRetry: () => true,
+    retryWait: async (retries) => {
+      await new Promise((resolve) => setTimeout(resolve, Math.min(250 * 2 ** retries, 5000)));
+    },
+  });
+  const urql = new Client({
+    url: "/graphql",
+    exchanges: [
+      cacheExchange,
+      fetchExchange,
+      subscriptionExchange({
+        forwardSubscription(request) {
+          const input = { ...request, query: request.query || "" };
+          return {
+            subscribe(sink) {
+              const unsubscribe = ws.subscribe(input, sink);
+              return { unsubscribe };
+            },
+          };
+        },
+      }),
+    ],
+    fetchOptions: () => ({ headers: { Authorization: `Bearer ${token}` } }),
+    requestPolicy: "cache-and-network",
+  });
+  return { urql, ws };
+}

@@ -1,0 +1,212 @@
+// End-to-end checks of the console in headless Chromium against a running
+// Brainstem (tests/e2e/console.rs starts it on PostgreSQL with two tenants
+// and passes their tokens). One JSON line per check on stdout; exits 1 if
+// any fails, with a screenshot of the failing page in SCREENSHOT_DIR.
+//
+// Environment: BRAINSTEM_URL, ACME_TOKEN, GLOBEX_TOKEN, CHROMIUM (the
+// browser binary), SCREENSHOT_DIR.
+
+import assert from "node:assert/strict";
+import { mkdirSync } from "node:fs";
+import { createRequire } from "node:module";
+import path from "node:path";
+import { gzipSync } from "node:zlib";
+
+import { chromium } from "playwright-core";
+
+const require = createRequire(import.meta.url);
+const base = process.env.BRAINSTEM_URL;
+const tokens = { acme: process.env.ACME_TOKEN, globex: process.env.GLOBEX_TOKEN };
+const shots = process.env.SCREENSHOT_DIR ?? "screenshots";
+const AXE = require.resolve("axe-core/axe.min.js");
+const WAIT = 20_000;
+mkdirSync(shots, { recursive: true });
+
+async function gql(token, query, variables = {}) {
+  const response = await fetch(`${base}/graphql`, {
+    method: "POST",
+    headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
+    body: JSON.stringify({ query, variables }),
+  });
+  const body = await response.json();
+  assert.ok(!body.errors, JSON.stringify(body.errors));
+  return body.data;
+}
+
+async function signIn(page, tenant) {
+  await page.goto(`${base}/console/`);
+  await page.getByLabel("Bearer token or API key").fill(tokens[tenant]);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByTestId("viewer").waitFor({ timeout: WAIT });
+}
+
+async function startFromForm(page, planKey, input) {
+  await page.goto(`${base}/console/#/tasks`);
+  await page.getByLabel("Plan key").fill(planKey);
+  await page.getByLabel("Input", { exact: true }).fill(input);
+  await page.getByRole("button", { name: "Start task" }).click();
+  await page.waitForURL(/#\/tasks\/.+/, { timeout: WAIT });
+  return decodeURIComponent(new URL(page.url()).hash.replace("#/tasks/", ""));
+}
+
+/** The timeline's sequence numbers, in page order. */
+async function seqs(page) {
+  return page.getByTestId("event").evaluateAll((items) => items.map((li) => Number(li.dataset.seq)));
+}
+
+async function statusEvent(page, status) {
+  await page
+    .locator('[data-testid="event"]', { hasText: "STATUS_CHANGED" })
+    .filter({ hasText: status })
+    .first()
+    .waitFor({ timeout: WAIT });
+}
+
+async function axe(page) {
+  await page.addScriptTag({ path: AXE });
+  const result = await page.evaluate(async () => await window.axe.run());
+  const serious = result.violations.filter((v) => v.impact === "serious" || v.impact === "critical");
+  assert.deepEqual(
+    serious.map((v) => `${v.id}: ${v.nodes.map((n) => n.target.join(" ")).join(", ")}`),
+    [],
+    "no serious accessibility violations",
+  );
+}
+
+const checks = {
+  async "sign in, start a task, see its events and tokens arrive live"(page) {
+    await signIn(page, "acme");
+    await axe(page);
+    await page.screenshot({ path: path.join(shots, "tasks.png"), fullPage: true });
+    await page.evaluate(() => {
+      window.__sameDocument = true;
+    });
+    const id = await startFromForm(page, "assist", "Summarise the week");
+    await page.getByTestId("event").first().waitFor({ timeout: WAIT });
+    await statusEvent(page, "COMPLETED");
+    const stream = await page.getByTestId("stream").first().innerText({ timeout: WAIT });
+    assert.ok(stream.length > 0, "the model's tokens reached the page");
+    assert.equal(await page.evaluate(() => window.__sameDocument), true, "no reload");
+    const stored = await gql(tokens.acme, "query($id: ID!) { task(id: $id) { events(first: 100) { seq } } }", { id });
+    assert.deepEqual(await seqs(page), stored.task.events.map((e) => e.seq), "every event once, in order");
+    await page.getByRole("heading", { name: "Answer" }).waitFor({ timeout: WAIT });
+    await axe(page);
+    await page.screenshot({ path: path.join(shots, "task.png"), fullPage: true });
+    return { task: id, events: stored.task.events.length, streamed: stream.length };
+  },
+
+  async "approve a review and see the task finish"(page) {
+    await signIn(page, "acme");
+    const id = await startFromForm(page, "checked", "Check the invoice");
+    await statusEvent(page, "NEEDS_REVIEW");
+    await page.getByRole("link", { name: "Reviews" }).click();
+    const card = page.getByTestId("review").filter({ hasText: "Check the invoice" });
+    await card.waitFor({ timeout: WAIT });
+    await axe(page);
+    await page.screenshot({ path: path.join(shots, "reviews.png"), fullPage: true });
+    await card.getByLabel("Corrections (JSON, optional)").fill('{"approved_amount": 120}');
+    await card.getByRole("button", { name: "Approve" }).click();
+    await card.waitFor({ state: "detached", timeout: WAIT });
+    await page.goto(`${base}/console/#/tasks/${encodeURIComponent(id)}`);
+    await statusEvent(page, "COMPLETED");
+    const done = await gql(tokens.acme, "query($id: ID!) { task(id: $id) { status state } }", { id });
+    assert.equal(done.task.status, "COMPLETED");
+    assert.equal(done.task.state.approved_amount, 120, "the correction reached the task");
+    return { task: id };
+  },
+
+  async "a dropped stream reconnects and resumes without duplicates"(page) {
+    await signIn(page, "acme");
+    const sockets = [];
+    await page.routeWebSocket(/\/graphql\/ws$/, (ws) => {
+      sockets.push(ws);
+      ws.connectToServer();
+    });
+    const started = await gql(
+      tokens.acme,
+      'mutation { startTask(input: {planKey: "checked", input: "Resume me"}) { task { id } } }',
+    );
+    const id = started.startTask.task.id;
+    await page.goto(`${base}/console/#/tasks/${encodeURIComponent(id)}`);
+    await page.reload();
+    await statusEvent(page, "NEEDS_REVIEW");
+    const before = await seqs(page);
+    // Drop the connection, move the task on while it is down, and let the
+    // client reconnect.
+    const dropped = sockets.length;
+    await sockets[sockets.length - 1].close({ code: 1011, reason: "dropped by the test" });
+    const task = await gql(tokens.acme, "query($id: ID!) { task(id: $id) { pendingReview { id } } }", { id });
+    await gql(
+      tokens.acme,
+      "mutation($t: ID!, $r: ID!) { resumeTask(input: {taskId: $t, reviewId: $r}) { task { id } } }",
+      { t: id, r: task.task.pendingReview.id },
+    );
+    await statusEvent(page, "COMPLETED");
+    assert.ok(sockets.length > dropped, "the client opened a new connection");
+    const after = await seqs(page);
+    const stored = await gql(tokens.acme, "query($id: ID!) { task(id: $id) { events(first: 100) { seq } } }", { id });
+    assert.deepEqual(after, stored.task.events.map((e) => e.seq), "each event once, in order");
+    assert.ok(after.length > before.length);
+    return { before: before.length, after: after.length, connections: sockets.length };
+  },
+
+  async "another tenant's session shows none of acme's data"(page) {
+    const acme = await gql(tokens.acme, "{ tasks(first: 1) { edges { node { id input } } } }");
+    const acmeTask = acme.tasks.edges[0].node;
+    await signIn(page, "globex");
+    await page.getByText("No tasks yet").waitFor({ timeout: WAIT });
+    assert.equal(await page.getByTestId("task-row").count(), 0);
+    await page.goto(`${base}/console/#/tasks/${encodeURIComponent(acmeTask.id)}`);
+    await page.getByRole("alert").first().waitFor({ timeout: WAIT });
+    const body = await page.locator("main").innerText();
+    assert.ok(!body.includes(acmeTask.input), "acme's task is not shown");
+    await page.getByRole("link", { name: "Reviews" }).click();
+    await page.getByText("Nothing waits for a review").waitFor({ timeout: WAIT });
+    return {};
+  },
+
+  async "the sign-in page is accessible"(page) {
+    await page.goto(`${base}/console/`);
+    await page.getByLabel("Bearer token or API key").waitFor();
+    await axe(page);
+    await page.screenshot({ path: path.join(shots, "sign-in.png"), fullPage: true });
+    return {};
+  },
+
+  async "the first load is under 300 KB of compressed JavaScript"() {
+    const index = await (await fetch(`${base}/console/`)).text();
+    const scripts = [...index.matchAll(/<script[^>]+src="([^"]+)"/g)].map((m) => m[1]);
+    const preloads = [...index.matchAll(/<link[^>]+rel="modulepreload"[^>]+href="([^"]+)"/g)].map((m) => m[1]);
+    let gzip = 0;
+    for (const src of [...scripts, ...preloads]) {
+      const bytes = Buffer.from(await (await fetch(new URL(src, base))).arrayBuffer());
+      gzip += gzipSync(bytes).length;
+    }
+    assert.ok(scripts.length > 0, "the page loads a script");
+    assert.ok(gzip < 300 * 1024, `${gzip} bytes of gzipped JavaScript`);
+    return { gzipBytes: gzip, files: scripts.length + preloads.length };
+  },
+};
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+  args: ["--no-sandbox", "--disable-dev-shm-usage"],
+});
+let failed = false;
+for (const [name, check] of Object.entries(checks)) {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  try {
+    const figures = await check(page);
+    console.log(JSON.stringify({ check: name, status: "ok", ...figures }));
+  } catch (error) {
+    failed = true;
+    const shot = path.join(shots, `failed-${name.replace(/[^a-z0-9]+/gi, "-")}.png`);
+    await page.screenshot({ path: shot, fullPage: true }).catch(() => {});
+    console.log(JSON.stringify({ check: name, status: "failed", error: String(error?.stack ?? error), screenshot: shot }));
+  } finally {
+    await context.close();
+  }
+}
+await browser.close();
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,101 @@
+//! The admin console, served under `/console/`: the files `build.rs`
+//! embedded (see `console/`). A path that names no file is a route of the
+//! single-page app and gets `index.html`; without an embedded console
+//! every path gets a page that says how to build it.
+//!
+//! Invariants:
+//! - Hashed assets (`assets/…`) are cached for a year, `index.html` never,
+//!   so a new build is picked up at once.
+//! - Only embedded files are served: nothing is read from disk.
+
+use axum::{
+    Router,
+    extract::Path,
+    http::{StatusCode, header},
+    response::{IntoResponse, Redirect, Response},
+    routing::get,
+};
+
+include!(concat!(env!("OUT_DIR"), "/console_assets.rs"));
+
+/// `/console` and everything under it.
+pub fn routes() -> Router {
+    Router::new()
+        .route(
+            "/console",
+            get(|| async { Redirect::permanent("/console/") }),
+        )
+        .route("/console/", get(|| async { serve("index.html") }))
+        .route(
+            "/console/{*path}",
+            get(|Path(path): Path<String>| async move { serve(&path) }),
+        )
+}
+
+/// Whether this build embeds the console.
+pub fn embedded() -> bool {
+    !ASSETS.is_empty()
+}
+
+fn find(path: &str) -> Option<&'static [u8]> {
+    ASSETS
+        .iter()
+        .find(|(p, _)| *p == path)
+        .map(|(_, bytes)| *bytes)
+}
+
+fn serve(path: &str) -> Response {
+    if let Some(bytes) = find(path) {
+        let cache = if path.starts_with("assets/") {
+            "public, max-age=31536000, immutable"
+        } else {
+            "no-cache"
+        };
+        return (
+            [
+                (header::CONTENT_TYPE, content_type(path)),
+                (header::CACHE_CONTROL, cache),
+            ],
+            bytes,
+        )
+            .into_response();
+    }
+    if path.starts_with("assets/") {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    match find("index.html") {
+        Some(index) => (
+            [
+                (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                (header::CACHE_CONTROL, "no-cache"),
+            ],
+            index,
+        )
+            .into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            NOT_BUILT,
+        )
+            .into_response(),
+    }
+}
+
+fn content_type(path: &str) -> &'static str {
+    match path.rsplit('.').next().unwrap_or_default() {
+        "html" => "text/html; charset=utf-8",
+        "js" => "text/javascript; charset=utf-8",
+        "css" => "text/css; charset=utf-8",
+        "svg" => "image/svg+xml",
+        "png" => "image/png",
+        "json" => "application/json",
+        "woff2" => "font/woff2",
+        _ => "application/octet-stream",
+    }
+}
+
+const NOT_BUILT: &str = "<!doctype html><html lang=\"en\"><head><title>Brainstem console</title></head>\
+<body><h1>The console is not in this build</h1><p>This binary was built without Node \
+(20.19 or later) and npm on the PATH, so the console in <code>console/</code> was not \
+built. Install them and build again (<code>cargo build --release</code>); the GraphQL API \
+at <a href=\"/graphql\">/graphql</a> works without it.</p></body></html>";

@@ -1,0 +1,99 @@
+//! The admin console in headless Chromium against the real server on
+//! PostgreSQL: `console/tests/console.mjs` signs in, starts a task and
+//! watches its events and tokens arrive, approves a review, survives a
+//! dropped stream, checks that another tenant sees none of the data, runs
+//! axe-core on each page and measures the first load; it saves a
+//! screenshot of each page (and of any failing one).
+//!
+//! `scripts/test` builds the console with its packages into a cache folder
+//! (`BRAINSTEM_CONSOLE_WORKDIR`) and installs Chromium when missing
+//! (`CHROMIUM`); run by hand, the test uses `console/` and
+//! `/usr/bin/chromium`.
+
+use std::{path::PathBuf, process::Stdio};
+
+use serde_json::{Value, json};
+
+use crate::helpers::{Backend, TestApp, WAIT};
+
+fn workdir() -> PathBuf {
+    std::env::var_os("BRAINSTEM_CONSOLE_WORKDIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("console"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_works_in_a_real_browser() {
+    let dir = workdir();
+    assert!(
+        dir.join("node_modules/playwright-core/package.json")
+            .exists(),
+        "the console's packages are not installed in {}: run scripts/test (or npm ci in console/)",
+        dir.display()
+    );
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(
+        std::path::Path::new(&chromium).exists(),
+        "no Chromium at {chromium}: scripts/test installs Debian's `chromium` (or set CHROMIUM)"
+    );
+    assert!(
+        brainstem::console::embedded(),
+        "this build embeds no console: build it with Node and npm on the PATH"
+    );
+    let app = TestApp::spawn_with(Backend::Postgres, |c| c.workers = 2).await;
+    app.create_tenant("acme").await;
+    app.create_tenant("globex").await;
+    app.publish_plan(
+        "acme",
+        json!({"key": "assist", "intent": "t.assist",
+               "steps": [{"id": "answer", "tool": "agent", "args": {}}]}),
+    )
+    .await
+    .data();
+    app.publish_plan(
+        "acme",
+        json!({"key": "checked", "intent": "t.checked", "steps": [
+            {"id": "check", "tool": "set_state", "args": {"checked": true}, "requiresReview": true}
+        ]}),
+    )
+    .await
+    .data();
+    let shots = std::env::var_os("CONSOLE_SCREENSHOT_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()))
+                .join("console-screenshots")
+        });
+    let run = tokio::process::Command::new("node")
+        .arg(dir.join("tests/console.mjs"))
+        .current_dir(&dir)
+        .env("BRAINSTEM_URL", format!("http://{}", app.address))
+        .env("ACME_TOKEN", app.admin_token("acme"))
+        .env("GLOBEX_TOKEN", app.admin_token("globex"))
+        .env("CHROMIUM", &chromium)
+        .env("SCREENSHOT_DIR", &shots)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(WAIT * 9, run)
+        .await
+        .expect("the console checks finish")
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let results: Vec<Value> = stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    let failed: Vec<&Value> = results.iter().filter(|r| r["status"] != "ok").collect();
+    assert!(
+        output.status.success() && failed.is_empty(),
+        "console checks failed (screenshots in {}): {failed:#?}\n{}",
+        shots.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(results.len(), 6, "{stdout}");
+    // The figures, for the record.
+    for r in &results {
+        println!("{r}");
+    }
+}
