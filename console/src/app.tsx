@@ -4,14 +4,18 @@
 import { useMemo, useState } from "react";
 import { Provider, useQuery } from "urql";
 
+import { ClientsContext } from "./clients";
+import { AccessPage } from "./pages/access";
+import { ConversationsPage } from "./pages/conversations";
+import { GraphPage } from "./pages/graph";
+import { MemoryDetailPage, MemoryPage } from "./pages/memory";
+import { ReviewsPage } from "./pages/reviews";
 import { SignIn } from "./pages/sign-in";
 import { TaskPage } from "./pages/task";
 import { TasksPage } from "./pages/tasks";
-import { ReviewsPage } from "./pages/reviews";
-import { href, useRoute } from "./router";
+import { type Route, section, useRoute } from "./router";
 import { connect, storedToken, storeToken, type Clients } from "./session";
 import { ErrorBox, Loading } from "./ui";
-import { ClientsContext } from "./clients";
 
 export function App() {
   const [token, setToken] = useState<string | null>(storedToken);
@@ -42,6 +46,15 @@ export function App() {
 
 const VIEWER = `{ viewer { subject roles tenant { name slug } } }`;
 
+const SECTIONS: [string, string][] = [
+  ["tasks", "Tasks"],
+  ["reviews", "Reviews"],
+  ["conversations", "Conversations"],
+  ["memory", "Memory"],
+  ["graph", "Graph"],
+  ["access", "Access"],
+];
+
 function Shell({ onSignOut }: { onSignOut: () => void }) {
   const route = useRoute();
   const [{ data, error, fetching }] = useQuery({ query: VIEWER });
@@ -60,12 +73,11 @@ function Shell({ onSignOut }: { onSignOut: () => void }) {
       <header className="top">
         <strong>Brainstem</strong>
         <nav aria-label="Main">
-          <a href={href({ page: "tasks" })} aria-current={route.page !== "reviews" ? "page" : undefined}>
-            Tasks
-          </a>
-          <a href={href({ page: "reviews" })} aria-current={route.page === "reviews" ? "page" : undefined}>
-            Reviews
-          </a>
+          {SECTIONS.map(([page, label]) => (
+            <a key={page} href={`#/${page}`} aria-current={section(route) === page ? "page" : undefined}>
+              {label}
+            </a>
+          ))}
         </nav>
         <span className="who" data-testid="viewer">
           {viewer?.tenant ? viewer.tenant.name : "platform"} · {viewer?.subject}
@@ -73,14 +85,31 @@ function Shell({ onSignOut }: { onSignOut: () => void }) {
         <button onClick={onSignOut}>Sign out</button>
       </header>
       <main>
-        {route.page === "task" ? (
-          <TaskPage id={route.id} />
-        ) : route.page === "reviews" ? (
-          <ReviewsPage />
-        ) : (
-          <TasksPage />
-        )}
+        <Page route={route} />
       </main>
     </div>
   );
+}
+
+function Page({ route }: { route: Route }) {
+  switch (route.page) {
+    case "task":
+      return <TaskPage id={route.id} />;
+    case "reviews":
+      return <ReviewsPage />;
+    case "conversations":
+      return <ConversationsPage />;
+    case "conversation":
+      return <ConversationsPage id={route.id} />;
+    case "memory":
+      return <MemoryPage />;
+    case "memory-detail":
+      return <MemoryDetailPage id={route.id} />;
+    case "graph":
+      return <GraphPage id={route.id} />;
+    case "access":
+      return <AccessPage />;
+    default:
+      return <TasksPage />;
+  }
 }

@@ -1,27 +1,66 @@
-// Hash routes (`#/tasks`, `#/tasks/<id>`): the server serves one page.
+// Hash routes (`#/tasks`, `#/tasks/<id>`, …): the server serves one page.
 
 import { useEffect, useState } from "react";
 
 export type Route =
   | { page: "tasks" }
   | { page: "task"; id: string }
-  | { page: "reviews" };
+  | { page: "reviews" }
+  | { page: "conversations" }
+  | { page: "conversation"; id: string }
+  | { page: "memory" }
+  | { page: "memory-detail"; id: string }
+  | { page: "graph"; id?: string }
+  | { page: "access" };
 
 export function parse(hash: string): Route {
-  const parts = hash.replace(/^#\/?/, "").split("/").filter(Boolean);
-  if (parts[0] === "tasks" && parts[1]) return { page: "task", id: decodeURIComponent(parts[1]) };
-  if (parts[0] === "reviews") return { page: "reviews" };
-  return { page: "tasks" };
+  const [first, second] = hash.replace(/^#\/?/, "").split("/").filter(Boolean);
+  const id = second ? decodeURIComponent(second) : undefined;
+  switch (first) {
+    case "tasks":
+      return id ? { page: "task", id } : { page: "tasks" };
+    case "reviews":
+      return { page: "reviews" };
+    case "conversations":
+      return id ? { page: "conversation", id } : { page: "conversations" };
+    case "memory":
+      return id ? { page: "memory-detail", id } : { page: "memory" };
+    case "graph":
+      return { page: "graph", id };
+    case "access":
+      return { page: "access" };
+    default:
+      return { page: "tasks" };
+  }
 }
 
 export function href(route: Route): string {
+  const with_id = (base: string, id?: string) => (id ? `#/${base}/${encodeURIComponent(id)}` : `#/${base}`);
   switch (route.page) {
     case "task":
-      return `#/tasks/${encodeURIComponent(route.id)}`;
-    case "reviews":
-      return "#/reviews";
+      return with_id("tasks", route.id);
+    case "conversation":
+      return with_id("conversations", route.id);
+    case "memory-detail":
+      return with_id("memory", route.id);
+    case "graph":
+      return with_id("graph", route.id);
     default:
-      return "#/tasks";
+      return `#/${route.page}`;
+  }
+}
+
+/** The section a route belongs to, for the navigation. */
+export function section(route: Route): string {
+  switch (route.page) {
+    case "task":
+      return "tasks";
+    case "conversation":
+      return "conversations";
+    case "memory-detail":
+      return "memory";
+    default:
+      return route.page;
   }
 }
 

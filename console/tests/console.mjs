@@ -150,6 +150,126 @@ const checks = {
     return { before: before.length, after: after.length, connections: sockets.length };
   },
 
+  async "hold a three-turn conversation"(page) {
+    await signIn(page, "acme");
+    await page.getByRole("link", { name: "Conversations" }).click();
+    await page.getByLabel("Title", { exact: true }).fill("Visit planning");
+    await page.getByRole("button", { name: "New conversation" }).click();
+    await page.waitForURL(/#\/conversations\/.+/, { timeout: WAIT });
+    const messages = ["My name is Ada.", "I visit Lyon on Tuesday.", "What is my name?"];
+    for (const [i, message] of messages.entries()) {
+      await page.getByLabel("Message", { exact: true }).fill(message);
+      await page.getByRole("button", { name: "Send" }).click();
+      await page
+        .getByTestId("turn")
+        .nth(i)
+        .getByTestId("answer")
+        .filter({ hasText: "COMPLETED" })
+        .waitFor({ timeout: WAIT });
+    }
+    assert.equal(await page.getByTestId("turn").count(), 3);
+    const answers = await page.getByTestId("answer").allInnerTexts();
+    assert.ok(answers.every((a) => a.length > "COMPLETED".length), JSON.stringify(answers));
+    await axe(page);
+    await page.screenshot({ path: path.join(shots, "conversation.png"), fullPage: true });
+    return { turns: 3 };
+  },
+
+  async "search memories and open a result"(page) {
+    const carrier = await gql(
+      tokens.acme,
+      'mutation { upsertEntity(input: {type: "carrier", name: "Acme Freight"}) { entity { id } } }',
+    );
+    const subjectId = carrier.upsertEntity.entity.id;
+    for (const content of [
+      "Acme Freight delivers late on Mondays",
+      "Acme Freight prefers email over phone",
+      "The Lyon warehouse closes at six",
+    ]) {
+      await gql(tokens.acme, "mutation($c: String!, $s: ID) { remember(input: {content: $c, subjectId: $s}) { memory { id } } }", {
+        c: content,
+        s: content.startsWith("Acme") ? subjectId : null,
+      });
+    }
+    await signIn(page, "acme");
+    await page.getByRole("link", { name: "Memory" }).click();
+    await page.getByLabel("Search memories").fill("Acme Freight late");
+    await page.getByRole("button", { name: "Search" }).click();
+    const first = page.getByTestId("hit").first();
+    await first.waitFor({ timeout: WAIT });
+    const hits = await page.getByTestId("hit").count();
+    assert.ok(hits >= 1);
+    await axe(page);
+    await page.screenshot({ path: path.join(shots, "memory.png"), fullPage: true });
+    await first.getByRole("link").click();
+    await page.getByRole("heading", { name: "Versions" }).waitFor({ timeout: WAIT });
+    assert.match(await page.locator("h1").innerText(), /Acme Freight/);
+    await page.getByRole("link", { name: "Acme Freight" }).first().waitFor({ timeout: WAIT });
+    await axe(page);
+    return { hits };
+  },
+
+  async "open an entity's graph and expand a node"(page) {
+    const up = async (type, name) =>
+      (await gql(tokens.acme, "mutation($t: String!, $n: String!) { upsertEntity(input: {type: $t, name: $n}) { entity { id } } }", {
+        t: type,
+        n: name,
+      })).upsertEntity.entity.id;
+    const relate = (type, from, to) =>
+      gql(tokens.acme, "mutation($t: String!, $f: ID!, $to: ID!) { relate(input: {type: $t, fromId: $f, toId: $to}) { created } }", {
+        t: type,
+        f: from,
+        to,
+      });
+    const carrier = await up("carrier", "Acme Freight");
+    const lane = await up("lane", "Lyon to Paris");
+    const depot = await up("depot", "Paris North");
+    await relate("SERVES", carrier, lane);
+    await relate("ENDS_AT", lane, depot);
+    await signIn(page, "acme");
+    await page.goto(`${base}/console/#/graph/${encodeURIComponent(carrier)}`);
+    const counts = page.getByTestId("graph-counts");
+    await counts.filter({ hasText: "2 entities, 1 relations" }).waitFor({ timeout: WAIT });
+    await axe(page);
+    await page.screenshot({ path: path.join(shots, "graph.png"), fullPage: true });
+    // Click the lane's node: its neighbourhood (the depot) joins.
+    const position = await page.evaluate((id) => {
+      const node = window.__graph.getElementById(id);
+      return node.renderedPosition();
+    }, lane);
+    const box = await page.getByRole("img", { name: "Neighbourhood graph" }).boundingBox();
+    await page.mouse.click(box.x + position.x, box.y + position.y);
+    await counts.filter({ hasText: "3 entities, 2 relations" }).waitFor({ timeout: WAIT });
+    await page.screenshot({ path: path.join(shots, "graph-expanded.png"), fullPage: true });
+    return {};
+  },
+
+  async "create and revoke an API key"(page) {
+    await signIn(page, "acme");
+    await page.getByRole("link", { name: "Access" }).click();
+    await page.getByLabel("Name", { exact: true }).fill("partner-crm");
+    await page.getByRole("button", { name: "Create key" }).click();
+    const secret = (await page.getByTestId("secret").locator("code").innerText({ timeout: WAIT })).trim();
+    const works = await fetch(`${base}/graphql`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${secret}` },
+      body: JSON.stringify({ query: "{ viewer { subject } }" }),
+    });
+    assert.equal((await works.json()).data?.viewer?.subject?.startsWith("api_key:"), true, "the new key works");
+    await axe(page);
+    await page.screenshot({ path: path.join(shots, "access.png"), fullPage: true });
+    await page.getByRole("button", { name: "Revoke partner-crm" }).click();
+    await page.getByTestId("api-key").filter({ hasText: "partner-crm" }).filter({ hasText: "revoked" }).waitFor({ timeout: WAIT });
+    const refused = await fetch(`${base}/graphql`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${secret}` },
+      body: JSON.stringify({ query: "{ viewer { subject } }" }),
+    });
+    const body = await refused.json();
+    assert.ok(body.errors?.length, "the revoked key is refused");
+    return {};
+  },
+
   async "another tenant's session shows none of acme's data"(page) {
     const acme = await gql(tokens.acme, "{ tasks(first: 1) { edges { node { id input } } } }");
     const acmeTask = acme.tasks.edges[0].node;
@@ -162,6 +282,18 @@ const checks = {
     assert.ok(!body.includes(acmeTask.input), "acme's task is not shown");
     await page.getByRole("link", { name: "Reviews" }).click();
     await page.getByText("Nothing waits for a review").waitFor({ timeout: WAIT });
+    await page.getByRole("link", { name: "Conversations" }).click();
+    await page.getByText("No conversation yet").waitFor({ timeout: WAIT });
+    await page.getByRole("link", { name: "Memory" }).click();
+    await page.getByLabel("Search memories").fill("Acme Freight");
+    await page.getByRole("button", { name: "Search" }).click();
+    await page.getByText("Nothing matches").waitFor({ timeout: WAIT });
+    await page.getByRole("link", { name: "Graph" }).click();
+    await page.getByText("No entities.").waitFor({ timeout: WAIT });
+    await page.getByRole("link", { name: "Access" }).click();
+    await page.getByRole("heading", { name: "Audit log" }).waitFor({ timeout: WAIT });
+    const access = await page.locator("main").innerText();
+    assert.ok(!access.includes("partner-crm"), "acme's keys are not listed");
     return {};
   },
 

@@ -1,9 +1,11 @@
 //! The admin console in headless Chromium against the real server on
 //! PostgreSQL: `console/tests/console.mjs` signs in, starts a task and
 //! watches its events and tokens arrive, approves a review, survives a
-//! dropped stream, checks that another tenant sees none of the data, runs
-//! axe-core on each page and measures the first load; it saves a
-//! screenshot of each page (and of any failing one).
+//! dropped stream, holds a three-turn conversation, searches memories and
+//! opens a result, opens an entity's graph and expands a node, creates and
+//! revokes an API key, checks that another tenant sees none of the data on
+//! any page, runs axe-core on each page and measures the first load; it
+//! saves a screenshot of each page (and of any failing one).
 //!
 //! `scripts/test` builds the console with its packages into a cache folder
 //! (`BRAINSTEM_CONSOLE_WORKDIR`) and installs Chromium when missing
@@ -52,6 +54,13 @@ async fn the_console_works_in_a_real_browser() {
     .data();
     app.publish_plan(
         "acme",
+        json!({"key": "assistant", "intent": "t.assistant",
+               "steps": [{"id": "answer", "tool": "agent", "args": {}}]}),
+    )
+    .await
+    .data();
+    app.publish_plan(
+        "acme",
         json!({"key": "checked", "intent": "t.checked", "steps": [
             {"id": "check", "tool": "set_state", "args": {"checked": true}, "requiresReview": true}
         ]}),
@@ -91,7 +100,7 @@ async fn the_console_works_in_a_real_browser() {
         shots.display(),
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_eq!(results.len(), 6, "{stdout}");
+    assert_eq!(results.len(), 10, "{stdout}");
     // The figures, for the record.
     for r in &results {
         println!("{r}");

@@ -1,0 +1,165 @@
+// Access: the tenant's API keys (a new key's secret is shown once) and
+// its audit log.
+
+import { useState } from "react";
+import { useMutation, useQuery } from "urql";
+
+import { Empty, ErrorBox, Json, Loading, when } from "../ui";
+
+const KEYS = `{ apiKeys(first: 100) { edges { node { id name prefix scopes createdBy createdAt lastUsedAt revoked } } } }`;
+const CREATE = `mutation($name: String!, $scopes: [String!]!) { createApiKey(input: {name: $name, scopes: $scopes}) { apiKey { id } secret } }`;
+const REVOKE = `mutation($id: ID!) { revokeApiKey(input: {id: $id}) { apiKey { id revoked } } }`;
+const AUDIT = `{ auditLog(first: 100) { edges { node { id action actor target data createdAt verified } } } }`;
+
+interface Key {
+  id: string;
+  name: string;
+  prefix: string;
+  scopes: string[];
+  createdBy: string;
+  createdAt: string;
+  lastUsedAt: string | null;
+  revoked: boolean;
+}
+
+export function AccessPage() {
+  const [{ data, error, fetching }, reload] = useQuery<{ apiKeys: { edges: { node: Key }[] } }>({
+    query: KEYS,
+    requestPolicy: "network-only",
+  });
+  const [name, setName] = useState("");
+  const [scopes, setScopes] = useState("tasks:read");
+  const [secret, setSecret] = useState<string | null>(null);
+  const [created, create] = useMutation<{ createApiKey: { secret: string } }>(CREATE);
+  const [revoked, revoke] = useMutation(REVOKE);
+  return (
+    <section aria-labelledby="access-title">
+      <h1 id="access-title">Access</h1>
+      <h2>API keys</h2>
+      <form
+        className="start"
+        aria-label="New API key"
+        onSubmit={async (e) => {
+          e.preventDefault();
+          const answer = await create({
+            name,
+            scopes: scopes.split(/[\s,]+/).filter(Boolean),
+          });
+          if (answer.data) {
+            setSecret(answer.data.createApiKey.secret);
+            setName("");
+            reload({ requestPolicy: "network-only" });
+          }
+        }}
+      >
+        <label htmlFor="key-name">Name</label>
+        <input id="key-name" value={name} onChange={(e) => setName(e.target.value)} />
+        <label htmlFor="key-scopes">Scopes</label>
+        <input id="key-scopes" value={scopes} onChange={(e) => setScopes(e.target.value)} />
+        <button type="submit" disabled={!name.trim() || created.fetching}>
+          Create key
+        </button>
+      </form>
+      {created.error && <ErrorBox error={created.error} />}
+      {secret && (
+        <p className="state secret" role="status" data-testid="secret">
+          The key's secret, shown this once: <code>{secret}</code>
+        </p>
+      )}
+      {error ? (
+        <ErrorBox error={error} />
+      ) : fetching && !data ? (
+        <Loading what="API keys" />
+      ) : !data?.apiKeys.edges.length ? (
+        <Empty>No API keys.</Empty>
+      ) : (
+        <table className="list" aria-label="API keys">
+          <thead>
+            <tr>
+              <th scope="col">Name</th>
+              <th scope="col">Prefix</th>
+              <th scope="col">Scopes</th>
+              <th scope="col">Last used</th>
+              <th scope="col">State</th>
+            </tr>
+          </thead>
+          <tbody>
+            {data.apiKeys.edges.map(({ node: k }) => (
+              <tr key={k.id} data-testid="api-key">
+                <td>{k.name}</td>
+                <td>
+                  <code>{k.prefix}</code>
+                </td>
+                <td>{k.scopes.join(", ")}</td>
+                <td>{when(k.lastUsedAt)}</td>
+                <td>
+                  {k.revoked ? (
+                    "revoked"
+                  ) : (
+                    <button
+                      aria-label={`Revoke ${k.name}`}
+                      disabled={revoked.fetching}
+                      onClick={async () => {
+                        await revoke({ id: k.id });
+                        reload({ requestPolicy: "network-only" });
+                      }}
+                    >
+                      Revoke
+                    </button>
+                  )}
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      {revoked.error && <ErrorBox error={revoked.error} />}
+      <AuditLog />
+    </section>
+  );
+}
+
+function AuditLog() {
+  const [{ data, error, fetching }] = useQuery<{
+    auditLog: { edges: { node: { id: string; action: string; actor: string; target: string; data: unknown; createdAt: string; verified: boolean } }[] };
+  }>({ query: AUDIT, requestPolicy: "network-only" });
+  return (
+    <>
+      <h2>Audit log</h2>
+      {error ? (
+        <ErrorBox error={error} />
+      ) : fetching && !data ? (
+        <Loading what="the audit log" />
+      ) : !data?.auditLog.edges.length ? (
+        <Empty>Nothing recorded yet.</Empty>
+      ) : (
+        <table className="list" aria-label="Audit log">
+          <thead>
+            <tr>
+              <th scope="col">When</th>
+              <th scope="col">Action</th>
+              <th scope="col">Actor</th>
+              <th scope="col">Target</th>
+              <th scope="col">Data</th>
+            </tr>
+          </thead>
+          <tbody>
+            {data.auditLog.edges.map(({ node: a }) => (
+              <tr key={a.id}>
+                <td>{when(a.createdAt)}</td>
+                <td>
+                  {a.action} {a.verified ? "" : "(hash does not verify)"}
+                </td>
+                <td>{a.actor}</td>
+                <td>{a.target}</td>
+                <td>
+                  <Json value={a.data} />
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </>
+  );
+}

@@ -1,0 +1,209 @@
+// Conversations: a chat on the tenant's agent plans. Each message is a
+// task (a turn) of the conversation; the answer's tokens stream in as they
+// are produced, tool calls show as they start, and memory suggestions can
+// be accepted.
+
+import { useEffect, useMemo, useState } from "react";
+import { useMutation, useQuery, useSubscription } from "urql";
+
+import { href } from "../router";
+import { Empty, ErrorBox, Loading, Status } from "../ui";
+
+const LIST = `{ conversations(first: 50) { edges { node { id title updatedAt } } } }`;
+const START = `mutation($title: String!) { startConversation(input: {title: $title}) { conversation { id } } }`;
+const TURNS = `query($id: ID!) { conversation(id: $id) { id title turns(first: 100) { edges { node {
+  id input status error result { content memorySuggestions } } } } } }`;
+const SEND = `mutation($input: StartTaskInput!) { startTask(input: $input) { task { id } } }`;
+const LIVE = `subscription($id: ID!) { conversationEvents(conversationId: $id) {
+  __typename taskId seq kind stepId tool status summary ... on TokenDelta { offset text } } }`;
+const ACCEPT = `mutation($taskId: ID!, $index: Int!) { acceptMemorySuggestion(input: {taskId: $taskId, index: $index}) { merged } }`;
+
+interface Turn {
+  id: string;
+  input: string;
+  status: string;
+  error: string | null;
+  result: { content: string; memorySuggestions: string[] } | null;
+}
+
+export function ConversationsPage({ id }: { id?: string }) {
+  const [{ data, error, fetching }, reload] = useQuery<{
+    conversations: { edges: { node: { id: string; title: string; updatedAt: string } }[] };
+  }>({ query: LIST, requestPolicy: "cache-and-network" });
+  const [title, setTitle] = useState("");
+  const [started, start] = useMutation<{ startConversation: { conversation: { id: string } } }>(START);
+  return (
+    <section aria-labelledby="conversations-title" className="split">
+      <div>
+        <h1 id="conversations-title">Conversations</h1>
+        <form
+          className="start"
+          aria-label="New conversation"
+          onSubmit={async (e) => {
+            e.preventDefault();
+            const answer = await start({ title });
+            const newId = answer.data?.startConversation.conversation.id;
+            if (newId) {
+              setTitle("");
+              reload({ requestPolicy: "network-only" });
+              location.hash = href({ page: "conversation", id: newId });
+            }
+          }}
+        >
+          <label htmlFor="conversation-title">Title</label>
+          <input id="conversation-title" value={title} onChange={(e) => setTitle(e.target.value)} />
+          <button type="submit" disabled={started.fetching}>
+            New conversation
+          </button>
+        </form>
+        {started.error && <ErrorBox error={started.error} />}
+        {error ? (
+          <ErrorBox error={error} />
+        ) : fetching && !data ? (
+          <Loading what="conversations" />
+        ) : !data?.conversations.edges.length ? (
+          <Empty>No conversation yet.</Empty>
+        ) : (
+          <ul className="plain" aria-label="Conversations">
+            {data.conversations.edges.map(({ node }) => (
+              <li key={node.id}>
+                <a href={href({ page: "conversation", id: node.id })} aria-current={node.id === id ? "page" : undefined}>
+                  {node.title || "Untitled"}
+                </a>
+              </li>
+            ))}
+          </ul>
+        )}
+      </div>
+      {id ? <Chat id={id} /> : <Empty>Pick a conversation or start one.</Empty>}
+    </section>
+  );
+}
+
+function Chat({ id }: { id: string }) {
+  const [{ data, error, fetching }, reload] = useQuery<{ conversation: { title: string; turns: { edges: { node: Turn }[] } } }>({
+    query: TURNS,
+    variables: { id },
+    requestPolicy: "network-only",
+  });
+  const [live] = useSubscription<{ conversationEvents: LiveEvent }, LiveState>(
+    { query: LIVE, variables: { id } },
+    (state = { text: {}, tools: {}, settled: 0 }, event) => fold(state, event.conversationEvents),
+  );
+  const settled = live.data?.settled ?? 0;
+  useEffect(() => {
+    if (settled > 0) reload({ requestPolicy: "network-only" });
+  }, [settled, reload]);
+  const [planKey, setPlanKey] = useState("assistant");
+  const [message, setMessage] = useState("");
+  const [sent, send] = useMutation(SEND);
+  const [, accept] = useMutation(ACCEPT);
+  const [accepted, setAccepted] = useState<Record<string, boolean>>({});
+  const turns = useMemo(() => data?.conversation.turns.edges.map((e) => e.node) ?? [], [data]);
+
+  if (error) return <ErrorBox error={error} />;
+  if (fetching && !data) return <Loading what="the conversation" />;
+  return (
+    <div className="chat">
+      <h2>{data?.conversation.title || "Untitled"}</h2>
+      <ol className="turns" aria-label="Turns">
+        {turns.map((turn) => (
+          <li key={turn.id} data-testid="turn">
+            <p className="you">{turn.input}</p>
+            <div className="assistant" data-testid="answer">
+              {turn.result ? (
+                <p>{turn.result.content}</p>
+              ) : turn.error ? (
+                <ErrorBox error={turn.error} />
+              ) : (
+                <p className="streaming" aria-live="polite">
+                  {live.data?.text[turn.id] ?? "…"}
+                </p>
+              )}
+              {(live.data?.tools[turn.id] ?? []).map((tool, i) => (
+                <span key={i} className="tool-call">
+                  {tool}
+                </span>
+              ))}
+              <Status status={turn.status} />
+              {turn.result?.memorySuggestions.map((s, i) => (
+                <p key={i} className="suggestion">
+                  Remember: “{s}”{" "}
+                  <button
+                    disabled={accepted[`${turn.id}:${i}`]}
+                    onClick={async () => {
+                      const r = await accept({ taskId: turn.id, index: i });
+                      if (!r.error) setAccepted((a) => ({ ...a, [`${turn.id}:${i}`]: true }));
+                    }}
+                  >
+                    {accepted[`${turn.id}:${i}`] ? "Remembered" : "Remember"}
+                  </button>
+                </p>
+              ))}
+            </div>
+          </li>
+        ))}
+      </ol>
+      <form
+        className="composer"
+        aria-label="Composer"
+        onSubmit={async (e) => {
+          e.preventDefault();
+          if (!message.trim()) return;
+          const answer = await send({ input: { input: message, conversationId: id, planKey } });
+          if (!answer.error) {
+            setMessage("");
+            reload({ requestPolicy: "network-only" });
+          }
+        }}
+      >
+        <label htmlFor="chat-plan">Plan</label>
+        <input id="chat-plan" value={planKey} onChange={(e) => setPlanKey(e.target.value)} />
+        <label htmlFor="chat-message">Message</label>
+        <input id="chat-message" value={message} onChange={(e) => setMessage(e.target.value)} />
+        <button type="submit" disabled={sent.fetching}>
+          Send
+        </button>
+      </form>
+      {sent.error && <ErrorBox error={sent.error} />}
+    </div>
+  );
+}
+
+interface LiveEvent {
+  __typename: string;
+  taskId: string;
+  seq: number;
+  kind: string;
+  stepId: string | null;
+  tool: string | null;
+  status: string | null;
+  offset?: number;
+  text?: string;
+}
+
+interface LiveState {
+  /** Streamed answer text per turn. */
+  text: Record<string, string>;
+  /** Tools called per turn, as they start. */
+  tools: Record<string, string[]>;
+  /** How many turns ended (each one re-reads the turns). */
+  settled: number;
+}
+
+function fold(state: LiveState, e: LiveEvent): LiveState {
+  if (e.__typename === "TokenDelta" && e.text !== undefined) {
+    const sofar = state.text[e.taskId] ?? "";
+    const offset = e.offset ?? 0;
+    if (offset > sofar.length) return state;
+    const merged = sofar.slice(0, offset) + e.text;
+    return merged.length > sofar.length ? { ...state, text: { ...state.text, [e.taskId]: merged } } : state;
+  }
+  if (e.kind === "STEP_STARTED" && e.tool && e.tool !== "agent") {
+    return { ...state, tools: { ...state.tools, [e.taskId]: [...(state.tools[e.taskId] ?? []), e.tool] } };
+  }
+  if (e.kind === "STATUS_CHANGED" && e.status && ["COMPLETED", "FAILED", "CANCELLED", "NEEDS_REVIEW"].includes(e.status)) {
+    return { ...state, settled: state.settled + 1 };
+  }
+  return state;
+}
