@@ -6,6 +6,9 @@ import { Provider, useQuery } from "urql";
 
 import { ClientsContext } from "./clients";
 import { AccessPage } from "./pages/access";
+import { CapabilitiesPage } from "./pages/capabilities";
+import { OperationsPage } from "./pages/operations";
+import { PlansPage } from "./pages/plans";
 import { ConversationsPage } from "./pages/conversations";
 import { GraphPage } from "./pages/graph";
 import { MemoryDetailPage, MemoryPage } from "./pages/memory";
@@ -14,16 +17,24 @@ import { SignIn } from "./pages/sign-in";
 import { TaskPage } from "./pages/task";
 import { TasksPage } from "./pages/tasks";
 import { type Route, section, useRoute } from "./router";
-import { connect, storedToken, storeToken, type Clients } from "./session";
+import { connect, storeActing, storedActing, storedToken, storeToken, type Clients } from "./session";
 import { ErrorBox, Loading } from "./ui";
 
 export function App() {
   const [token, setToken] = useState<string | null>(storedToken);
-  const clients = useMemo<Clients | null>(() => (token ? connect(token) : null), [token]);
+  const [acting, setActing] = useState<string | null>(storedActing);
+  const clients = useMemo<Clients | null>(() => (token ? connect(token, acting) : null), [token, acting]);
   const signOut = () => {
     clients?.ws.dispose();
     storeToken(null);
+    storeActing(null);
+    setActing(null);
     setToken(null);
+  };
+  const actIn = (slug: string | null) => {
+    clients?.ws.dispose();
+    storeActing(slug);
+    setActing(slug);
   };
   if (!clients) {
     return (
@@ -38,13 +49,14 @@ export function App() {
   return (
     <Provider value={clients.urql}>
       <ClientsContext.Provider value={clients}>
-        <Shell onSignOut={signOut} />
+        <Shell key={acting ?? ""} acting={acting} onActIn={actIn} onSignOut={signOut} />
       </ClientsContext.Provider>
     </Provider>
   );
 }
 
 const VIEWER = `{ viewer { subject roles tenant { name slug } } }`;
+const TENANTS = `{ tenants(first: 100) { edges { node { slug name } } } }`;
 
 const SECTIONS: [string, string][] = [
   ["tasks", "Tasks"],
@@ -52,12 +64,26 @@ const SECTIONS: [string, string][] = [
   ["conversations", "Conversations"],
   ["memory", "Memory"],
   ["graph", "Graph"],
+  ["plans", "Plans"],
+  ["capabilities", "Capabilities"],
+  ["operations", "Operations"],
   ["access", "Access"],
 ];
 
-function Shell({ onSignOut }: { onSignOut: () => void }) {
+interface ShellProps {
+  acting: string | null;
+  onActIn: (slug: string | null) => void;
+  onSignOut: () => void;
+}
+
+function Shell({ acting, onActIn, onSignOut }: ShellProps) {
   const route = useRoute();
   const [{ data, error, fetching }] = useQuery({ query: VIEWER });
+  const platformAdmin = acting !== null || (data?.viewer?.roles ?? []).includes("PLATFORM_ADMIN");
+  const [tenants] = useQuery<{ tenants: { edges: { node: { slug: string; name: string } }[] } }>({
+    query: TENANTS,
+    pause: !platformAdmin,
+  });
   if (fetching && !data) return <Loading what="your session" />;
   if (error) {
     return (
@@ -82,6 +108,22 @@ function Shell({ onSignOut }: { onSignOut: () => void }) {
         <span className="who" data-testid="viewer">
           {viewer?.tenant ? viewer.tenant.name : "platform"} · {viewer?.subject}
         </span>
+        {platformAdmin && (
+          <span className={acting ? "acting on" : "acting"}>
+            <label htmlFor="acting-tenant">Acting in</label>{" "}
+            <select id="acting-tenant" value={acting ?? ""} onChange={(e) => onActIn(e.target.value || null)}>
+              <option value="">no tenant</option>
+              {(tenants.data?.tenants.edges ?? []).map(({ node }) => (
+                <option key={node.slug} value={node.slug}>
+                  {node.name} ({node.slug})
+                </option>
+              ))}
+              {acting && !(tenants.data?.tenants.edges ?? []).some((e) => e.node.slug === acting) && (
+                <option value={acting}>{acting}</option>
+              )}
+            </select>
+          </span>
+        )}
         <button onClick={onSignOut}>Sign out</button>
       </header>
       <main>
@@ -109,6 +151,12 @@ function Page({ route }: { route: Route }) {
       return <GraphPage id={route.id} />;
     case "access":
       return <AccessPage />;
+    case "plans":
+      return <PlansPage />;
+    case "capabilities":
+      return <CapabilitiesPage />;
+    case "operations":
+      return <OperationsPage />;
     default:
       return <TasksPage />;
   }

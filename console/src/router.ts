@@ -11,7 +11,10 @@ export type Route =
   | { page: "memory" }
   | { page: "memory-detail"; id: string }
   | { page: "graph"; id?: string }
-  | { page: "access" };
+  | { page: "access" }
+  | { page: "plans" }
+  | { page: "capabilities" }
+  | { page: "operations" };
 
 export function parse(hash: string): Route {
   const [first, second] = hash.replace(/^#\/?/, "").split("/").filter(Boolean);
@@ -29,6 +32,12 @@ export function parse(hash: string): Route {
       return { page: "graph", id };
     case "access":
       return { page: "access" };
+    case "plans":
+      return { page: "plans" };
+    case "capabilities":
+      return { page: "capabilities" };
+    case "operations":
+      return { page: "operations" };
     default:
       return { page: "tasks" };
   }

@@ -7,6 +7,7 @@ import { createClient as createWsClient, type Client as WsClient } from "graphql
 import { Client, cacheExchange, fetchExchange, subscriptionExchange } from "urql";
 
 const TOKEN_KEY = "brainstem.token";
+const ACTING_KEY = "brainstem.acting";
 
 export function storedToken(): string | null {
   return sessionStorage.getItem(TOKEN_KEY);
@@ -15,6 +16,16 @@ export function storedToken(): string | null {
 export function storeToken(token: string | null): void {
   if (token) sessionStorage.setItem(TOKEN_KEY, token);
   else sessionStorage.removeItem(TOKEN_KEY);
+}
+
+/** The tenant a platform admin acts in (slug), if one was picked. */
+export function storedActing(): string | null {
+  return sessionStorage.getItem(ACTING_KEY);
+}
+
+export function storeActing(slug: string | null): void {
+  if (slug) sessionStorage.setItem(ACTING_KEY, slug);
+  else sessionStorage.removeItem(ACTING_KEY);
 }
 
 function wsUrl(): string {
@@ -29,10 +40,14 @@ export interface Clients {
   ws: WsClient;
 }
 
-export function connect(token: string): Clients {
+/** Clients for `token`; a platform admin's requests act in `acting`
+ * (sent as `X-Acting-Tenant`, which the server audits). */
+export function connect(token: string, acting: string | null = null): Clients {
+  const headers: Record<string, string> = { Authorization: `Bearer ${token}` };
+  if (acting) headers["X-Acting-Tenant"] = acting;
   const ws = createWsClient({
     url: wsUrl(),
-    connectionParams: { Authorization: `Bearer ${token}` },
+    connectionParams: headers,
     lazy: true,
     retryAttempts: Infinity,
     shouldRetry: () => true,
@@ -57,7 +72,7 @@ export function connect(token: string): Clients {
         },
       }),
     ],
-    fetchOptions: () => ({ headers: { Authorization: `Bearer ${token}` } }),
+    fetchOptions: () => ({ headers }),
     requestPolicy: "cache-and-network",
   });
   return { urql, ws };

@@ -3,8 +3,8 @@
 // and passes their tokens). One JSON line per check on stdout; exits 1 if
 // any fails, with a screenshot of the failing page in SCREENSHOT_DIR.
 //
-// Environment: BRAINSTEM_URL, ACME_TOKEN, GLOBEX_TOKEN, CHROMIUM (the
-// browser binary), SCREENSHOT_DIR.
+// Environment: BRAINSTEM_URL, ACME_TOKEN, GLOBEX_TOKEN, PLATFORM_TOKEN,
+// CHROMIUM (the browser binary), SCREENSHOT_DIR.
 
 import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
@@ -16,7 +16,11 @@ import { chromium } from "playwright-core";
 
 const require = createRequire(import.meta.url);
 const base = process.env.BRAINSTEM_URL;
-const tokens = { acme: process.env.ACME_TOKEN, globex: process.env.GLOBEX_TOKEN };
+const tokens = {
+  acme: process.env.ACME_TOKEN,
+  globex: process.env.GLOBEX_TOKEN,
+  platform: process.env.PLATFORM_TOKEN,
+};
 const shots = process.env.SCREENSHOT_DIR ?? "screenshots";
 const AXE = require.resolve("axe-core/axe.min.js");
 const WAIT = 20_000;
@@ -90,6 +94,12 @@ const checks = {
     const stored = await gql(tokens.acme, "query($id: ID!) { task(id: $id) { events(first: 100) { seq } } }", { id });
     assert.deepEqual(await seqs(page), stored.task.events.map((e) => e.seq), "every event once, in order");
     await page.getByRole("heading", { name: "Answer" }).waitFor({ timeout: WAIT });
+    // The agent step's assembled prompt, for admins.
+    await page.locator("details.step summary").first().click();
+    const prompt = page.getByTestId("prompt");
+    await prompt.waitFor({ timeout: WAIT });
+    assert.match(await prompt.innerText(), /system/);
+    assert.match(await prompt.innerText(), /Summarise the week/);
     await axe(page);
     await page.screenshot({ path: path.join(shots, "task.png"), fullPage: true });
     return { task: id, events: stored.task.events.length, streamed: stream.length };
@@ -270,6 +280,87 @@ const checks = {
     return {};
   },
 
+  async "browse plans and publish a version, integrity errors inline"(page) {
+    await signIn(page, "acme");
+    await page.getByRole("link", { name: "Plans" }).click();
+    await page.getByRole("button", { name: "checked v1" }).click();
+    const draft = page.getByLabel("Definition (JSON)");
+    await draft.waitFor({ timeout: WAIT });
+    const definition = JSON.parse(await draft.inputValue());
+    definition.steps[0].tool = "no_such_tool";
+    await draft.fill(JSON.stringify(definition, null, 2));
+    await page.getByRole("button", { name: "Publish new version" }).click();
+    const refusal = page.getByRole("alert").filter({ hasText: "no_such_tool" });
+    await refusal.waitFor({ timeout: WAIT });
+    const refused = (await refusal.innerText()).slice(0, 120);
+    await axe(page);
+    await page.screenshot({ path: path.join(shots, "plans.png"), fullPage: true });
+    definition.steps[0].tool = "set_state";
+    await draft.fill(JSON.stringify(definition, null, 2));
+    await page.getByRole("button", { name: "Publish new version" }).click();
+    await page.getByText("Published version 2.").waitFor({ timeout: WAIT });
+    const plan = await gql(tokens.acme, '{ plan(key: "checked") { version } }');
+    assert.equal(plan.plan.version, 2);
+    return { refusal: refused };
+  },
+
+  async "operations: webhooks with deliveries, schedules, usage per day"(page) {
+    await gql(
+      tokens.acme,
+      'mutation { createWebhookEndpoint(input: {name: "crm", url: "http://127.0.0.1:9/hook", events: [TASK_COMPLETED]}) { secret } }',
+    );
+    await gql(
+      tokens.acme,
+      'mutation { createSchedule(input: {name: "nightly", planKey: "checked", cron: "0 2 * * *", timeZone: "Europe/Paris"}) { schedule { name } } }',
+    );
+    await gql(tokens.acme, 'mutation { startTask(input: {planKey: "assist", input: "for the webhook", mode: ENQUEUE_AND_WAIT}) { task { status } } }');
+    await signIn(page, "acme");
+    await page.getByRole("link", { name: "Operations" }).click();
+    await page.getByRole("article", { name: "Webhook crm" }).waitFor({ timeout: WAIT });
+    await page.getByTestId("delivery").first().waitFor({ timeout: WAIT });
+    await page.getByTestId("schedule").filter({ hasText: "nightly" }).waitFor({ timeout: WAIT });
+    await page.getByTestId("usage-day").nth(6).waitFor({ timeout: WAIT });
+    assert.equal(await page.getByTestId("usage-day").count(), 7);
+    const today = await page.getByTestId("usage-day").last().innerText();
+    assert.ok(Number(today.split(/\s+/)[1]) >= 1, `tasks started today: ${today}`);
+    await page.getByRole("img", { name: "Tasks started per day" }).waitFor();
+    await axe(page);
+    await page.screenshot({ path: path.join(shots, "operations.png"), fullPage: true });
+    return {};
+  },
+
+  async "a connection's secret is written and never shown"(page) {
+    await signIn(page, "acme");
+    await page.getByRole("link", { name: "Capabilities" }).click();
+    await page.getByLabel("Name", { exact: true }).fill("billing");
+    await page.getByLabel("Secret (JSON; write-only)").fill('{"token": "s3cr3t-value-42"}');
+    await page.getByRole("button", { name: "Create connection" }).click();
+    const row = page.getByTestId("connection").filter({ hasText: "billing" });
+    await row.waitFor({ timeout: WAIT });
+    assert.match(await row.innerText(), /set \(never shown\)/);
+    await page.reload();
+    await page.getByTestId("connection").first().waitFor({ timeout: WAIT });
+    assert.ok(!(await page.content()).includes("s3cr3t-value-42"), "the secret is not on the page");
+    await axe(page);
+    await page.screenshot({ path: path.join(shots, "capabilities.png"), fullPage: true });
+    return {};
+  },
+
+  async "a platform admin acts in a tenant, visibly"(page) {
+    await page.goto(`${base}/console/`);
+    await page.getByLabel("Bearer token or API key").fill(tokens.platform);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    const picker = page.getByLabel("Acting in");
+    await picker.waitFor({ timeout: WAIT });
+    await picker.selectOption("acme");
+    await page.getByTestId("task-row").first().waitFor({ timeout: WAIT });
+    assert.equal(await page.getByLabel("Acting in").inputValue(), "acme");
+    const acted = await gql(tokens.acme, '{ auditLog(filter: {actionPrefix: "tenant.act"}, first: 5) { edges { node { actor } } } }');
+    assert.ok(acted.auditLog.edges.length >= 1, "acting is audited");
+    await axe(page);
+    return {};
+  },
+
   async "another tenant's session shows none of acme's data"(page) {
     const acme = await gql(tokens.acme, "{ tasks(first: 1) { edges { node { id input } } } }");
     const acmeTask = acme.tasks.edges[0].node;
@@ -294,6 +385,13 @@ const checks = {
     await page.getByRole("heading", { name: "Audit log" }).waitFor({ timeout: WAIT });
     const access = await page.locator("main").innerText();
     assert.ok(!access.includes("partner-crm"), "acme's keys are not listed");
+    await page.getByRole("link", { name: "Plans" }).click();
+    await page.getByText("No plans yet.").waitFor({ timeout: WAIT });
+    await page.getByRole("link", { name: "Operations" }).click();
+    await page.getByText("No endpoint receives").waitFor({ timeout: WAIT });
+    await page.getByText("No schedules.").waitFor({ timeout: WAIT });
+    await page.getByRole("link", { name: "Capabilities" }).click();
+    await page.getByText("No connections.").waitFor({ timeout: WAIT });
     return {};
   },
 

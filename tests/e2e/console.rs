@@ -79,6 +79,7 @@ async fn the_console_works_in_a_real_browser() {
         .env("BRAINSTEM_URL", format!("http://{}", app.address))
         .env("ACME_TOKEN", app.admin_token("acme"))
         .env("GLOBEX_TOKEN", app.admin_token("globex"))
+        .env("PLATFORM_TOKEN", app.platform_admin_token())
         .env("CHROMIUM", &chromium)
         .env("SCREENSHOT_DIR", &shots)
         .stdin(Stdio::null())
@@ -100,7 +101,7 @@ async fn the_console_works_in_a_real_browser() {
         shots.display(),
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_eq!(results.len(), 10, "{stdout}");
+    assert_eq!(results.len(), 14, "{stdout}");
     // The figures, for the record.
     for r in &results {
         println!("{r}");

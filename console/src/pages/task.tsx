@@ -151,7 +151,19 @@ export function TaskPage({ id }: { id: string }) {
                 <h3>Input</h3>
                 <Json value={s.args} />
                 <h3>Output</h3>
-                <Json value={s.output} />
+                <Json value={withoutMessages(s.output)} />
+                {promptOf(s.output) && (
+                  <section aria-label={`Prompt of ${s.stepId}`} data-testid="prompt">
+                    <h3>Assembled prompt (as the model got it, redacted)</h3>
+                    <ol className="plain prompt">
+                      {promptOf(s.output)!.map((m, i) => (
+                        <li key={i}>
+                          <strong>{m.role}</strong> <span className="message">{m.content}</span>
+                        </li>
+                      ))}
+                    </ol>
+                  </section>
+                )}
                 {s.error && <ErrorBox error={s.error} />}
               </details>
             ))
@@ -160,4 +172,30 @@ export function TaskPage({ id }: { id: string }) {
       </div>
     </article>
   );
+}
+
+interface PromptMessage {
+  role: string;
+  content: string;
+}
+
+/** An agent step's output carries the messages of its last model call. */
+function promptOf(output: unknown): PromptMessage[] | null {
+  const messages = (output as { messages?: unknown } | null)?.messages;
+  if (!Array.isArray(messages)) return null;
+  return messages.map((m) => {
+    const message = m as { role?: unknown; content?: unknown };
+    return {
+      role: String(message.role ?? "?"),
+      content: typeof message.content === "string" ? message.content : JSON.stringify(message.content),
+    };
+  });
+}
+
+function withoutMessages(output: unknown): unknown {
+  if (output && typeof output === "object" && "messages" in output) {
+    const { messages: _messages, ...rest } = output as Record<string, unknown>;
+    return rest;
+  }
+  return output;
 }

@@ -1,0 +1,200 @@
+// Operations: outbound webhooks with their deliveries, inbound hooks,
+// schedules with their next runs, and usage per day as a chart.
+
+import { useMemo } from "react";
+import { useQuery } from "urql";
+
+import { Empty, ErrorBox, Loading, Status, when } from "../ui";
+
+const OPERATIONS = `{
+  webhookEndpoints { name url events deliveries(first: 10) { id event status attempts lastStatusCode lastError nextAttemptAt deliveredAt createdAt } }
+  connections(first: 100) { edges { node { id name kind hasSecret createdAt } } }
+  schedules { name planKey cron timeZone paused nextRunAt upcoming(count: 3) lastRunAt }
+}`;
+
+const DAYS = 7;
+
+function usageQuery(days: { from: string; to: string }[]): string {
+  const fields = days
+    .map((d, i) => `d${i}: usage(from: "${d.from}", to: "${d.to}") { from tasksStarted tasksCompleted tasksFailed costMicros }`)
+    .join("\n");
+  return `{ ${fields} }`;
+}
+
+interface Usage {
+  from: string;
+  tasksStarted: number;
+  tasksCompleted: number;
+  tasksFailed: number;
+  costMicros: number;
+}
+
+export function OperationsPage() {
+  const [{ data, error, fetching }] = useQuery<{
+    webhookEndpoints: {
+      name: string;
+      url: string;
+      events: string[];
+      deliveries: { id: string; event: string; status: string; attempts: number; lastStatusCode: number | null; lastError: string | null; nextAttemptAt: string | null; deliveredAt: string | null; createdAt: string }[];
+    }[];
+    connections: { edges: { node: { id: string; name: string; kind: string; hasSecret: boolean; createdAt: string } }[] };
+    schedules: { name: string; planKey: string; cron: string; timeZone: string; paused: boolean; nextRunAt: string | null; upcoming: string[]; lastRunAt: string | null }[];
+  }>({ query: OPERATIONS, requestPolicy: "network-only" });
+  if (error) return <ErrorBox error={error} />;
+  if (fetching && !data) return <Loading what="operations" />;
+  const hooks = (data?.connections.edges ?? []).map((e) => e.node).filter((c) => c.kind === "webhook" || c.kind === "inbound_email");
+  return (
+    <section aria-labelledby="operations-title">
+      <h1 id="operations-title">Operations</h1>
+      <h2>Outbound webhooks</h2>
+      {!data?.webhookEndpoints.length ? (
+        <Empty>No endpoint receives this tenant's task events.</Empty>
+      ) : (
+        data.webhookEndpoints.map((endpoint) => (
+          <article key={endpoint.name} className="card" aria-label={`Webhook ${endpoint.name}`}>
+            <h3>
+              {endpoint.name} <code>{endpoint.url}</code>
+            </h3>
+            <p className="muted">{endpoint.events.join(", ")}</p>
+            {endpoint.deliveries.length === 0 ? (
+              <Empty>No deliveries yet.</Empty>
+            ) : (
+              <table className="list" aria-label={`Deliveries to ${endpoint.name}`}>
+                <thead>
+                  <tr>
+                    <th scope="col">Event</th>
+                    <th scope="col">Status</th>
+                    <th scope="col">Attempts</th>
+                    <th scope="col">Last answer</th>
+                    <th scope="col">Next attempt</th>
+                  </tr>
+                </thead>
+                <tbody>
+                  {endpoint.deliveries.map((d) => (
+                    <tr key={d.id} data-testid="delivery">
+                      <td>{d.event}</td>
+                      <td>
+                        <Status status={d.status} />
+                      </td>
+                      <td>{d.attempts}</td>
+                      <td>
+                        {d.lastStatusCode ?? "—"} {d.lastError && <span className="muted">{d.lastError}</span>}
+                      </td>
+                      <td>{d.status === "PENDING" ? when(d.nextAttemptAt) : when(d.deliveredAt)}</td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            )}
+          </article>
+        ))
+      )}
+      <h2>Inbound hooks</h2>
+      {hooks.length === 0 ? (
+        <Empty>No inbound hook: create a connection of kind webhook or inbound_email.</Empty>
+      ) : (
+        <ul className="plain" aria-label="Inbound hooks">
+          {hooks.map((h) => (
+            <li key={h.id}>
+              <code>/hooks/&lt;tenant&gt;/{h.name}</code> ({h.kind}) {h.hasSecret ? "signed" : "no secret: refuses every delivery"}
+            </li>
+          ))}
+        </ul>
+      )}
+      <h2>Schedules</h2>
+      {!data?.schedules.length ? (
+        <Empty>No schedules.</Empty>
+      ) : (
+        <table className="list" aria-label="Schedules">
+          <thead>
+            <tr>
+              <th scope="col">Name</th>
+              <th scope="col">Plan</th>
+              <th scope="col">Cron</th>
+              <th scope="col">Next runs</th>
+              <th scope="col">Last run</th>
+            </tr>
+          </thead>
+          <tbody>
+            {data.schedules.map((s) => (
+              <tr key={s.name} data-testid="schedule">
+                <td>{s.name}</td>
+                <td>{s.planKey}</td>
+                <td>
+                  <code>{s.cron}</code> {s.timeZone}
+                </td>
+                <td>{s.paused ? "paused" : s.upcoming.map(when).join(", ")}</td>
+                <td>{when(s.lastRunAt)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      <UsageChart />
+    </section>
+  );
+}
+
+function UsageChart() {
+  const days = useMemo(() => {
+    const start = new Date();
+    start.setUTCHours(0, 0, 0, 0);
+    return Array.from({ length: DAYS }, (_, i) => {
+      const from = new Date(start.getTime() - (DAYS - 1 - i) * 86_400_000);
+      const to = new Date(from.getTime() + 86_400_000);
+      return { from: from.toISOString(), to: to.toISOString() };
+    });
+  }, []);
+  const [{ data, error, fetching }] = useQuery<Record<string, Usage>>({ query: usageQuery(days), requestPolicy: "network-only" });
+  if (error) return <ErrorBox error={error} />;
+  if (fetching && !data) return <Loading what="usage" />;
+  const rows = days.map((_, i) => data?.[`d${i}`]).filter((u): u is Usage => !!u);
+  const most = Math.max(1, ...rows.map((r) => r.tasksStarted));
+  const width = 560;
+  const bar = width / DAYS;
+  return (
+    <>
+      <h2>Usage, last {DAYS} days</h2>
+      <svg className="chart" role="img" aria-label="Tasks started per day" viewBox={`0 0 ${width} 180`} width="100%">
+        {rows.map((r, i) => {
+          const h = (r.tasksStarted / most) * 130;
+          const failed = (r.tasksFailed / most) * 130;
+          return (
+            <g key={r.from} transform={`translate(${i * bar}, 0)`}>
+              <rect x={8} y={150 - h} width={bar - 16} height={h} fill="#0b57d0" />
+              <rect x={8} y={150 - failed} width={bar - 16} height={failed} fill="#8a1111" />
+              <text x={bar / 2} y={146 - h} textAnchor="middle" fontSize="12">
+                {r.tasksStarted}
+              </text>
+              <text x={bar / 2} y={170} textAnchor="middle" fontSize="11">
+                {r.from.slice(5, 10)}
+              </text>
+            </g>
+          );
+        })}
+      </svg>
+      <table className="list" aria-label="Usage per day">
+        <thead>
+          <tr>
+            <th scope="col">Day</th>
+            <th scope="col">Started</th>
+            <th scope="col">Completed</th>
+            <th scope="col">Failed</th>
+            <th scope="col">Cost</th>
+          </tr>
+        </thead>
+        <tbody>
+          {rows.map((r) => (
+            <tr key={r.from} data-testid="usage-day">
+              <td>{r.from.slice(0, 10)}</td>
+              <td>{r.tasksStarted}</td>
+              <td>{r.tasksCompleted}</td>
+              <td>{r.tasksFailed}</td>
+              <td>{(r.costMicros / 1e6).toFixed(4)}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </>
+  );
+}

@@ -1,0 +1,191 @@
+// Plans and tools: the tenant's plans with their versions and steps, and
+// publishing a new version (the server's integrity errors shown inline).
+
+import { useEffect, useState } from "react";
+import { useMutation, useQuery } from "urql";
+
+import { Empty, ErrorBox, Json, Loading, when } from "../ui";
+
+const PLANS = `{ plans(first: 100) { edges { node { id key version intent archivedAt } } } }`;
+const PLAN = `query($key: String!) { plan(key: $key) {
+  key version intent description priority patterns archivedAt createdBy createdAt capabilityKey
+  steps { id tool args condition stopOnFailure requiresReview maxAttempts timeoutSecs }
+  versions { version createdBy createdAt } } }`;
+const PUBLISH = `mutation($input: PublishPlanInput!) { publishPlan(input: $input) { plan { key version } } }`;
+
+interface Step {
+  id: string;
+  tool: string;
+  args: unknown;
+  condition: string | null;
+  stopOnFailure: boolean;
+  requiresReview: boolean;
+  maxAttempts: number;
+  timeoutSecs: number | null;
+}
+
+interface Plan {
+  key: string;
+  version: number;
+  intent: string;
+  description: string;
+  priority: number;
+  patterns: string[];
+  archivedAt: string | null;
+  createdBy: string;
+  createdAt: string;
+  capabilityKey: string | null;
+  steps: Step[];
+  versions: { version: number; createdBy: string; createdAt: string }[];
+}
+
+export function PlansPage() {
+  const [{ data, error, fetching }, reload] = useQuery<{
+    plans: { edges: { node: { id: string; key: string; version: number; intent: string; archivedAt: string | null } }[] };
+  }>({ query: PLANS, requestPolicy: "cache-and-network" });
+  const [key, setKey] = useState<string | null>(null);
+  return (
+    <section aria-labelledby="plans-title" className="split">
+      <div>
+        <h1 id="plans-title">Plans</h1>
+        {error ? (
+          <ErrorBox error={error} />
+        ) : fetching && !data ? (
+          <Loading what="plans" />
+        ) : !data?.plans.edges.length ? (
+          <Empty>No plans yet.</Empty>
+        ) : (
+          <ul className="plain" aria-label="Plans">
+            {data.plans.edges.map(({ node }) => (
+              <li key={node.id}>
+                <button className="link" aria-pressed={key === node.key} onClick={() => setKey(node.key)}>
+                  {node.key} v{node.version}
+                </button>{" "}
+                <span className="muted">
+                  {node.intent}
+                  {node.archivedAt && " · archived"}
+                </span>
+              </li>
+            ))}
+          </ul>
+        )}
+      </div>
+      {key ? (
+        <PlanDetail planKey={key} onPublished={() => reload({ requestPolicy: "network-only" })} />
+      ) : (
+        <Empty>Pick a plan to see its steps and publish a new version.</Empty>
+      )}
+    </section>
+  );
+}
+
+function PlanDetail({ planKey, onPublished }: { planKey: string; onPublished: () => void }) {
+  const [{ data, error, fetching }, reload] = useQuery<{ plan: Plan }>({
+    query: PLAN,
+    variables: { key: planKey },
+    requestPolicy: "network-only",
+  });
+  const [draft, setDraft] = useState("");
+  const [invalid, setInvalid] = useState<string | null>(null);
+  const [published, publish] = useMutation<{ publishPlan: { plan: { version: number } } }>(PUBLISH);
+  const plan = data?.plan;
+  useEffect(() => {
+    if (!plan) return;
+    const definition = {
+      key: plan.key,
+      intent: plan.intent,
+      description: plan.description,
+      priority: plan.priority,
+      patterns: plan.patterns,
+      steps: plan.steps.map((s) => ({
+        id: s.id,
+        tool: s.tool,
+        args: s.args,
+        ...(s.condition ? { condition: s.condition } : {}),
+        ...(s.requiresReview ? { requiresReview: true } : {}),
+        ...(s.stopOnFailure ? {} : { stopOnFailure: false }),
+      })),
+    };
+    setDraft(JSON.stringify(definition, null, 2));
+  }, [plan]);
+  if (error) return <ErrorBox error={error} />;
+  if (fetching && !data) return <Loading what="the plan" />;
+  if (!plan) return <Empty>No such plan.</Empty>;
+  return (
+    <article aria-labelledby="plan-title">
+      <h2 id="plan-title">
+        {plan.key} v{plan.version}
+      </h2>
+      <p className="facts">
+        intent <code>{plan.intent}</code> · priority {plan.priority} · by {plan.createdBy} on {when(plan.createdAt)}
+        {plan.capabilityKey && ` · from capability ${plan.capabilityKey}`}
+        {plan.archivedAt && ` · archived ${when(plan.archivedAt)}`}
+      </p>
+      <table className="list" aria-label="Steps">
+        <thead>
+          <tr>
+            <th scope="col">Step</th>
+            <th scope="col">Tool</th>
+            <th scope="col">Arguments</th>
+            <th scope="col">Review</th>
+          </tr>
+        </thead>
+        <tbody>
+          {plan.steps.map((s) => (
+            <tr key={s.id}>
+              <td>{s.id}</td>
+              <td>
+                <code>{s.tool}</code>
+              </td>
+              <td>
+                <Json value={s.args} />
+              </td>
+              <td>{s.requiresReview ? "yes" : "no"}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      <h3>Versions</h3>
+      <ol className="plain">
+        {plan.versions.map((v) => (
+          <li key={v.version}>
+            v{v.version} by {v.createdBy}, {when(v.createdAt)}
+          </li>
+        ))}
+      </ol>
+      <form
+        aria-label="Publish a new version"
+        className="publish"
+        onSubmit={async (e) => {
+          e.preventDefault();
+          let input: unknown;
+          try {
+            input = JSON.parse(draft);
+          } catch (err) {
+            setInvalid(`Not JSON: ${String(err)}`);
+            return;
+          }
+          setInvalid(null);
+          const answer = await publish({ input });
+          if (!answer.error) {
+            reload({ requestPolicy: "network-only" });
+            onPublished();
+          }
+        }}
+      >
+        <label htmlFor="plan-draft">Definition (JSON)</label>
+        <textarea id="plan-draft" rows={14} value={draft} onChange={(e) => setDraft(e.target.value)} spellCheck={false} />
+        <button type="submit" disabled={published.fetching}>
+          Publish new version
+        </button>
+        {invalid && <ErrorBox error={invalid} />}
+        {published.error && <ErrorBox error={published.error} />}
+        {published.data && !published.error && (
+          <p className="state" role="status">
+            Published version {published.data.publishPlan.plan.version}.
+          </p>
+        )}
+      </form>
+    </article>
+  );
+}
