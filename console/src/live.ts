@@ -57,19 +57,21 @@ export function fold(timeline: Timeline, event: TaskEvent): Timeline {
 
 const TERMINAL = new Set(["COMPLETED", "FAILED", "CANCELLED"]);
 
-/** Follow a task's events until it ends or `stop` is called. */
+/** Follow a task's events after `after` until it ends or `stop` is
+ * called. */
 export function follow(
   ws: WsClient,
   taskId: string,
   onChange: (update: (t: Timeline) => Timeline) => void,
+  after = 0,
 ): () => void {
-  let lastSeq = 0;
+  let lastSeq = after;
   let stopped = false;
   let unsubscribe: (() => void) | null = null;
 
   const start = () => {
     if (stopped) return;
-    onChange((t) => ({ ...t, live: true }));
+    onChange((t) => ({ ...t, live: true, ended: false }));
     unsubscribe = ws.subscribe<{ taskEvents: TaskEvent }>(
       { query: EVENTS, variables: { id: taskId, after: lastSeq } },
       {

@@ -361,10 +361,60 @@ const checks = {
     return {};
   },
 
+  async "cancel a waiting task and retry a failed one"(page) {
+    await signIn(page, "acme");
+    const waiting = await startFromForm(page, "checked", "Cancel me");
+    await statusEvent(page, "NEEDS_REVIEW");
+    await page.getByRole("button", { name: "Cancel" }).click();
+    await statusEvent(page, "CANCELLED");
+    const failing = await startFromForm(page, "broken", "Fail me");
+    await statusEvent(page, "FAILED");
+    const retry = page.getByRole("button", { name: "Retry" });
+    await retry.waitFor({ timeout: WAIT });
+    await page.waitForFunction(() => {
+      const button = [...document.querySelectorAll("button")].find((b) => b.textContent === "Retry");
+      return button && !button.disabled;
+    }, null, { timeout: WAIT });
+    await retry.click();
+    // The retried run's step and its events arrive on the same page.
+    await page.locator("details.step").nth(1).waitFor({ timeout: WAIT });
+    await page
+      .locator('[data-testid="event"]', { hasText: "STATUS_CHANGED" })
+      .filter({ hasText: "FAILED" })
+      .nth(1)
+      .waitFor({ timeout: WAIT });
+    const tasks = await gql(
+      tokens.acme,
+      "query($a: ID!, $b: ID!) { a: task(id: $a) { status } b: task(id: $b) { steps { attempt } } }",
+      { a: waiting, b: failing },
+    );
+    assert.equal(tasks.a.status, "CANCELLED");
+    assert.equal(tasks.b.steps.length, 2, "retried once");
+    return {};
+  },
+
   async "another tenant's session shows none of acme's data"(page) {
     const acme = await gql(tokens.acme, "{ tasks(first: 1) { edges { node { id input } } } }");
     const acmeTask = acme.tasks.edges[0].node;
+    const acmeIds = await gql(
+      tokens.acme,
+      "{ conversations(first: 1) { edges { node { id } } } entities(first: 1) { edges { node { id name } } } searchMemories(query: \"Acme Freight\") { hits { memory { id content } } } }",
+    );
     await signIn(page, "globex");
+    for (const [route, id, secretText] of [
+      ["conversations", acmeIds.conversations.edges[0].node.id, "Visit planning"],
+      ["graph", acmeIds.entities.edges[0].node.id, acmeIds.entities.edges[0].node.name],
+      ["memory", acmeIds.searchMemories.hits[0].memory.id, acmeIds.searchMemories.hits[0].memory.content],
+    ]) {
+      await page.goto(`${base}/console/#/${route}/${encodeURIComponent(id)}`);
+      await page
+        .getByRole("alert")
+        .or(page.getByText("No such memory."))
+        .first()
+        .waitFor({ timeout: WAIT });
+      assert.ok(!(await page.locator("main").innerText()).includes(secretText), `${route}: acme's data is not shown`);
+    }
+    await page.goto(`${base}/console/#/tasks`);
     await page.getByText("No tasks yet").waitFor({ timeout: WAIT });
     assert.equal(await page.getByTestId("task-row").count(), 0);
     await page.goto(`${base}/console/#/tasks/${encodeURIComponent(acmeTask.id)}`);

@@ -67,6 +67,16 @@ async fn the_console_works_in_a_real_browser() {
     )
     .await
     .data();
+    app.publish_plan(
+        "acme",
+        json!({"key": "broken", "intent": "t.broken", "steps": [
+            {"id": "call", "tool": "http_request",
+             "args": {"method": "POST", "url": "http://127.0.0.1:9/unreachable"},
+             "retry": {"maxAttempts": 1}}
+        ]}),
+    )
+    .await
+    .data();
     let shots = std::env::var_os("CONSOLE_SCREENSHOT_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
@@ -101,7 +111,7 @@ async fn the_console_works_in_a_real_browser() {
         shots.display(),
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_eq!(results.len(), 14, "{stdout}");
+    assert_eq!(results.len(), 15, "{stdout}");
     // The figures, for the record.
     for r in &results {
         println!("{r}");

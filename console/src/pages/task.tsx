@@ -2,7 +2,7 @@
 // changes) and a live timeline of its events, tokens streaming into the
 // step that produces them; cancel and retry.
 
-import { useEffect, useReducer, useRef } from "react";
+import { useEffect, useReducer, useRef, useState } from "react";
 import { useMutation, useQuery } from "urql";
 
 import { useClients } from "../clients";
@@ -62,7 +62,11 @@ export function TaskPage({ id }: { id: string }) {
     undefined,
     emptyTimeline,
   );
-  useEffect(() => follow(ws, id, update), [ws, id]);
+  // Followed again after a retry (the stream ends with the task).
+  const [run, setRun] = useState(0);
+  const lastSeq = useRef(0);
+  lastSeq.current = timeline.events.length ? timeline.events[timeline.events.length - 1].seq : 0;
+  useEffect(() => follow(ws, id, update, lastSeq.current), [ws, id, run]);
   // Read the task again whenever its status or steps move on.
   const seen = useRef(0);
   useEffect(() => {
@@ -102,7 +106,16 @@ export function TaskPage({ id }: { id: string }) {
         <button onClick={() => cancel({ id: task.id })} disabled={settled || cancelled.fetching}>
           Cancel
         </button>
-        <button onClick={() => retry({ id: task.id })} disabled={task.status !== "FAILED" || retried.fetching}>
+        <button
+          onClick={async () => {
+            const answer = await retry({ id: task.id });
+            if (!answer.error) {
+              setRun((n) => n + 1);
+              reload({ requestPolicy: "network-only" });
+            }
+          }}
+          disabled={task.status !== "FAILED" || retried.fetching}
+        >
           Retry
         </button>
         {(cancelled.error || retried.error) && <ErrorBox error={(cancelled.error || retried.error)!} />}
