@@ -151,15 +151,7 @@ fn text_of(events: &[Value], field: &str) -> String {
 
 /// A counter from `/metrics`.
 async fn counter(app: &TestApp, name: &str) -> u64 {
-    let text = app
-        .http
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics_text().await;
     text.lines()
         .find_map(|l| l.strip_prefix(&format!("{name} ")))
         .unwrap_or_else(|| panic!("no {name} in {text}"))

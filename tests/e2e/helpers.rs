@@ -208,6 +208,18 @@ impl TestApp {
         }
     }
 
+    /// `/metrics` as the server exposes it.
+    pub async fn metrics_text(&self) -> String {
+        self.http
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.address, path)
     }

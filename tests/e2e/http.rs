@@ -144,15 +144,7 @@ async fn health_and_metrics_answer(app: TestApp) {
         assert_eq!(res.status(), 200, "{path}");
     }
     app.graphql(None, "{ __typename }", json!({})).await;
-    let metrics = app
-        .http
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics_text().await;
     assert!(
         metrics.contains(
             "brainstem_http_requests_total{method=\"POST\",route=\"/graphql\",status=\"200\"}"

@@ -43,16 +43,7 @@ struct Scrape(Vec<(String, String, f64)>);
 
 impl Scrape {
     async fn of(app: &TestApp) -> Self {
-        let text = app
-            .http
-            .get(app.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        Self(samples(&text))
+        Self(samples(&app.metrics_text().await))
     }
 
     /// The sum of `name`'s samples that carry every label of `labels`.

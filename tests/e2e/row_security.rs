@@ -124,15 +124,7 @@ async fn a_query_without_a_tenant_sees_no_tenants_rows() {
 
     // Each bypass is counted by its reason: the executor's claims crossed
     // tenants to find the tasks above.
-    let metrics = app
-        .http
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics_text().await;
     let claims: u64 = metrics
         .lines()
         .find_map(|l| l.strip_prefix("brainstem_row_security_bypass_total{reason=\"queue\"} "))

@@ -453,13 +453,13 @@ async fn audit_entity(
     let actor = super::context::principal(ctx)?.actor.to_string();
     brainstem_domain::audit::record(
         &domain(ctx).db,
-        brainstem_domain::audit::AuditEntry {
-            tenant: Some(scope.tenant_id()),
+        brainstem_domain::audit::AuditEntry::in_tenant(
+            scope.tenant_id(),
             actor,
-            action: action.to_owned(),
-            target: entity.id.to_string(),
-            data: serde_json::json!({"type": entity.entity_type, "key": entity.key}),
-        },
+            action,
+            entity.id.to_string(),
+            serde_json::json!({"type": entity.entity_type, "key": entity.key}),
+        ),
     )
     .await
     .gql()?;

@@ -53,6 +53,25 @@ pub struct AuditEntry {
     pub data: Value,
 }
 
+impl AuditEntry {
+    /// An entry of `tenant`'s log: `actor` did `action` to `target`.
+    pub fn in_tenant(
+        tenant: TenantId,
+        actor: impl Into<String>,
+        action: impl Into<String>,
+        target: impl Into<String>,
+        data: Value,
+    ) -> Self {
+        Self {
+            tenant: Some(tenant),
+            actor: actor.into(),
+            action: action.into(),
+            target: target.into(),
+            data,
+        }
+    }
+}
+
 /// A stored audit row.
 #[derive(Clone, Debug)]
 pub struct AuditRecord {

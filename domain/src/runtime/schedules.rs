@@ -207,14 +207,17 @@ impl Schedules {
             Error::Conflict(_) => Error::Conflict(format!("a schedule named `{name}` exists")),
             other => other,
         })?;
-        self.audit(
-            scope,
-            &by,
-            "schedule.create",
-            &name,
-            json!({
-                "plan_key": model.plan_key, "cron": model.cron, "time_zone": model.time_zone,
-            }),
+        audit::record(
+            &self.db,
+            AuditEntry::in_tenant(
+                scope.tenant_id(),
+                &by,
+                "schedule.create",
+                &name,
+                json!({
+                    "plan_key": model.plan_key, "cron": model.cron, "time_zone": model.time_zone,
+                }),
+            ),
         )
         .await?;
         Ok(model.into())
@@ -246,8 +249,17 @@ impl Schedules {
         } else {
             "schedule.resume"
         };
-        self.audit(scope, &principal.actor.to_string(), action, name, json!({}))
-            .await?;
+        audit::record(
+            &self.db,
+            AuditEntry::in_tenant(
+                scope.tenant_id(),
+                principal.actor.to_string(),
+                action,
+                name,
+                json!({}),
+            ),
+        )
+        .await?;
         Ok(model.into())
     }
 
@@ -262,12 +274,15 @@ impl Schedules {
             .rows_affected
             > 0;
         if deleted {
-            self.audit(
-                scope,
-                &principal.actor.to_string(),
-                "schedule.delete",
-                name,
-                json!({}),
+            audit::record(
+                &self.db,
+                AuditEntry::in_tenant(
+                    scope.tenant_id(),
+                    principal.actor.to_string(),
+                    "schedule.delete",
+                    name,
+                    json!({}),
+                ),
             )
             .await?;
         }
@@ -348,28 +363,6 @@ impl Schedules {
             .one(&self.db)
             .await?
             .ok_or_else(|| Error::not_found("schedule"))
-    }
-
-    async fn audit(
-        &self,
-        scope: TenantScope,
-        actor: &str,
-        action: &str,
-        name: &str,
-        data: Value,
-    ) -> Result<()> {
-        audit::record(
-            &self.db,
-            AuditEntry {
-                tenant: Some(scope.tenant_id()),
-                actor: actor.to_owned(),
-                action: action.to_owned(),
-                target: name.to_owned(),
-                data,
-            },
-        )
-        .await
-        .map(|_| ())
     }
 }
 

@@ -345,12 +345,15 @@ impl Webhooks {
             Error::Conflict(_) => Error::Conflict(format!("a webhook named `{name}` exists")),
             other => other,
         })?;
-        self.audit(
-            scope,
-            &by,
-            "webhook.create",
-            &name,
-            json!({"url": model.url, "events": events_text}),
+        audit::record(
+            &self.db,
+            AuditEntry::in_tenant(
+                scope.tenant_id(),
+                &by,
+                "webhook.create",
+                &name,
+                json!({"url": model.url, "events": events_text}),
+            ),
         )
         .await?;
         Ok((model.into(), secret))
@@ -368,8 +371,11 @@ impl Webhooks {
             > 0;
         if deleted {
             let by = principal.actor.to_string();
-            self.audit(scope, &by, "webhook.delete", name, json!({}))
-                .await?;
+            audit::record(
+                &self.db,
+                AuditEntry::in_tenant(scope.tenant_id(), &by, "webhook.delete", name, json!({})),
+            )
+            .await?;
         }
         Ok(deleted)
     }
@@ -548,28 +554,6 @@ impl Webhooks {
             .keyring()?
             .open(&sealed, &associated_data(scope, endpoint.id))?;
         String::from_utf8(plaintext).map_err(|_| Error::internal("a webhook secret is not text"))
-    }
-
-    async fn audit(
-        &self,
-        scope: TenantScope,
-        actor: &str,
-        action: &str,
-        name: &str,
-        data: Value,
-    ) -> Result<()> {
-        audit::record(
-            &self.db,
-            AuditEntry {
-                tenant: Some(scope.tenant_id()),
-                actor: actor.to_owned(),
-                action: action.to_owned(),
-                target: name.to_owned(),
-                data,
-            },
-        )
-        .await
-        .map(|_| ())
     }
 }
 
