@@ -40,15 +40,19 @@ export function emptyTimeline(): Timeline {
   return { events: [], text: {}, live: false, ended: false };
 }
 
+/** `sofar` with a token delta at `offset` merged in, or `null` when the
+ * delta adds nothing (seen before) or leaves a gap. */
+export function mergeDelta(sofar: string, offset: number, text: string): string | null {
+  if (offset > sofar.length) return null;
+  const merged = sofar.slice(0, offset) + text;
+  return merged.length > sofar.length ? merged : null;
+}
+
 /** Fold one event into the timeline (pure: returns a new one). */
 export function fold(timeline: Timeline, event: TaskEvent): Timeline {
   if (event.__typename === "TokenDelta" && event.stepId && event.text !== undefined) {
-    const sofar = timeline.text[event.stepId] ?? "";
-    const offset = event.offset ?? 0;
-    if (offset > sofar.length) return timeline;
-    const merged = sofar.slice(0, offset) + event.text;
-    if (merged.length <= sofar.length) return timeline;
-    return { ...timeline, text: { ...timeline.text, [event.stepId]: merged } };
+    const merged = mergeDelta(timeline.text[event.stepId] ?? "", event.offset ?? 0, event.text);
+    return merged === null ? timeline : { ...timeline, text: { ...timeline.text, [event.stepId]: merged } };
   }
   const last = timeline.events.length ? timeline.events[timeline.events.length - 1].seq : 0;
   if (event.seq <= last) return timeline;

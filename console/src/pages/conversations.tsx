@@ -6,6 +6,7 @@
 import { useEffect, useMemo, useState } from "react";
 import { useMutation, useQuery, useSubscription } from "urql";
 
+import { mergeDelta } from "../live";
 import { href } from "../router";
 import { Empty, ErrorBox, Loading, Status } from "../ui";
 
@@ -193,11 +194,8 @@ interface LiveState {
 
 function fold(state: LiveState, e: LiveEvent): LiveState {
   if (e.__typename === "TokenDelta" && e.text !== undefined) {
-    const sofar = state.text[e.taskId] ?? "";
-    const offset = e.offset ?? 0;
-    if (offset > sofar.length) return state;
-    const merged = sofar.slice(0, offset) + e.text;
-    return merged.length > sofar.length ? { ...state, text: { ...state.text, [e.taskId]: merged } } : state;
+    const merged = mergeDelta(state.text[e.taskId] ?? "", e.offset ?? 0, e.text);
+    return merged === null ? state : { ...state, text: { ...state.text, [e.taskId]: merged } };
   }
   if (e.kind === "STEP_STARTED" && e.tool && e.tool !== "agent") {
     return { ...state, tools: { ...state.tools, [e.taskId]: [...(state.tools[e.taskId] ?? []), e.tool] } };

@@ -8,7 +8,6 @@ use std::collections::BTreeSet;
 
 use brainstem_entity::{ApiKeyId, TenantId, TenantOwned, TenantScope, api_key};
 use chrono::{DateTime, Duration, Utc};
-use rand::RngCore;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter,
     sea_query::Expr,
@@ -144,9 +143,7 @@ impl ApiKeys {
             return Err(Error::validation("API key name must have 1-100 characters"));
         }
         let scopes = parse_scopes(scopes)?;
-        let mut bytes = [0u8; 32];
-        rand::rng().fill_bytes(&mut bytes);
-        let secret = format!("{SECRET_PREFIX}{}", hex::encode(bytes));
+        let secret = crate::kernel::crypto::random_secret(SECRET_PREFIX);
         let id = ApiKeyId::new();
         let model = api_key::ActiveModel {
             id: Set(id.uuid()),

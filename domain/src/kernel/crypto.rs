@@ -26,6 +26,14 @@ use crate::{Error, Result, kernel::audit::sha256_hex};
 
 const NONCE_LEN: usize = 12;
 
+/// A secret handed out once (an API key, a signing secret): `prefix` and
+/// 32 random bytes in hex.
+pub fn random_secret(prefix: &str) -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!("{prefix}{}", hex::encode(bytes))
+}
+
 /// A 256-bit key with its id. Its `Debug` shows only the id.
 #[derive(Clone)]
 pub struct EncryptionKey {
@@ -59,6 +67,8 @@ impl EncryptionKey {
     }
 
     /// A fresh random key, as base64 (what an embedded install keeps).
+    ///
+    /// (See also [`random_secret`] for secrets handed to people.)
     pub fn generate_base64() -> String {
         let mut bytes = [0u8; 32];
         rand::rng().fill_bytes(&mut bytes);

@@ -17,6 +17,14 @@ pub fn install_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// Whether `host` is in `allowed` (`*` allows any), as the
+/// `http_allowed_hosts` setting lists hosts outgoing calls may reach.
+pub fn host_allowed(allowed: &[String], host: &str) -> bool {
+    allowed
+        .iter()
+        .any(|h| h == "*" || h.eq_ignore_ascii_case(host))
+}
+
 /// A client that verifies TLS certificates against the system's roots and
 /// gives up connecting after `connect_timeout`.
 pub fn client(connect_timeout: Duration) -> reqwest::Client {

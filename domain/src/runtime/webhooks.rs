@@ -36,7 +36,6 @@ use std::{sync::Arc, time::Duration};
 use brainstem_entity::{TenantOwned, TenantScope, webhook_delivery, webhook_endpoint};
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
-use rand::RngCore;
 use sea_orm::{
     ActiveModelTrait,
     ActiveValue::Set,
@@ -52,7 +51,7 @@ use crate::{
     catalogue::capabilities::partner::{SIGNATURE_HEADER, TIMESTAMP_HEADER, signature},
     kernel::{
         audit::{self, AuditEntry},
-        crypto::{Keyring, Sealed},
+        crypto::{self, Keyring, Sealed},
         metrics::{OutcomeLabels, metrics},
         origin, page,
         row_security::{self, Bypass, as_platform},
@@ -236,11 +235,7 @@ impl WebhookConfig {
             return Err(Error::validation("a webhook URL is http or https"));
         }
         let host = url.host_str().unwrap_or_default();
-        let allowed = self
-            .allowed_hosts
-            .iter()
-            .any(|h| h == "*" || h.eq_ignore_ascii_case(host));
-        if !allowed {
+        if !crate::kernel::http_client::host_allowed(&self.allowed_hosts, host) {
             return Err(Error::validation(format!(
                 "host `{host}` is not in http_allowed_hosts"
             )));
@@ -317,7 +312,7 @@ impl Webhooks {
             return Err(Error::validation("a webhook needs at least one event"));
         }
         let id = Uuid::now_v7();
-        let secret = new_secret();
+        let secret = crypto::random_secret("whsec_");
         let sealed = self
             .keyring()?
             .seal(secret.as_bytes(), &associated_data(scope, id))?;
@@ -582,13 +577,6 @@ fn count_attempt(outcome: &'static str) {
 /// What a sealed secret is bound to: its tenant and its endpoint.
 fn associated_data(scope: TenantScope, id: Uuid) -> Vec<u8> {
     format!("brainstem.webhook:{}:{id}", scope.tenant_id()).into_bytes()
-}
-
-/// A new signing secret: `whsec_` and 32 random bytes in hex.
-fn new_secret() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    format!("whsec_{}", hex::encode(bytes))
 }
 
 /// The outbox rows for `events` of `task` (just appended, not yet

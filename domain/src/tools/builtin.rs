@@ -68,12 +68,7 @@ fn allowed_url(ctx: &ToolContext, raw: &str) -> Result<reqwest::Url, ToolError> 
     let url = reqwest::Url::parse(raw)
         .map_err(|e| ToolError::fatal(format!("invalid url `{raw}`: {e}")))?;
     let host = url.host_str().unwrap_or_default();
-    let allowed = ctx
-        .settings
-        .http_allowed_hosts
-        .iter()
-        .any(|h| h == "*" || h.eq_ignore_ascii_case(host));
-    if allowed {
+    if crate::kernel::http_client::host_allowed(&ctx.settings.http_allowed_hosts, host) {
         Ok(url)
     } else {
         Err(ToolError::fatal(format!(

@@ -15,7 +15,6 @@ use std::{collections::HashSet, fmt, sync::Arc};
 
 use brainstem_entity::{CapabilityId, PlanId, capability, capability_plan, capability_tool};
 use chrono::Utc;
-use rand::RngCore;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter,
     TransactionTrait, sea_query::Expr,
@@ -394,9 +393,7 @@ fn published_concurrently(err: sea_orm::DbErr, key: &str) -> Error {
 }
 
 fn new_signing_secret() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    format!("{SECRET_PREFIX}{}", hex::encode(bytes))
+    crate::kernel::crypto::random_secret(SECRET_PREFIX)
 }
 
 /// What a signing secret's ciphertext is bound to.
