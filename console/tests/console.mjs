@@ -85,8 +85,16 @@ const checks = {
     await page.evaluate(() => {
       window.__sameDocument = true;
     });
-    const id = await startFromForm(page, "assist", "Summarise the week");
-    await page.getByTestId("event").first().waitFor({ timeout: WAIT });
+    const id = await startFromForm(page, "held", "Summarise the week");
+    // The page is following the task once it shows the hold; releasing it
+    // now lets the model stream to a page that listens.
+    await statusEvent(page, "NEEDS_REVIEW");
+    const held = await gql(tokens.acme, "query($id: ID!) { task(id: $id) { pendingReview { id } } }", { id });
+    await gql(
+      tokens.acme,
+      "mutation($t: ID!, $r: ID!) { resumeTask(input: {taskId: $t, reviewId: $r}) { task { id } } }",
+      { t: id, r: held.task.pendingReview.id },
+    );
     await statusEvent(page, "COMPLETED");
     const stream = await page.getByTestId("stream").first().innerText({ timeout: WAIT });
     assert.ok(stream.length > 0, "the model's tokens reached the page");
@@ -95,7 +103,7 @@ const checks = {
     assert.deepEqual(await seqs(page), stored.task.events.map((e) => e.seq), "every event once, in order");
     await page.getByRole("heading", { name: "Answer" }).waitFor({ timeout: WAIT });
     // The agent step's assembled prompt, for admins.
-    await page.locator("details.step summary").first().click();
+    await page.locator("details.step summary", { hasText: "agent" }).first().click();
     const prompt = page.getByTestId("prompt");
     await prompt.waitFor({ timeout: WAIT });
     assert.match(await prompt.innerText(), /system/);

@@ -52,6 +52,18 @@ async fn the_console_works_in_a_real_browser() {
     )
     .await
     .data();
+    // Held for review before its agent step, so the page is subscribed
+    // before the model streams (a step that ends before anyone listens
+    // leaves no tokens to show).
+    app.publish_plan(
+        "acme",
+        json!({"key": "held", "intent": "t.held", "steps": [
+            {"id": "hold", "tool": "set_state", "args": {"held": true}, "requiresReview": true},
+            {"id": "answer", "tool": "agent", "args": {}}
+        ]}),
+    )
+    .await
+    .data();
     app.publish_plan(
         "acme",
         json!({"key": "assistant", "intent": "t.assistant",
