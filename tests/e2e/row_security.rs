@@ -181,6 +181,41 @@ async fn every_tenant_table_has_forced_row_security_and_its_policy() {
     );
 }
 
+/// The pool writes a tenant's access on each connection it hands out when
+/// row security binds its role, and leaves the setting alone for a
+/// superuser, whom no policy reads it for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pool_writes_the_access_only_where_row_security_reads_it() {
+    let app = TestApp::spawn(Backend::Postgres).await;
+    let tenant: brainstem_domain::TenantId = uuid::Uuid::now_v7().into();
+    let setting = |db: DatabaseConnection| async move {
+        db.query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT coalesce(current_setting('brainstem.tenant', true), '') AS s",
+        ))
+        .await
+        .unwrap()
+        .unwrap()
+        .try_get::<String>("", "s")
+        .unwrap()
+    };
+    for (url, written) in [
+        (app.config.database_url.clone(), true),
+        (superuser_url(&app.config.database_url), false),
+    ] {
+        let pool = brainstem_domain::db::connect(&url, 2).await.unwrap();
+        let seen = row_security::as_tenant(tenant, setting(pool.clone())).await;
+        let expected = if written {
+            tenant.uuid().to_string()
+        } else {
+            String::new()
+        };
+        assert_eq!(seen, expected, "{url}");
+        // Still a working pool, also for work that names no access.
+        assert_eq!(setting(pool).await, "", "{url}");
+    }
+}
+
 /// Write one tenant's data through the API; returns the tenant's id.
 async fn seed(app: &TestApp, slug: &str) -> String {
     app.create_tenant(slug).await;

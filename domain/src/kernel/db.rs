@@ -6,7 +6,7 @@
 use std::{
     sync::{
         Arc, OnceLock,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -14,7 +14,10 @@ use std::{
 use brainstem_migration::{Migrator, MigratorTrait};
 use sea_orm::{
     ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement,
-    sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous},
+    sqlx::{
+        Connection,
+        sqlite::{SqliteJournalMode, SqliteSynchronous},
+    },
 };
 
 use crate::{
@@ -71,16 +74,34 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnecti
     if backend == Backend::Postgres {
         // Each connection carries the row access of the work that takes it
         // (`row_security`); writing it also proves the connection alive, so
-        // it replaces the pool's liveness ping.
+        // it replaces the pool's liveness ping. For a role that row-level
+        // security does not bind (a superuser, `BYPASSRLS`) nothing reads
+        // the setting: the pool pings instead of writing it.
+        let binds = Arc::new(AtomicBool::new(true));
         options
             .test_before_acquire(false)
-            .map_sqlx_postgres_pool_opts(|pool| {
-                pool.after_connect(|conn, _| Box::pin(row_security::set_on_acquire(conn)))
-                    .before_acquire(|conn, _| {
-                        Box::pin(
-                            async move { row_security::set_on_acquire(conn).await.map(|()| true) },
-                        )
+            .map_sqlx_postgres_pool_opts(move |pool| {
+                let on_connect = binds.clone();
+                let on_acquire = binds.clone();
+                pool.after_connect(move |conn, _| {
+                    let binds = on_connect.clone();
+                    Box::pin(async move {
+                        let bound = row_security::set_on_connect(conn).await?;
+                        binds.store(bound, Ordering::Relaxed);
+                        Ok(())
                     })
+                })
+                .before_acquire(move |conn, _| {
+                    let bound = on_acquire.load(Ordering::Relaxed);
+                    Box::pin(async move {
+                        if bound {
+                            row_security::set_on_acquire(conn).await?;
+                        } else {
+                            conn.ping().await?;
+                        }
+                        Ok(true)
+                    })
+                })
             });
     }
     Database::connect(options)

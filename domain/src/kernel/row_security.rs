@@ -6,9 +6,12 @@
 //! rows whose `tenant_id` equals the session setting `brainstem.tenant`, or
 //! every row when the setting is `*`. The setting comes from the task-local
 //! [`RowAccess`] of the code that takes a connection from the pool: the
-//! pool's `before_acquire` and `after_connect` hooks ([`set_on_acquire`])
-//! write it on the connection before the connection is handed out, in the
-//! same round trip that used to be the pool's liveness ping.
+//! pool's `before_acquire` and `after_connect` hooks ([`set_on_acquire`],
+//! [`set_on_connect`]) write it on the connection before the connection is
+//! handed out, in the same round trip that used to be the pool's liveness
+//! ping. A role that row-level security does not bind (a superuser, which
+//! the server warns about at start) would ignore it, so for such a pool
+//! the hooks only ping (`kernel::db::connect`).
 //!
 //! Invariants:
 //! - Work that names no access sees no tenant-owned row at all: a query that
@@ -184,12 +187,26 @@ fn setting() -> String {
 }
 
 /// Write the current task's access on a pooled PostgreSQL connection (the
-/// pool's `before_acquire` and `after_connect` hook). A connection that
-/// cannot take it is broken and is dropped by the pool.
+/// pool's `before_acquire` hook). A connection that cannot take it is
+/// broken and is dropped by the pool.
 pub async fn set_on_acquire(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
     conn.execute(sqlx::query("SELECT set_config('brainstem.tenant', $1, false)").bind(setting()))
         .await
         .map(|_| ())
+}
+
+/// The same on a new connection (the pool's `after_connect` hook), in the
+/// same statement asking whether row-level security binds the connection's
+/// role: `false` for a superuser or a role with `BYPASSRLS`, which see
+/// every row whatever the setting says.
+pub async fn set_on_connect(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT NOT (rolsuper OR rolbypassrls) FROM pg_roles, \
+         set_config('brainstem.tenant', $1, false) WHERE rolname = current_user",
+    )
+    .bind(setting())
+    .fetch_one(conn)
+    .await
 }
 
 /// Narrow an open transaction that was begun under a bypass to one tenant's

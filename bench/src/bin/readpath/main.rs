@@ -115,6 +115,10 @@ struct Args {
     /// most 100 (`MAX_PAGE_SIZE`), so the largest page is 100.
     #[arg(long, value_delimiter = ',', default_value = "10,50,100")]
     page_sizes: Vec<usize>,
+    /// Keep the seeded database when the run ends (and print its URL), to
+    /// look at plans or profile a server by hand.
+    #[arg(long)]
+    keep_database: bool,
 }
 
 #[tokio::main]
@@ -126,7 +130,11 @@ async fn main() -> anyhow::Result<()> {
         result = run(&args, &database) => result,
         signal = interrupted() => signal.and_then(|name| bail!("stopped by {name}")),
     };
-    drop_database(&server, &database).await?;
+    if args.keep_database {
+        println!("kept the database: {database}");
+    } else {
+        drop_database(&server, &database).await?;
+    }
     result
 }
 
@@ -285,6 +293,12 @@ async fn seed(
     executor.run_until_idle().await?;
     let _ = stop.send(());
     server.await??;
+    // Statistics, as a database that has been running has them: without,
+    // the planner guesses at freshly written tables and either server may
+    // get a plan no deployment would see.
+    let db = Database::connect(database_url).await?;
+    db.execute_unprepared("ANALYZE").await?;
+    db.close().await?;
     Ok(admin)
 }
 
