@@ -267,3 +267,100 @@ async fn a_page_that_shows_task_json_reads_it_whole(backend: Backend) {
         assert_eq!(task, one.data()["task"], "{list}");
     }
 }
+
+for_both_backends!(plain_lists_answer_as_the_general_path_does);
+
+/// A task's steps and events resolved in one pass (`schema/plain_list.rs`)
+/// answer what async-graphql's general path answers: every plain field is
+/// asked for both ways (plainly, and inside an inline fragment, which takes
+/// the general path) over finished and failed tasks, and the plain answer
+/// keeps the selection's order.
+async fn plain_lists_answer_as_the_general_path_does(backend: Backend) {
+    let app = app(backend).await;
+    publish_three(&app).await;
+    app.publish_plan(
+        "acme",
+        json!({"key": "broken", "intent": "t.broken", "steps": [
+            {"id": "call", "tool": "http_request",
+             "args": {"method": "POST", "url": "http://127.0.0.1:9/unreachable"},
+             "retry": {"maxAttempts": 1}}
+        ]}),
+    )
+    .await
+    .data();
+    start_and_run(&app, 2).await;
+    app.start_task("acme", json!({"planKey": "broken"})).await;
+    app.run_tasks().await;
+
+    const STEP: &str = "stepId tool attempt status summary error idempotencyKey \
+                        startedAt finishedAt durationMs __typename";
+    const EVENT: &str = "seq kind taskId stepId tool status summary error createdAt __typename";
+    let query = |steps: &str, events: &str| {
+        format!(
+            "{{ tasks(first: 10) {{ edges {{ node {{ id \
+             steps {{ {steps} }} events(last: 100) {{ {events} }} }} }} }} }}"
+        )
+    };
+    let token = app.admin_token("acme");
+    let plain = app
+        .graphql(Some(&token), &query(STEP, EVENT), json!({}))
+        .await
+        .data()
+        .clone();
+    let general = app
+        .graphql(
+            Some(&token),
+            &query(
+                &format!("... on TaskStep {{ {STEP} }}"),
+                &format!("... on TaskEvent {{ {EVENT} }}"),
+            ),
+            json!({}),
+        )
+        .await
+        .data()
+        .clone();
+    assert_eq!(plain, general);
+    let tasks = plain["tasks"]["edges"].as_array().unwrap();
+    assert_eq!(tasks.len(), 3);
+    let steps: Vec<&Value> = tasks
+        .iter()
+        .flat_map(|t| t["node"]["steps"].as_array().unwrap())
+        .collect();
+    let events: Vec<&Value> = tasks
+        .iter()
+        .flat_map(|t| t["node"]["events"].as_array().unwrap())
+        .collect();
+    assert_eq!(steps.len(), 7, "{plain}");
+    assert!(
+        steps.iter().any(|s| s["error"].is_string()),
+        "a failed step"
+    );
+    assert!(
+        events.iter().any(|e| e["error"].is_string()),
+        "a failed step's event"
+    );
+    assert!(
+        events.iter().any(|e| e["__typename"] == "StepCompleted")
+            && events.iter().any(|e| e["__typename"] == "StatusChanged"),
+        "{plain}"
+    );
+
+    // Selection order, a repeated key once in its first place.
+    let raw = crate::helpers::http_client()
+        .post(app.url("/graphql"))
+        .bearer_auth(&token)
+        .json(&json!({"query": "{ tasks(first: 1) { edges { node { \
+            steps { status stepId status } events(last: 1) { summary seq } } } } }"}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(raw.contains("\"steps\":[{\"status\":"), "{raw}");
+    assert!(
+        !raw.contains("\"status\":\"COMPLETED\",\"stepId\":\"a\",\"status\""),
+        "{raw}"
+    );
+    assert!(raw.contains("\"events\":[{\"summary\":"), "{raw}");
+}

@@ -38,6 +38,7 @@ const API: &[&[&str]] = &[
         "schema::page",
         "schema::loaders",
         "schema::order",
+        "schema::plain_list",
     ],
     &["schema::limits", "schema::admission"],
     &["schema::operation"],

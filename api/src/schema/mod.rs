@@ -6,6 +6,7 @@
 //! 1. Plumbing every area uses: [`context`] (the caller and the domain),
 //!    [`ids`] (opaque global ids and cursors), [`page`] (Relay connections),
 //!    [`loaders`] (DataLoader batching of the relations lists fan out to),
+//!    [`plain_list`] (lists of plain records resolved in one pass),
 //!    and what runs around each operation: [`limits`] (document limits and
 //!    the time limit), [`order`] (each response's fields in selection
 //!    order), [`admission`] (persisted queries, rate limits before parsing)
@@ -40,6 +41,7 @@ pub mod node;
 pub mod operation;
 pub mod order;
 pub mod page;
+pub mod plain_list;
 pub mod plans;
 pub mod policy;
 pub mod prompts;

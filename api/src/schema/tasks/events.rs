@@ -3,13 +3,16 @@
 
 use std::sync::Arc;
 
-use async_graphql::{ID, Interface, Json, Object};
+use async_graphql::{
+    ID, Interface, Json, Object, ScalarType, Value as AnyValue, resolver_utils::enum_value,
+};
 use brainstem_domain::tasks;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::TaskEventKind;
 use crate::schema::ids::{self, NodeType};
+use crate::schema::plain_list::Plain;
 
 macro_rules! event_types {
     ($($(#[$doc:meta])* $name:ident { $($extra:tt)* })*) => {
@@ -81,6 +84,14 @@ macro_rules! event_types {
             $($name($name)),*
         }
 
+        impl TaskEvent {
+            fn record(&self) -> &tasks::TaskEvent {
+                match self {
+                    $(TaskEvent::$name(e) => &e.0),*
+                }
+            }
+        }
+
         impl From<Arc<tasks::TaskEvent>> for TaskEvent {
             fn from(e: Arc<tasks::TaskEvent>) -> Self {
                 match e.kind {
@@ -145,6 +156,37 @@ event_types! {
         /// The guardrail's name.
         pub async fn guardrail(&self) -> String {
             self.0.data["guardrail"].as_str().unwrap_or_default().to_owned()
+        }
+    }
+}
+
+impl Plain for TaskEvent {
+    const PLAIN: &'static [&'static str] = &[
+        "seq",
+        "kind",
+        "taskId",
+        "stepId",
+        "tool",
+        "status",
+        "summary",
+        "error",
+        "createdAt",
+    ];
+
+    fn plain(&self, name: &str) -> AnyValue {
+        let event = self.record();
+        let text = |s: &Option<String>| s.clone().map_or(AnyValue::Null, AnyValue::String);
+        match name {
+            "seq" => AnyValue::from(event.seq),
+            "kind" => enum_value(TaskEventKind::from(event.kind)),
+            "taskId" => AnyValue::String(ids::encode(NodeType::Task, event.task_id.uuid()).0),
+            "stepId" => text(&event.step_id),
+            "tool" => text(&event.tool),
+            "status" => text(&event.status),
+            "summary" => AnyValue::String(event.summary.clone()),
+            "error" => text(&event.error),
+            "createdAt" => event.created_at.to_value(),
+            _ => AnyValue::Null,
         }
     }
 }

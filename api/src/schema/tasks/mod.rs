@@ -37,6 +37,7 @@ use super::{
     ids::{self, NodeType},
     loaders::{TaskArtifactsKey, TaskEventsKey, TaskKey, TaskReviewsKey, TaskStepsKey, loader},
     page::{connection, page_request},
+    plain_list::PlainList,
     plans::PlanStep,
 };
 use crate::error::ResultExt;
@@ -263,18 +264,20 @@ impl Task {
         Ok(connection(page, |t| t.id.uuid(), Task))
     }
     /// Every attempt of every step, in the order they ran.
-    async fn steps(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<TaskStep>> {
-        Ok(loader(ctx)
-            .load_one(TaskStepsKey(
-                self.0.scope(),
-                self.0.id,
-                step_detail(|f| ctx.look_ahead().field(f).exists()),
-            ))
-            .await?
-            .unwrap_or_default()
-            .into_iter()
-            .map(TaskStep)
-            .collect())
+    async fn steps(&self, ctx: &Context<'_>) -> async_graphql::Result<PlainList<TaskStep>> {
+        Ok(PlainList(
+            loader(ctx)
+                .load_one(TaskStepsKey(
+                    self.0.scope(),
+                    self.0.id,
+                    step_detail(|f| ctx.look_ahead().field(f).exists()),
+                ))
+                .await?
+                .unwrap_or_default()
+                .into_iter()
+                .map(TaskStep)
+                .collect(),
+        ))
     }
     /// Stored events with `seq > after` (default 0), oldest first: the
     /// first `first` of them, or with `last`, the latest `last`.
@@ -284,20 +287,22 @@ impl Task {
         after: Option<i64>,
         #[graphql(default = 100)] first: i32,
         last: Option<i32>,
-    ) -> async_graphql::Result<Vec<TaskEvent>> {
+    ) -> async_graphql::Result<PlainList<TaskEvent>> {
         let window = event_window(&self.0, after, first, last).gql()?;
-        Ok(loader(ctx)
-            .load_one(TaskEventsKey(
-                self.0.scope(),
-                self.0.id,
-                window,
-                event_detail(|f| ctx.look_ahead().field(f).exists()),
-            ))
-            .await?
-            .unwrap_or_default()
-            .into_iter()
-            .map(TaskEvent::from)
-            .collect())
+        Ok(PlainList(
+            loader(ctx)
+                .load_one(TaskEventsKey(
+                    self.0.scope(),
+                    self.0.id,
+                    window,
+                    event_detail(|f| ctx.look_ahead().field(f).exists()),
+                ))
+                .await?
+                .unwrap_or_default()
+                .into_iter()
+                .map(TaskEvent::from)
+                .collect(),
+        ))
     }
     async fn reviews(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<Review>> {
         Ok(self

@@ -1,7 +1,7 @@
 //! What a task's run records, on the wire: each attempt of each step with
 //! its usage, the reviews it asked for, and the artifacts it left.
 
-use async_graphql::{Context, ID, Json, Object, SimpleObject};
+use async_graphql::{Context, ID, Json, Object, ScalarType, SimpleObject, Value as AnyValue};
 use brainstem_domain::{tasks, tools::Usage as DomainUsage};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::ReviewStatus;
 use crate::schema::context::principal;
 use crate::schema::ids::{self, NodeType};
+use crate::schema::plain_list::Plain;
 
 /// Token and cost accounting.
 #[derive(SimpleObject, Clone, Copy)]
@@ -88,6 +89,38 @@ impl TaskStep {
     }
     async fn duration_ms(&self) -> i64 {
         self.0.duration_ms
+    }
+}
+
+impl Plain for TaskStep {
+    const PLAIN: &'static [&'static str] = &[
+        "stepId",
+        "tool",
+        "attempt",
+        "status",
+        "summary",
+        "error",
+        "idempotencyKey",
+        "startedAt",
+        "finishedAt",
+        "durationMs",
+    ];
+
+    fn plain(&self, name: &str) -> AnyValue {
+        let step = &self.0;
+        match name {
+            "stepId" => AnyValue::String(step.step_id.clone()),
+            "tool" => AnyValue::String(step.tool.clone()),
+            "attempt" => AnyValue::from(step.attempt),
+            "status" => AnyValue::String(step.status.clone()),
+            "summary" => AnyValue::String(step.summary.clone()),
+            "error" => step.error.clone().map_or(AnyValue::Null, AnyValue::String),
+            "idempotencyKey" => AnyValue::String(step.idempotency_key.clone()),
+            "startedAt" => step.started_at.to_value(),
+            "finishedAt" => step.finished_at.to_value(),
+            "durationMs" => AnyValue::from(step.duration_ms),
+            _ => AnyValue::Null,
+        }
     }
 }
 
