@@ -3,7 +3,10 @@
 // from a copy of this folder next to its installed node_modules.
 //
 // Environment: DATABASE_URL (the benchmark's database), PORT (127.0.0.1
-// only), PG_POOL (connections, the same number Brainstem gets).
+// only), PG_POOL (connections, the same number Brainstem gets), PG_TENANT
+// (with `--row-security`: the tenant every request runs as, handed to
+// PostgreSQL as the `brainstem.tenant` setting that Brainstem's row-level
+// security policies read; empty otherwise).
 //
 // No change to Brainstem's schema is needed: `task_steps.task_id` and
 // `task_events.task_id` are foreign keys to `tasks.id`, and each is a key of
@@ -16,6 +19,7 @@ import { PostGraphileAmberPreset } from "postgraphile/presets/amber";
 import { makePgService } from "postgraphile/adaptors/pg";
 
 const port = Number(process.env.PORT);
+const tenant = process.env.PG_TENANT ?? "";
 if (!Number.isInteger(port) || port <= 0) {
   throw new Error("PORT must be set to the port to listen on");
 }
@@ -39,6 +43,9 @@ const preset = {
   },
   grafast: {
     explain: false,
+    // PostGraphile's way to run a request under row-level security: the
+    // settings are applied (set_config, in a transaction) around it.
+    context: tenant ? () => ({ pgSettings: { "brainstem.tenant": tenant } }) : undefined,
   },
 };
 

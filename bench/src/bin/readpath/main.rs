@@ -8,7 +8,10 @@
 //!
 //! 1. Seeds a fresh database: one tenant, a four-step plan and `--tasks`
 //!    tasks, started over GraphQL and finished by the executor (the server
-//!    built in this process, the same code as `brainstem serve`).
+//!    built in this process, the same code as `brainstem serve`), then
+//!    analyses it (a running database has planner statistics). With
+//!    `--row-security` the database belongs to `brainstem_bench`, a role
+//!    that row-level security binds, and everything runs as that role.
 //! 2. Starts the release `brainstem serve` (`--brainstem`) and PostGraphile
 //!    (`--postgraphile`: a folder with `node_modules/` and
 //!    `graphile.config.mjs`, run by `--node`) on that database, both on
@@ -119,15 +122,29 @@ struct Args {
     /// look at plans or profile a server by hand.
     #[arg(long)]
     keep_database: bool,
+    /// Run both servers as a role that row-level security binds, as
+    /// deployed: the database is owned by `brainstem_bench` (no superuser),
+    /// Brainstem names the tenant on each connection it takes, and
+    /// PostGraphile gets the tenant as `pgSettings` on every request.
+    #[arg(long)]
+    row_security: bool,
 }
+
+/// The role both servers connect as with `--row-security`.
+const BENCH_ROLE: &str = "brainstem_bench";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let (server, database) = fresh_database(&args.database_url).await?;
+    let served = if args.row_security {
+        bound_role_database(&server, &database).await?
+    } else {
+        database.clone()
+    };
     // On SIGINT or SIGTERM the run is dropped, which kills both servers.
     let result = tokio::select! {
-        result = run(&args, &database) => result,
+        result = run(&args, &served) => result,
         signal = interrupted() => signal.and_then(|name| bail!("stopped by {name}")),
     };
     if args.keep_database {
@@ -136,6 +153,34 @@ async fn main() -> anyhow::Result<()> {
         drop_database(&server, &database).await?;
     }
     result
+}
+
+/// Hands `database` to [`BENCH_ROLE`] (created when missing) with what
+/// needs a superuser done in it (`SUPERUSER_SETUP`); returns its URL as
+/// that role.
+async fn bound_role_database(server: &str, database: &str) -> anyhow::Result<String> {
+    let name = database.rsplit('/').next().unwrap_or_default();
+    let admin = Database::connect(server).await?;
+    admin
+        .execute_unprepared(&format!(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{BENCH_ROLE}') \
+             THEN CREATE ROLE {BENCH_ROLE} LOGIN; END IF; END $$"
+        ))
+        .await?;
+    admin
+        .execute_unprepared(&format!("ALTER DATABASE {name} OWNER TO {BENCH_ROLE}"))
+        .await?;
+    admin.close().await?;
+    let inside = Database::connect(database).await?;
+    inside
+        .execute_unprepared(brainstem_domain::db::SUPERUSER_SETUP)
+        .await?;
+    inside.close().await?;
+    let (user, _) = database
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('@'))
+        .context("the database URL names its user (user@host)")?;
+    Ok(database.replacen(&format!("{user}@"), &format!("{BENCH_ROLE}@"), 1))
 }
 
 async fn interrupted() -> anyhow::Result<&'static str> {
@@ -216,6 +261,14 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
         .env("PORT", postgraphile_port.to_string())
         .env("PG_POOL", args.pool.to_string())
         .env("NODE_ENV", "production")
+        .env(
+            "PG_TENANT",
+            if args.row_security {
+                tenant.as_str()
+            } else {
+                ""
+            },
+        )
         .stdin(Stdio::null())
         .stdout(log_file.try_clone()?)
         .stderr(log_file)
@@ -515,8 +568,19 @@ async fn measure(
     let events: usize = reference.iter().map(|t| t.events.len()).sum();
     println!(
         "readpath: {} finished four-step tasks of one tenant; page of {}; {} connections; \
-         {} rounds of {} s (+{} s warm-up) per server; pool {} per server",
-        args.tasks, args.first, args.connections, args.rounds, args.seconds, args.warmup, args.pool
+         {} rounds of {} s (+{} s warm-up) per server; pool {} per server; {}",
+        args.tasks,
+        args.first,
+        args.connections,
+        args.rounds,
+        args.seconds,
+        args.warmup,
+        args.pool,
+        if args.row_security {
+            "both as a role row-level security binds (--row-security)"
+        } else {
+            "both as a superuser (row-level security does not apply)"
+        }
     );
     println!(
         "answers agree: {} tasks, {} steps, {} events, same ids, order and values",
