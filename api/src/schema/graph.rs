@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
-    context::{domain, require_scope},
+    context::{domain, principal, require_scope},
     ids::{self, NodeType, encode},
     page::{connection, page_request},
 };
@@ -384,13 +384,12 @@ impl GraphMutation {
     ) -> async_graphql::Result<EntityPayload> {
         let scope = write_scope(ctx)?;
         let id = entity_id(&input.id)?;
-        let domain = domain(ctx);
-        let entity = domain
+        let actor = principal(ctx)?.actor.to_string();
+        let entity = domain(ctx)
             .graph
-            .delete_entity(scope, id, Utc::now())
+            .delete_entity(scope, &actor, id, Utc::now())
             .await
             .gql()?;
-        audit_entity(ctx, scope, "entity.delete", &entity).await?;
         Ok(EntityPayload {
             entity: KgEntity(entity),
         })
@@ -405,8 +404,12 @@ impl GraphMutation {
     ) -> async_graphql::Result<EntityPayload> {
         let scope = write_scope(ctx)?;
         let id = entity_id(&input.id)?;
-        let entity = domain(ctx).graph.restore_entity(scope, id).await.gql()?;
-        audit_entity(ctx, scope, "entity.restore", &entity).await?;
+        let actor = principal(ctx)?.actor.to_string();
+        let entity = domain(ctx)
+            .graph
+            .restore_entity(scope, &actor, id)
+            .await
+            .gql()?;
         Ok(EntityPayload {
             entity: KgEntity(entity),
         })
@@ -441,29 +444,6 @@ impl GraphMutation {
             created,
         })
     }
-}
-
-/// Record an entity's move to or from the bin in the audit log.
-async fn audit_entity(
-    ctx: &Context<'_>,
-    scope: TenantScope,
-    action: &str,
-    entity: &DomainEntity,
-) -> async_graphql::Result<()> {
-    let actor = super::context::principal(ctx)?.actor.to_string();
-    brainstem_domain::audit::record(
-        &domain(ctx).db,
-        brainstem_domain::audit::AuditEntry::in_tenant(
-            scope.tenant_id(),
-            actor,
-            action,
-            entity.id.to_string(),
-            serde_json::json!({"type": entity.entity_type, "key": entity.key}),
-        ),
-    )
-    .await
-    .gql()?;
-    Ok(())
 }
 
 /// An entity of the caller's tenant.

@@ -29,9 +29,14 @@ const NONCE_LEN: usize = 12;
 /// A secret handed out once (an API key, a signing secret): `prefix` and
 /// 32 random bytes in hex.
 pub fn random_secret(prefix: &str) -> String {
+    format!("{prefix}{}", hex::encode(random_bytes()))
+}
+
+/// 32 random bytes (a key, a secret).
+fn random_bytes() -> [u8; 32] {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
-    format!("{prefix}{}", hex::encode(bytes))
+    bytes
 }
 
 /// A 256-bit key with its id. Its `Debug` shows only the id.
@@ -67,11 +72,8 @@ impl EncryptionKey {
     }
 
     /// A fresh random key, as base64 (what an embedded install keeps).
-    ///
-    /// (See also [`random_secret`] for secrets handed to people.)
     pub fn generate_base64() -> String {
-        let mut bytes = [0u8; 32];
-        rand::rng().fill_bytes(&mut bytes);
+        let bytes = random_bytes();
         STANDARD.encode(bytes)
     }
 

@@ -1,8 +1,8 @@
 //! Forgetting: deleting a memory (soft: restorable for the configured
 //! window, [`MemoryConfig::purge_after_days`](super::MemoryConfig), then
-//! purged by maintenance with its versions, events, mentions and vector) and forgetting a subject (at once and for
-//! good: every memory about the entity, then the entity with its relations
-//! and mentions).
+//! purged by maintenance with its versions, events, mentions and vector)
+//! and forgetting a subject (at once and for good: every memory about the
+//! entity, then the entity with its relations and mentions).
 //!
 //! Invariants:
 //! - A deleted memory is out of search, dossiers and default lists at

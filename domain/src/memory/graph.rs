@@ -27,14 +27,17 @@ use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveModelTrait,
     ActiveValue::Set,
-    ColumnTrait, Condition, DatabaseConnection, QueryFilter, QueryOrder,
+    ColumnTrait, Condition, DatabaseConnection, QueryFilter, QueryOrder, TransactionTrait,
     sea_query::{Expr, ExprTrait},
 };
 use serde_json::Value as Json;
 
 use crate::{
     Error, Result,
-    kernel::page::{self, Page, PageRequest},
+    kernel::{
+        audit::{self, AuditEntry},
+        page::{self, Page, PageRequest},
+    },
 };
 
 /// Deepest neighbourhood a query may ask for.
@@ -520,31 +523,64 @@ impl Graph {
         })
     }
 
-    /// Move an entity to the bin (deleting twice keeps the first time).
+    /// Move an entity to the bin (deleting twice keeps the first time);
+    /// audited as `actor`'s.
     pub async fn delete_entity(
         &self,
         scope: TenantScope,
+        actor: &str,
         id: EntityId,
         now: DateTime<Utc>,
     ) -> Result<Entity> {
-        let row = self.row(scope, id).await?;
-        if row.deleted_at.is_some() {
-            return Ok(row.into());
-        }
-        let mut model: kg_entity::ActiveModel = row.into();
-        model.deleted_at = Set(Some(now));
-        Ok(model.update(&self.db).await?.into())
+        self.set_binned(scope, actor, id, Some(now)).await
     }
 
-    /// Bring an entity back from the bin, with its relations.
-    pub async fn restore_entity(&self, scope: TenantScope, id: EntityId) -> Result<Entity> {
+    /// Bring an entity back from the bin, with its relations; audited as
+    /// `actor`'s.
+    pub async fn restore_entity(
+        &self,
+        scope: TenantScope,
+        actor: &str,
+        id: EntityId,
+    ) -> Result<Entity> {
+        self.set_binned(scope, actor, id, None).await
+    }
+
+    /// Put an entity in the bin since `deleted_at`, or take it out
+    /// (`None`), with its audit row, in one transaction.
+    async fn set_binned(
+        &self,
+        scope: TenantScope,
+        actor: &str,
+        id: EntityId,
+        deleted_at: Option<DateTime<Utc>>,
+    ) -> Result<Entity> {
         let row = self.row(scope, id).await?;
-        if row.deleted_at.is_none() {
-            return Err(Error::validation("only a deleted entity can be restored"));
-        }
+        let action = match (row.deleted_at.is_some(), deleted_at.is_some()) {
+            (true, true) => return Ok(row.into()),
+            (false, false) => {
+                return Err(Error::validation("only a deleted entity can be restored"));
+            }
+            (false, true) => "entity.delete",
+            (true, false) => "entity.restore",
+        };
+        let txn = self.db.begin().await?;
         let mut model: kg_entity::ActiveModel = row.into();
-        model.deleted_at = Set(None);
-        Ok(model.update(&self.db).await?.into())
+        model.deleted_at = Set(deleted_at);
+        let entity = Entity::from(model.update(&txn).await?);
+        audit::record(
+            &txn,
+            AuditEntry::in_tenant(
+                scope.tenant_id(),
+                actor,
+                action,
+                entity.id.to_string(),
+                serde_json::json!({"type": entity.entity_type, "key": entity.key}),
+            ),
+        )
+        .await?;
+        txn.commit().await?;
+        Ok(entity)
     }
 
     /// Delete for good the tenant's entities binned before `before`, with
