@@ -333,3 +333,76 @@ async fn a_stopped_subscription_frees_its_slot(backend: Backend) {
         other => panic!("expected a pong, got {other:?}"),
     }
 }
+
+for_both_backends!(a_subscriber_joining_mid_step_gets_the_text_so_far_then_the_rest);
+
+/// Token deltas are not stored. A subscriber that joins while a step
+/// streams starts with the step's text so far as one delta, then the live
+/// ones; one that subscribed before the step streamed gets each delta as
+/// it was sent, whether or not it was still replaying when they came.
+async fn a_subscriber_joining_mid_step_gets_the_text_so_far_then_the_rest(backend: Backend) {
+    let (app, gate, id) = gated_task(backend, 10).await;
+    let vars = json!({"id": id});
+    let seq = last_stored_seq(&app, &id).await;
+    let mut early = connect(&app, "acme").await;
+    early.subscribe("1", EVENTS, vars.clone()).await;
+    read_until_seq(&mut early, "taskEvents", seq).await;
+
+    // The running step's first deltas, as the executor publishes them.
+    let task = crate::helpers::uuid_of(&id);
+    let tenant = app.domain.tenants.resolve_claim("acme").await.unwrap().id;
+    let delta = |offset: usize, text: &str| brainstem_domain::tasks::TaskEvent {
+        id: uuid::Uuid::now_v7(),
+        tenant,
+        task_id: task.parse::<uuid::Uuid>().unwrap().into(),
+        seq,
+        kind: brainstem_domain::tasks::EventKind::TokenDelta,
+        step_id: Some("write".into()),
+        tool: None,
+        status: None,
+        summary: String::new(),
+        error: None,
+        data_keys: Vec::new(),
+        data: json!({"offset": offset, "text": text}),
+        created_at: chrono::Utc::now(),
+    };
+    app.domain
+        .events
+        .deliver(&[delta(0, "Once "), delta(5, "upon ")]);
+
+    let mut late = connect(&app, "acme").await;
+    late.subscribe("1", EVENTS, vars).await;
+    let replayed = read_until_seq(&mut late, "taskEvents", seq).await;
+    assert!(replayed.iter().all(|e| e["__typename"] != "TokenDelta"));
+    let so_far = next_data(&mut late).await.unwrap()["taskEvents"].clone();
+    assert_eq!(so_far["__typename"], "TokenDelta");
+    assert_eq!(
+        (so_far["offset"].as_i64(), so_far["text"].as_str()),
+        (Some(0), Some("Once upon "))
+    );
+
+    app.domain.events.deliver(&[delta(10, "a ")]);
+    let next = next_data(&mut late).await.unwrap()["taskEvents"].clone();
+    assert_eq!(
+        (next["offset"].as_i64(), next["text"].as_str()),
+        (Some(10), Some("a "))
+    );
+    // The early subscriber: each delta as it was sent.
+    let mut sent = Vec::new();
+    for _ in 0..3 {
+        let e = next_data(&mut early).await.unwrap()["taskEvents"].clone();
+        sent.push((
+            e["offset"].as_i64().unwrap(),
+            e["text"].as_str().unwrap().to_owned(),
+        ));
+    }
+    assert_eq!(
+        sent,
+        [
+            (0, "Once ".to_owned()),
+            (5, "upon ".to_owned()),
+            (10, "a ".to_owned())
+        ]
+    );
+    gate.add_permits(1);
+}

@@ -19,7 +19,9 @@
 //!
 //! Token deltas are not stored one by one. The bus keeps each running
 //! step's text so far (from the deltas it has seen), so a subscriber joining
-//! mid-step first receives that text as one delta, then the live ones.
+//! mid-step first receives that text as one delta, then the live ones; one
+//! that joined before the step streamed gets every delta as the bus shared
+//! it, even if it was still replaying when they came.
 //!
 //! [`task_events`] is the resumable stream: it subscribes first, replays
 //! stored events after `after`, then goes live, dropping what it already
@@ -490,6 +492,8 @@ pub fn task_event_deliveries(
 ) -> impl Stream<Item = Delivery> + Send + 'static {
     // Subscribe before reading the store, so nothing falls between them.
     let live = bus.subscribe_task(task);
+    // Text a step streamed before now is not in `live`; anything after is.
+    let joined_mid_step = bus.text_so_far(task).is_some();
     let follow = Follow {
         tasks,
         bus,
@@ -502,6 +506,7 @@ pub fn task_event_deliveries(
         phase: Phase::Replay,
         streamed: 0,
         streaming_step: None,
+        joined_mid_step,
         done: false,
     };
     futures_util::stream::unfold(follow, |mut follow| async move {
@@ -542,6 +547,10 @@ struct Follow {
     /// Characters of `streaming_step`'s text already sent.
     streamed: usize,
     streaming_step: Option<String>,
+    /// A step had streamed text before this subscriber joined the bus, so
+    /// it starts with the text so far; otherwise every delta is in `live`,
+    /// and goes out as the bus shared it.
+    joined_mid_step: bool,
     done: bool,
 }
 
@@ -604,7 +613,9 @@ impl Follow {
                 Phase::TextSoFar => {
                     self.phase = Phase::Live;
                     // Joining mid-step: the text so far, as one delta.
-                    if let Some((step, text)) = self.bus.text_so_far(self.task) {
+                    if self.joined_mid_step
+                        && let Some((step, text)) = self.bus.text_so_far(self.task)
+                    {
                         self.streamed = text.chars().count();
                         let event = token_delta(self.scope, self.task, self.last, &step, 0, &text);
                         self.streaming_step = Some(step);
@@ -654,7 +665,9 @@ impl Follow {
                 Ok(event) if event.task_id == self.task && event.kind == EventKind::TokenDelta => {
                     self.early_deltas.push_back(event);
                 }
-                Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+                // Deltas may be lost: start from the text so far.
+                Err(broadcast::error::TryRecvError::Lagged(_)) => self.joined_mid_step = true,
+                Ok(_) => {}
                 Err(_) => return,
             }
         }
