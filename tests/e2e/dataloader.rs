@@ -67,6 +67,23 @@ async fn publish_three(app: &TestApp) {
     .data();
 }
 
+/// Acme's plan `broken` (one call to a port nothing listens on, tried
+/// once), started and run: a failed task with a failed step.
+async fn run_a_broken_task(app: &TestApp) {
+    app.publish_plan(
+        "acme",
+        json!({"key": "broken", "intent": "t.broken", "steps": [
+            {"id": "call", "tool": "http_request",
+             "args": {"method": "POST", "url": "http://127.0.0.1:9/unreachable"},
+             "retry": {"maxAttempts": 1}}
+        ]}),
+    )
+    .await
+    .data();
+    app.start_task("acme", json!({"planKey": "broken"})).await;
+    app.run_tasks().await;
+}
+
 async fn start_and_run(app: &TestApp, n: usize) {
     for i in 0..n {
         app.start_task(
@@ -268,6 +285,68 @@ async fn a_page_that_shows_task_json_reads_it_whole(backend: Backend) {
     }
 }
 
+for_both_backends!(a_pages_steps_and_events_are_read_in_one_statement);
+
+/// A page showing summaries of its tasks' steps and events reads both in
+/// one statement (`tasks/summaries.rs`): as many statements as a page
+/// showing steps alone, and each task's lists are what reading that task
+/// alone gives, overlapping windows included.
+async fn a_pages_steps_and_events_are_read_in_one_statement(backend: Backend) {
+    let app = app(backend).await;
+    publish_three(&app).await;
+    start_and_run(&app, 3).await;
+    run_a_broken_task(&app).await;
+
+    const STEP: &str = "stepId tool attempt status summary error idempotencyKey \
+                        startedAt finishedAt durationMs";
+    const EVENT: &str = "seq kind taskId stepId tool status summary error createdAt";
+    let relations = format!(
+        "steps {{ {STEP} }} recent: events(last: 3) {{ {EVENT} }} \
+         older: events(last: 6) {{ {EVENT} }}"
+    );
+    let (page, with_both) = measured(
+        &app,
+        &format!("{{ tasks(first: 10) {{ edges {{ node {{ id {relations} }} }} }} }}"),
+    )
+    .await;
+    let (_, steps_alone) = measured(
+        &app,
+        &format!("{{ tasks(first: 10) {{ edges {{ node {{ id steps {{ {STEP} }} }} }} }} }}"),
+    )
+    .await;
+    assert_eq!(with_both, steps_alone, "statements with events and without");
+
+    let edges = page["tasks"]["edges"].as_array().unwrap();
+    assert_eq!(edges.len(), 4);
+    let token = app.admin_token("acme");
+    let (mut failed_steps, mut longest_window) = (0, 0);
+    for edge in edges {
+        let node = &edge["node"];
+        let one = app
+            .graphql(
+                Some(&token),
+                &format!("query($id: ID!) {{ task(id: $id) {{ id {relations} }} }}"),
+                json!({"id": node["id"]}),
+            )
+            .await;
+        assert_eq!(node, &one.data()["task"]);
+        assert!(!node["steps"].as_array().unwrap().is_empty(), "{node}");
+        let recent = node["recent"].as_array().unwrap();
+        let older = node["older"].as_array().unwrap();
+        assert_eq!(recent.len(), older.len().min(3), "{node}");
+        assert_eq!(older[older.len() - recent.len()..], recent[..], "{node}");
+        longest_window = longest_window.max(older.len());
+        failed_steps += node["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["error"].is_string())
+            .count();
+    }
+    assert_eq!(failed_steps, 1, "{page}");
+    assert_eq!(longest_window, 6, "{page}");
+}
+
 for_both_backends!(plain_lists_answer_as_the_general_path_does);
 
 /// A task's steps and events resolved in one pass (`schema/plain_list.rs`)
@@ -278,19 +357,8 @@ for_both_backends!(plain_lists_answer_as_the_general_path_does);
 async fn plain_lists_answer_as_the_general_path_does(backend: Backend) {
     let app = app(backend).await;
     publish_three(&app).await;
-    app.publish_plan(
-        "acme",
-        json!({"key": "broken", "intent": "t.broken", "steps": [
-            {"id": "call", "tool": "http_request",
-             "args": {"method": "POST", "url": "http://127.0.0.1:9/unreachable"},
-             "retry": {"maxAttempts": 1}}
-        ]}),
-    )
-    .await
-    .data();
     start_and_run(&app, 2).await;
-    app.start_task("acme", json!({"planKey": "broken"})).await;
-    app.run_tasks().await;
+    run_a_broken_task(&app).await;
 
     const STEP: &str = "stepId tool attempt status summary error idempotencyKey \
                         startedAt finishedAt durationMs __typename";

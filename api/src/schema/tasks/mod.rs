@@ -16,6 +16,8 @@ pub mod mutation;
 pub mod result;
 pub mod steps;
 
+use std::sync::Arc;
+
 use async_graphql::{
     Context, Enum, ID, InputObject, Json, Object, SimpleObject, connection::Connection,
 };
@@ -394,7 +396,8 @@ fn detail(full: bool) -> Detail {
 }
 
 /// Load what the operation selects of every task of a page (steps, event
-/// windows, reviews, artifacts, parents), one batch per relation, before
+/// windows, reviews, artifacts, parents), one batch per relation (steps
+/// and events together when both are summaries), before
 /// the items resolve; each item then finds its rows in the operation's
 /// loader cache. The loader batches by time as well, but a busy server may
 /// take longer than the batch delay to resolve a whole page.
@@ -404,16 +407,35 @@ async fn prefetch(ctx: &Context<'_>, page: &[tasks::Task]) -> async_graphql::Res
         return Ok(());
     }
     let loader = loader(ctx);
-    let steps = async {
-        let steps = node.field("steps");
-        if steps.exists() {
-            let detail = step_detail(|f| steps.field(f).exists());
-            loader
-                .load_many(page.iter().map(|t| TaskStepsKey(t.scope(), t.id, detail)))
-                .await?;
-        }
-        Ok::<_, async_graphql::Error>(())
+    let steps = node.field("steps");
+    let step_keys: Vec<TaskStepsKey> = if steps.exists() {
+        let detail = step_detail(|f| steps.field(f).exists());
+        page.iter()
+            .map(|t| TaskStepsKey(t.scope(), t.id, detail))
+            .collect()
+    } else {
+        Vec::new()
     };
+    let mut event_keys = Vec::new();
+    // Each selection of `events` (aliases may differ in arguments).
+    for field in node.field("events").selection_fields() {
+        let args = field.arguments()?;
+        let int = |name: &str| {
+            args.iter().find_map(|(n, v)| match v {
+                async_graphql::Value::Number(x) if n.as_str() == name => x.as_i64(),
+                _ => None,
+            })
+        };
+        let first = int("first").unwrap_or(100) as i32;
+        let detail = event_detail(|f| field.selection_set().any(|c| c.name() == f));
+        let last = int("last").map(|n| n as i32);
+        for task in page {
+            // Bad arguments are reported by the field itself.
+            if let Ok(window) = event_window(task, int("after"), first, last) {
+                event_keys.push(TaskEventsKey(task.scope(), task.id, window, detail));
+            }
+        }
+    }
     let reviews = async {
         if node.field("reviews").exists() || node.field("pendingReview").exists() {
             loader
@@ -441,34 +463,63 @@ async fn prefetch(ctx: &Context<'_>, page: &[tasks::Task]) -> async_graphql::Res
         }
         Ok(())
     };
-    let events = async {
-        let mut keys = Vec::new();
-        // Each selection of `events` (aliases may differ in arguments).
-        for field in node.field("events").selection_fields() {
-            let args = field.arguments()?;
-            let int = |name: &str| {
-                args.iter().find_map(|(n, v)| match v {
-                    async_graphql::Value::Number(x) if n.as_str() == name => x.as_i64(),
-                    _ => None,
-                })
-            };
-            let first = int("first").unwrap_or(100) as i32;
-            let detail = event_detail(|f| field.selection_set().any(|c| c.name() == f));
-            let last = int("last").map(|n| n as i32);
-            for task in page {
-                // Bad arguments are reported by the field itself.
-                if let Ok(window) = event_window(task, int("after"), first, last) {
-                    keys.push(TaskEventsKey(task.scope(), task.id, window, detail));
-                }
+    let steps_and_events = async {
+        match summaries_together(&step_keys, &event_keys) {
+            Some(scope) => {
+                let tasks: Vec<TaskId> = step_keys.iter().map(|k| k.1).collect();
+                let windows: Vec<(TaskId, EventWindow)> =
+                    event_keys.iter().map(|k| (k.1, k.2)).collect();
+                let (steps, events) = domain(ctx)
+                    .tasks
+                    .step_and_event_summaries(scope, &tasks, &windows)
+                    .await
+                    .gql()?;
+                loader
+                    .feed_many(steps.into_iter().map(|(id, steps)| {
+                        let key = TaskStepsKey(scope, id, Detail::Summary);
+                        (key, steps.into_iter().map(Arc::new).collect())
+                    }))
+                    .await;
+                loader
+                    .feed_many(events.into_iter().map(|((id, window), events)| {
+                        let key = TaskEventsKey(scope, id, window, Detail::Summary);
+                        (key, events.into_iter().map(Arc::new).collect())
+                    }))
+                    .await;
+            }
+            None => {
+                let steps = async {
+                    if !step_keys.is_empty() {
+                        loader.load_many(step_keys.iter().copied()).await?;
+                    }
+                    Ok::<_, async_graphql::Error>(())
+                };
+                let events = async {
+                    if !event_keys.is_empty() {
+                        loader.load_many(event_keys.iter().copied()).await?;
+                    }
+                    Ok(())
+                };
+                futures_util::try_join!(steps, events)?;
             }
         }
-        if !keys.is_empty() {
-            loader.load_many(keys).await?;
-        }
-        Ok(())
+        Ok::<_, async_graphql::Error>(())
     };
-    futures_util::try_join!(steps, reviews, artifacts, parents, events)?;
+    futures_util::try_join!(steps_and_events, reviews, artifacts, parents)?;
     Ok(())
+}
+
+/// The one scope of a page's step and event keys, when both relations are
+/// read and read as summaries: then they are read in one statement
+/// (`Tasks::step_and_event_summaries`) instead of one each.
+fn summaries_together(steps: &[TaskStepsKey], events: &[TaskEventsKey]) -> Option<TenantScope> {
+    let scope = steps.first()?.0;
+    let summary =
+        |key_scope: TenantScope, detail: Detail| key_scope == scope && detail == Detail::Summary;
+    let together = !events.is_empty()
+        && steps.iter().all(|k| summary(k.0, k.2))
+        && events.iter().all(|k| summary(k.0, k.3));
+    together.then_some(scope)
 }
 
 #[derive(InputObject)]

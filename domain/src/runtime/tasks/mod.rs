@@ -16,7 +16,8 @@
 //! **Files.** This file is the [`Tasks`] service and starting a task;
 //! `record` holds the task record and its related rows, `event` the event
 //! types and the sink, `log` the write side of the event log ([`mutate`]),
-//! `reads` the reads, and `lifecycle` what a client may do to a running
+//! `reads` the reads (`summaries` a page's steps and events in one
+//! statement), and `lifecycle` what a client may do to a running
 //! task.
 
 use std::{collections::HashMap, sync::Arc};
@@ -55,11 +56,13 @@ mod lifecycle;
 mod log;
 mod reads;
 mod record;
+mod summaries;
 
 pub use event::*;
 pub use log::*;
 pub use reads::*;
 pub use record::*;
+pub use summaries::*;
 
 #[derive(Clone)]
 pub struct Tasks {

@@ -368,7 +368,6 @@ impl Tasks {
             .await?)
     }
 
-    /// Every attempt of every step, in the order they ran.
     /// The turns of `conversation` before the task `before`, oldest first,
     /// at most `limit` (the latest ones).
     pub async fn earlier_turns(
@@ -392,6 +391,7 @@ impl Tasks {
         Ok(turns)
     }
 
+    /// Every attempt of every step, in the order they ran.
     pub async fn steps(&self, scope: TenantScope, task_id: TaskId) -> Result<Vec<StepAttempt>> {
         Ok(task_step::Entity::find_in(scope)
             .filter(task_step::Column::TaskId.eq(task_id.uuid()))
@@ -440,17 +440,8 @@ impl Tasks {
         if windows.is_empty() {
             return Ok(out);
         }
-        let mut any = Condition::any();
-        for (task, window) in &windows {
-            any = any.add(
-                Condition::all()
-                    .add(task_event::Column::TaskId.eq(task.uuid()))
-                    .add(task_event::Column::Seq.gt(window.after))
-                    .add(task_event::Column::Seq.lte(window.until)),
-            );
-        }
         let select = task_event::Entity::find_in(scope)
-            .filter(any)
+            .filter(in_windows(&windows))
             .order_by_asc(task_event::Column::TaskId)
             .order_by_asc(task_event::Column::Seq);
         let events: Vec<TaskEvent> = match detail {
@@ -485,24 +476,7 @@ impl Tasks {
                     .collect::<Result<_>>()?
             }
         };
-        for event in events {
-            // Windows of one task may overlap; an event goes to each (the
-            // last one takes it, the others a copy).
-            let holds = |(task, window): &(TaskId, EventWindow)| {
-                *task == event.task_id && event.seq > window.after && event.seq <= window.until
-            };
-            let Some(last) = windows.iter().rposition(|w| holds(w)) else {
-                continue;
-            };
-            for target in windows[..last].iter().filter(|w| holds(w)) {
-                if let Some(list) = out.get_mut(target) {
-                    list.push(event.clone());
-                }
-            }
-            if let Some(list) = out.get_mut(windows[last]) {
-                list.push(event);
-            }
-        }
+        spread(&windows, events, &mut out);
         Ok(out)
     }
 
@@ -601,6 +575,46 @@ pub async fn events_after<C: ConnectionTrait>(
 
 /// Rows grouped by task, every id present (with an empty list if need be),
 /// each group in the rows' order.
+/// Events in any of `windows` (each a task's sequence range).
+pub(super) fn in_windows(windows: &[&(TaskId, EventWindow)]) -> Condition {
+    let mut any = Condition::any();
+    for (task, window) in windows {
+        any = any.add(
+            Condition::all()
+                .add(task_event::Column::TaskId.eq(task.uuid()))
+                .add(task_event::Column::Seq.gt(window.after))
+                .add(task_event::Column::Seq.lte(window.until)),
+        );
+    }
+    any
+}
+
+/// Hand each of `events` to the windows holding it in `out`. Windows of
+/// one task may overlap; an event goes to each (the last one takes it, the
+/// others a copy).
+pub(super) fn spread(
+    windows: &[&(TaskId, EventWindow)],
+    events: Vec<TaskEvent>,
+    out: &mut HashMap<(TaskId, EventWindow), Vec<TaskEvent>>,
+) {
+    for event in events {
+        let holds = |(task, window): &(TaskId, EventWindow)| {
+            *task == event.task_id && event.seq > window.after && event.seq <= window.until
+        };
+        let Some(last) = windows.iter().rposition(|w| holds(w)) else {
+            continue;
+        };
+        for target in windows[..last].iter().filter(|w| holds(w)) {
+            if let Some(list) = out.get_mut(target) {
+                list.push(event.clone());
+            }
+        }
+        if let Some(list) = out.get_mut(windows[last]) {
+            list.push(event);
+        }
+    }
+}
+
 pub(super) fn group<R, T>(
     ids: &[TaskId],
     rows: Vec<R>,
