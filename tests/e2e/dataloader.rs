@@ -287,10 +287,11 @@ async fn a_page_that_shows_task_json_reads_it_whole(backend: Backend) {
 
 for_both_backends!(a_pages_steps_and_events_are_read_in_one_statement);
 
-/// A page showing summaries of its tasks' steps and events reads both in
-/// one statement (`tasks/summaries.rs`): as many statements as a page
-/// showing steps alone, and each task's lists are what reading that task
-/// alone gives, overlapping windows included.
+/// A page showing summaries of its tasks' steps and events reads them with
+/// the page in one statement (`tasks/summaries.rs`), and a page that shows
+/// a task's JSON reads both relations in one statement after the page.
+/// Either way each task's lists are what reading that task alone gives,
+/// overlapping windows and windows from the start included.
 async fn a_pages_steps_and_events_are_read_in_one_statement(backend: Backend) {
     let app = app(backend).await;
     publish_three(&app).await;
@@ -302,19 +303,32 @@ async fn a_pages_steps_and_events_are_read_in_one_statement(backend: Backend) {
     const EVENT: &str = "seq kind taskId stepId tool status summary error createdAt";
     let relations = format!(
         "steps {{ {STEP} }} recent: events(last: 3) {{ {EVENT} }} \
-         older: events(last: 6) {{ {EVENT} }}"
+         older: events(last: 6) {{ {EVENT} }} early: events(after: 1, first: 2) {{ {EVENT} }}"
     );
-    let (page, with_both) = measured(
-        &app,
-        &format!("{{ tasks(first: 10) {{ edges {{ node {{ id {relations} }} }} }} }}"),
-    )
-    .await;
-    let (_, steps_alone) = measured(
-        &app,
-        &format!("{{ tasks(first: 10) {{ edges {{ node {{ id steps {{ {STEP} }} }} }} }} }}"),
-    )
-    .await;
-    assert_eq!(with_both, steps_alone, "statements with events and without");
+    let page_of =
+        |fields: &str| format!("{{ tasks(first: 10) {{ edges {{ node {{ {fields} }} }} }} }}");
+    let (page, with_both) = measured(&app, &page_of(&format!("id {relations}"))).await;
+    let (_, page_alone) = measured(&app, &page_of("id")).await;
+    assert_eq!(
+        with_both, page_alone,
+        "statements with steps and events and without"
+    );
+    let (whole, with_json) = measured(&app, &page_of(&format!("id payload {relations}"))).await;
+    assert_eq!(
+        with_json,
+        page_alone + 1,
+        "a page with its JSON, then both relations"
+    );
+    for (edge, whole) in page["tasks"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(whole["tasks"]["edges"].as_array().unwrap())
+    {
+        let mut whole = whole["node"].clone();
+        whole.as_object_mut().unwrap().remove("payload");
+        assert_eq!(edge["node"], whole);
+    }
 
     let edges = page["tasks"]["edges"].as_array().unwrap();
     assert_eq!(edges.len(), 4);
@@ -336,6 +350,13 @@ async fn a_pages_steps_and_events_are_read_in_one_statement(backend: Backend) {
         assert_eq!(recent.len(), older.len().min(3), "{node}");
         assert_eq!(older[older.len() - recent.len()..], recent[..], "{node}");
         longest_window = longest_window.max(older.len());
+        let early: Vec<i64> = node["early"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["seq"].as_i64().unwrap())
+            .collect();
+        assert_eq!(early, [2, 3], "{node}");
         failed_steps += node["steps"]
             .as_array()
             .unwrap()

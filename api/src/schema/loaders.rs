@@ -7,7 +7,7 @@
 //! statements as listing one.
 //!
 //! A list resolver that knows its page also *prefetches* (for tasks: see
-//! `schema::tasks::prefetch`): it asks for the relations the operation
+//! `schema::tasks::listing`): it asks for the relations the operation
 //! selects, for every item at once, so the batches are whole however long
 //! resolving the page takes. Otherwise batching is by time: a batch is
 //! queried `graphql_batch_delay_ms` after its first key.

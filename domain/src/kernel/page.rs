@@ -101,7 +101,7 @@ where
 
 /// `select` ordered by id, after the cursor, one row past the page (which
 /// says whether there is a next one); and the page's size.
-fn page_of<E: EntityTrait>(
+pub fn page_of<E: EntityTrait>(
     select: Select<E>,
     id_column: E::Column,
     request: PageRequest,
@@ -114,7 +114,8 @@ fn page_of<E: EntityTrait>(
     Ok((select.limit(size + 1), size))
 }
 
-fn cut<T>(mut items: Vec<T>, size: u64, request: PageRequest) -> Page<T> {
+/// The page of `items` read by [`page_of`]'s select.
+pub fn cut<T>(mut items: Vec<T>, size: u64, request: PageRequest) -> Page<T> {
     let has_next_page = items.len() as u64 > size;
     items.truncate(size as usize);
     Page {

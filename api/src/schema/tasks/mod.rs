@@ -2,7 +2,7 @@
 //! reviews, artifacts, parent and children), the `task`/`tasks` reads and
 //! the client's operations on a task. Reads need `tasks:read`, writes
 //! `tasks:write` (the domain checks them). A page of tasks loads each
-//! selected relation in one batch before its items resolve ([`prefetch`]).
+//! selected relation before its items resolve ([`listing`]).
 //!
 //! - [`steps`]: what a run records: step attempts, reviews, artifacts, usage.
 //! - [`events`]: one GraphQL type per kind of task event.
@@ -11,24 +11,25 @@
 //! - [`result`]: what an agent step concluded (`Task.result`).
 
 pub mod events;
+mod listing;
 pub mod modes;
 pub mod mutation;
 pub mod result;
 pub mod steps;
 
-use std::sync::Arc;
-
 use async_graphql::{
     Context, Enum, ID, InputObject, Json, Object, SimpleObject, connection::Connection,
 };
 use brainstem_domain::{
-    Error, TaskId, TenantScope,
-    tasks::{self, Detail, EventWindow, TaskFilter as DomainFilter},
+    TaskId, TenantScope,
+    tasks::{self, TaskFilter as DomainFilter},
 };
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
+pub(crate) use self::listing::task_page;
+use self::listing::{event_detail, event_span, step_detail};
 pub use self::{
     events::TaskEvent,
     mutation::TaskMutation,
@@ -38,7 +39,6 @@ use super::{
     context::{domain, require_scope},
     ids::{self, NodeType},
     loaders::{TaskArtifactsKey, TaskEventsKey, TaskKey, TaskReviewsKey, TaskStepsKey, loader},
-    page::{connection, page_request},
     plain_list::PlainList,
     plans::PlanStep,
 };
@@ -249,21 +249,11 @@ impl Task {
         first: Option<i32>,
         after: Option<String>,
     ) -> async_graphql::Result<Connection<String, Task>> {
-        let page = domain(ctx)
-            .tasks
-            .list(
-                self.0.scope(),
-                DomainFilter {
-                    parent: Some(self.0.id),
-                    ..DomainFilter::default()
-                },
-                page_request(first, after)?,
-                page_detail(ctx),
-            )
-            .await
-            .gql()?;
-        prefetch(ctx, &page.items).await?;
-        Ok(connection(page, |t| t.id.uuid(), Task))
+        let filter = DomainFilter {
+            parent: Some(self.0.id),
+            ..DomainFilter::default()
+        };
+        task_page(ctx, self.0.scope(), filter, first, after).await
     }
     /// Every attempt of every step, in the order they ran.
     async fn steps(&self, ctx: &Context<'_>) -> async_graphql::Result<PlainList<TaskStep>> {
@@ -290,7 +280,7 @@ impl Task {
         #[graphql(default = 100)] first: i32,
         last: Option<i32>,
     ) -> async_graphql::Result<PlainList<TaskEvent>> {
-        let window = event_window(&self.0, after, first, last).gql()?;
+        let window = event_span(after, first, last).gql()?.window(&self.0);
         Ok(PlainList(
             loader(ctx)
                 .load_one(TaskEventsKey(
@@ -341,187 +331,6 @@ impl Task {
     }
 }
 
-/// The events `Task.events(after, first, last)` reads.
-fn event_window(
-    task: &tasks::Task,
-    after: Option<i64>,
-    first: i32,
-    last: Option<i32>,
-) -> Result<EventWindow, Error> {
-    let after = after.unwrap_or(0);
-    match last {
-        Some(n) if (1..=1000).contains(&n) => Ok(EventWindow::last(task, after, n as u64)),
-        Some(_) => Err(Error::validation("`last` must be between 1 and 1000")),
-        None if (1..=1000).contains(&first) => Ok(EventWindow::first(after, first as u64)),
-        None => Err(Error::validation("`first` must be between 1 and 1000")),
-    }
-}
-
-/// A selection of steps that shows none of their JSON needs only a
-/// summary of each row.
-/// A page of tasks that shows none of a task's JSON (`payload`,
-/// `frozenPlan`, `settledStepIds`, `state`, `usage`, `result`), under
-/// `edges.node` or `nodes`, reads summaries.
-fn page_detail(ctx: &Context<'_>) -> Detail {
-    let look = ctx.look_ahead();
-    let shows = |f: &str| {
-        look.field("edges").field("node").field(f).exists() || look.field("nodes").field(f).exists()
-    };
-    detail(
-        [
-            "payload",
-            "frozenPlan",
-            "settledStepIds",
-            "state",
-            "usage",
-            "result",
-        ]
-        .into_iter()
-        .any(shows),
-    )
-}
-
-/// `shows(field)` says whether the selection names a field.
-fn step_detail(shows: impl Fn(&str) -> bool) -> Detail {
-    detail(["args", "output", "usage"].into_iter().any(shows))
-}
-
-/// The same for events (`data`, `dataKeys`).
-fn event_detail(shows: impl Fn(&str) -> bool) -> Detail {
-    detail(["data", "dataKeys"].into_iter().any(shows))
-}
-
-fn detail(full: bool) -> Detail {
-    if full { Detail::Full } else { Detail::Summary }
-}
-
-/// Load what the operation selects of every task of a page (steps, event
-/// windows, reviews, artifacts, parents), one batch per relation (steps
-/// and events together when both are summaries), before
-/// the items resolve; each item then finds its rows in the operation's
-/// loader cache. The loader batches by time as well, but a busy server may
-/// take longer than the batch delay to resolve a whole page.
-async fn prefetch(ctx: &Context<'_>, page: &[tasks::Task]) -> async_graphql::Result<()> {
-    let node = ctx.look_ahead().field("edges").field("node");
-    if page.is_empty() || !node.exists() {
-        return Ok(());
-    }
-    let loader = loader(ctx);
-    let steps = node.field("steps");
-    let step_keys: Vec<TaskStepsKey> = if steps.exists() {
-        let detail = step_detail(|f| steps.field(f).exists());
-        page.iter()
-            .map(|t| TaskStepsKey(t.scope(), t.id, detail))
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let mut event_keys = Vec::new();
-    // Each selection of `events` (aliases may differ in arguments).
-    for field in node.field("events").selection_fields() {
-        let args = field.arguments()?;
-        let int = |name: &str| {
-            args.iter().find_map(|(n, v)| match v {
-                async_graphql::Value::Number(x) if n.as_str() == name => x.as_i64(),
-                _ => None,
-            })
-        };
-        let first = int("first").unwrap_or(100) as i32;
-        let detail = event_detail(|f| field.selection_set().any(|c| c.name() == f));
-        let last = int("last").map(|n| n as i32);
-        for task in page {
-            // Bad arguments are reported by the field itself.
-            if let Ok(window) = event_window(task, int("after"), first, last) {
-                event_keys.push(TaskEventsKey(task.scope(), task.id, window, detail));
-            }
-        }
-    }
-    let reviews = async {
-        if node.field("reviews").exists() || node.field("pendingReview").exists() {
-            loader
-                .load_many(page.iter().map(|t| TaskReviewsKey(t.scope(), t.id)))
-                .await?;
-        }
-        Ok(())
-    };
-    let artifacts = async {
-        if node.field("artifacts").exists() {
-            loader
-                .load_many(page.iter().map(|t| TaskArtifactsKey(t.scope(), t.id)))
-                .await?;
-        }
-        Ok(())
-    };
-    let parents = async {
-        if node.field("parent").exists() {
-            loader
-                .load_many(
-                    page.iter()
-                        .filter_map(|t| t.parent.map(|p| TaskKey(t.scope(), p))),
-                )
-                .await?;
-        }
-        Ok(())
-    };
-    let steps_and_events = async {
-        match summaries_together(&step_keys, &event_keys) {
-            Some(scope) => {
-                let tasks: Vec<TaskId> = step_keys.iter().map(|k| k.1).collect();
-                let windows: Vec<(TaskId, EventWindow)> =
-                    event_keys.iter().map(|k| (k.1, k.2)).collect();
-                let (steps, events) = domain(ctx)
-                    .tasks
-                    .step_and_event_summaries(scope, &tasks, &windows)
-                    .await
-                    .gql()?;
-                loader
-                    .feed_many(steps.into_iter().map(|(id, steps)| {
-                        let key = TaskStepsKey(scope, id, Detail::Summary);
-                        (key, steps.into_iter().map(Arc::new).collect())
-                    }))
-                    .await;
-                loader
-                    .feed_many(events.into_iter().map(|((id, window), events)| {
-                        let key = TaskEventsKey(scope, id, window, Detail::Summary);
-                        (key, events.into_iter().map(Arc::new).collect())
-                    }))
-                    .await;
-            }
-            None => {
-                let steps = async {
-                    if !step_keys.is_empty() {
-                        loader.load_many(step_keys.iter().copied()).await?;
-                    }
-                    Ok::<_, async_graphql::Error>(())
-                };
-                let events = async {
-                    if !event_keys.is_empty() {
-                        loader.load_many(event_keys.iter().copied()).await?;
-                    }
-                    Ok(())
-                };
-                futures_util::try_join!(steps, events)?;
-            }
-        }
-        Ok::<_, async_graphql::Error>(())
-    };
-    futures_util::try_join!(steps_and_events, reviews, artifacts, parents)?;
-    Ok(())
-}
-
-/// The one scope of a page's step and event keys, when both relations are
-/// read and read as summaries: then they are read in one statement
-/// (`Tasks::step_and_event_summaries`) instead of one each.
-fn summaries_together(steps: &[TaskStepsKey], events: &[TaskEventsKey]) -> Option<TenantScope> {
-    let scope = steps.first()?.0;
-    let summary =
-        |key_scope: TenantScope, detail: Detail| key_scope == scope && detail == Detail::Summary;
-    let together = !events.is_empty()
-        && steps.iter().all(|k| summary(k.0, k.2))
-        && events.iter().all(|k| summary(k.0, k.3));
-    together.then_some(scope)
-}
-
 #[derive(InputObject)]
 pub struct TaskFilter {
     pub statuses: Option<Vec<TaskStatus>>,
@@ -566,24 +375,6 @@ impl TaskQuery {
             .unwrap_or_default();
         task_page(ctx, scope, filter, first, after).await
     }
-}
-
-/// A page of the tenant's tasks that pass `filter`, newest first, with the
-/// relations the selection shows loaded in batches.
-pub(crate) async fn task_page(
-    ctx: &Context<'_>,
-    scope: TenantScope,
-    filter: DomainFilter,
-    first: Option<i32>,
-    after: Option<String>,
-) -> async_graphql::Result<Connection<String, Task>> {
-    let page = domain(ctx)
-        .tasks
-        .list(scope, filter, page_request(first, after)?, page_detail(ctx))
-        .await
-        .gql()?;
-    prefetch(ctx, &page.items).await?;
-    Ok(connection(page, |t| t.id.uuid(), Task))
 }
 
 /// A task of the caller's tenant.

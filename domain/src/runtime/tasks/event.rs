@@ -85,6 +85,24 @@ impl EventWindow {
     }
 }
 
+/// Which events of each task of a page to read, named before the page is
+/// read: the first or the last `n` with `seq > after`. For one task it is
+/// the [`EventWindow`] [`EventSpan::window`] gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventSpan {
+    First { after: i64, n: u64 },
+    Last { after: i64, n: u64 },
+}
+
+impl EventSpan {
+    pub fn window(self, task: &Task) -> EventWindow {
+        match self {
+            Self::First { after, n } => EventWindow::first(after, n),
+            Self::Last { after, n } => EventWindow::last(task, after, n),
+        }
+    }
+}
+
 /// An event about to be written.
 #[derive(Clone, Debug, Default)]
 pub struct NewEvent {

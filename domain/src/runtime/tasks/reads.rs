@@ -18,7 +18,7 @@ pub enum Detail {
 
 /// A task without its JSON columns ([`Detail::Summary`]).
 #[derive(sea_orm::FromQueryResult)]
-struct TaskSummaryRow {
+pub(super) struct TaskSummaryRow {
     id: Uuid,
     tenant_id: Uuid,
     parent_task_id: Option<Uuid>,
@@ -54,7 +54,7 @@ struct TaskSummaryRow {
 }
 
 /// The columns of [`TaskSummaryRow`].
-const TASK_SUMMARY: [task::Column; 32] = [
+pub(super) const TASK_SUMMARY: [task::Column; 32] = [
     task::Column::Id,
     task::Column::TenantId,
     task::Column::ParentTaskId,
@@ -255,30 +255,7 @@ impl Tasks {
         request: PageRequest,
         detail: Detail,
     ) -> Result<Page<Task>> {
-        let mut select = task::Entity::find_in(scope);
-        if !filter.statuses.is_empty() {
-            select = select.filter(
-                task::Column::Status.is_in(
-                    filter
-                        .statuses
-                        .iter()
-                        .map(|s| s.as_str())
-                        .collect::<Vec<_>>(),
-                ),
-            );
-        }
-        if let Some(intent) = filter.intent {
-            select = select.filter(task::Column::Intent.eq(intent));
-        }
-        if let Some(channel) = filter.channel {
-            select = select.filter(task::Column::Channel.eq(channel.as_str()));
-        }
-        if let Some(parent) = filter.parent {
-            select = select.filter(task::Column::ParentTaskId.eq(parent.uuid()));
-        }
-        if let Some(conversation) = filter.conversation {
-            select = select.filter(task::Column::ConversationId.eq(conversation.uuid()));
-        }
+        let select = filtered(scope, filter);
         match detail {
             Detail::Full => {
                 let page = page::fetch(&self.db, select, task::Column::Id, request).await?;
@@ -575,6 +552,35 @@ pub async fn events_after<C: ConnectionTrait>(
 
 /// Rows grouped by task, every id present (with an empty list if need be),
 /// each group in the rows' order.
+/// A scope's tasks that pass `filter`.
+pub(super) fn filtered(scope: TenantScope, filter: TaskFilter) -> Select<task::Entity> {
+    let mut select = task::Entity::find_in(scope);
+    if !filter.statuses.is_empty() {
+        select = select.filter(
+            task::Column::Status.is_in(
+                filter
+                    .statuses
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>(),
+            ),
+        );
+    }
+    if let Some(intent) = filter.intent {
+        select = select.filter(task::Column::Intent.eq(intent));
+    }
+    if let Some(channel) = filter.channel {
+        select = select.filter(task::Column::Channel.eq(channel.as_str()));
+    }
+    if let Some(parent) = filter.parent {
+        select = select.filter(task::Column::ParentTaskId.eq(parent.uuid()));
+    }
+    if let Some(conversation) = filter.conversation {
+        select = select.filter(task::Column::ConversationId.eq(conversation.uuid()));
+    }
+    select
+}
+
 /// Events in any of `windows` (each a task's sequence range).
 pub(super) fn in_windows(windows: &[&(TaskId, EventWindow)]) -> Condition {
     let mut any = Condition::any();

@@ -1,0 +1,333 @@
+//! Reading a page of tasks with the relations its selection shows.
+//!
+//! A list of tasks (`tasks`, `Task.children`, a conversation's turns) looks
+//! ahead at what its items select and reads it before they resolve, so
+//! each item finds its rows in the operation's loader cache:
+//!
+//! - When the page, its steps and its event windows are all shown as
+//!   summaries (no JSON column selected), the page and both relations are
+//!   one statement (`Tasks::page_with_summaries`), fed to the loader.
+//! - Otherwise the page is read, then each selected relation in one batch
+//!   for the whole page (steps and events together when both are
+//!   summaries, `Tasks::step_and_event_summaries`).
+//! - Reviews, artifacts and parents are a batch each, either way.
+//!
+//! The loader batches by time as well, but a busy server may take longer
+//! than the batch delay to resolve a whole page; reading ahead makes the
+//! number of statements independent of the page's size and the server's
+//! speed.
+
+use std::sync::Arc;
+
+use async_graphql::{Context, Lookahead, SelectionField, connection::Connection};
+use brainstem_domain::{
+    Error, TaskId, TenantScope,
+    tasks::{self, Detail, EventSpan, EventWindow, StepAndEventSummaries, TaskFilter},
+};
+
+use super::Task;
+use crate::{
+    error::ResultExt,
+    schema::{
+        context::domain,
+        loaders::{
+            BrainstemLoader, TaskArtifactsKey, TaskEventsKey, TaskKey, TaskReviewsKey,
+            TaskStepsKey, loader,
+        },
+        page::{connection, page_request},
+    },
+};
+
+/// A page of a scope's tasks that pass `filter`, oldest first, with the
+/// relations the selection shows read ahead.
+pub(crate) async fn task_page(
+    ctx: &Context<'_>,
+    scope: TenantScope,
+    filter: TaskFilter,
+    first: Option<i32>,
+    after: Option<String>,
+) -> async_graphql::Result<Connection<String, Task>> {
+    let request = page_request(first, after)?;
+    let node = ctx.look_ahead().field("edges").field("node");
+    let shown = Shown::of(&node)?;
+    let detail = page_detail(ctx);
+    let page = if detail == Detail::Summary && shown.all_summaries() {
+        let spans: Vec<EventSpan> = shown.events.iter().map(|(span, _)| *span).collect();
+        let (page, summaries) = domain(ctx)
+            .tasks
+            .page_with_summaries(scope, filter, request, shown.steps.is_some(), &spans)
+            .await
+            .gql()?;
+        feed(loader(ctx), &page.items, &shown, summaries).await;
+        read_ahead(ctx, &node, &page.items, None).await?;
+        page
+    } else {
+        let page = domain(ctx)
+            .tasks
+            .list(scope, filter, request, detail)
+            .await
+            .gql()?;
+        read_ahead(ctx, &node, &page.items, Some(&shown)).await?;
+        page
+    };
+    Ok(connection(page, |t| t.id.uuid(), Task))
+}
+
+/// The steps and event windows a page's items select.
+struct Shown {
+    /// How much of each step, if steps are selected.
+    steps: Option<Detail>,
+    /// Each selection of `events` (aliases may differ in arguments) with
+    /// valid arguments (bad ones are reported by the field itself).
+    events: Vec<(EventSpan, Detail)>,
+}
+
+impl Shown {
+    fn of(node: &Lookahead<'_>) -> async_graphql::Result<Self> {
+        let steps = node.field("steps");
+        let steps = steps
+            .exists()
+            .then(|| step_detail(|f| steps.field(f).exists()));
+        let mut events = Vec::new();
+        for field in node.field("events").selection_fields() {
+            if let Some(span) = span_of(&field)? {
+                let detail = event_detail(|f| field.selection_set().any(|c| c.name() == f));
+                events.push((span, detail));
+            }
+        }
+        Ok(Self { steps, events })
+    }
+
+    /// Whether steps or events are shown, all of them as summaries.
+    fn all_summaries(&self) -> bool {
+        (self.steps.is_some() || !self.events.is_empty())
+            && self.steps.is_none_or(|d| d == Detail::Summary)
+            && self.events.iter().all(|(_, d)| *d == Detail::Summary)
+    }
+}
+
+/// The span an `events` selection asks for, if its arguments are valid.
+fn span_of(field: &SelectionField<'_>) -> async_graphql::Result<Option<EventSpan>> {
+    let args = field.arguments()?;
+    let int = |name: &str| {
+        args.iter().find_map(|(n, v)| match v {
+            async_graphql::Value::Number(x) if n.as_str() == name => x.as_i64(),
+            _ => None,
+        })
+    };
+    let first = int("first").map_or(Ok(100), i32::try_from);
+    let last = int("last").map(i32::try_from).transpose();
+    Ok(match (first, last) {
+        (Ok(first), Ok(last)) => event_span(int("after"), first, last).ok(),
+        _ => None,
+    })
+}
+
+/// The events `Task.events(after, first, last)` reads.
+pub(super) fn event_span(
+    after: Option<i64>,
+    first: i32,
+    last: Option<i32>,
+) -> Result<EventSpan, Error> {
+    let after = after.unwrap_or(0);
+    match last {
+        Some(n) if (1..=1000).contains(&n) => Ok(EventSpan::Last { after, n: n as u64 }),
+        Some(_) => Err(Error::validation("`last` must be between 1 and 1000")),
+        None if (1..=1000).contains(&first) => Ok(EventSpan::First {
+            after,
+            n: first as u64,
+        }),
+        None => Err(Error::validation("`first` must be between 1 and 1000")),
+    }
+}
+
+/// A page of tasks that shows none of a task's JSON (`payload`,
+/// `frozenPlan`, `settledStepIds`, `state`, `usage`, `result`), under
+/// `edges.node` or `nodes`, reads summaries.
+pub(super) fn page_detail(ctx: &Context<'_>) -> Detail {
+    let look = ctx.look_ahead();
+    let shows = |f: &str| {
+        look.field("edges").field("node").field(f).exists() || look.field("nodes").field(f).exists()
+    };
+    detail(
+        [
+            "payload",
+            "frozenPlan",
+            "settledStepIds",
+            "state",
+            "usage",
+            "result",
+        ]
+        .into_iter()
+        .any(shows),
+    )
+}
+
+/// A selection of steps that shows none of their JSON needs only a
+/// summary of each row; `shows(field)` says whether it names a field.
+pub(super) fn step_detail(shows: impl Fn(&str) -> bool) -> Detail {
+    detail(["args", "output", "usage"].into_iter().any(shows))
+}
+
+/// The same for events (`data`, `dataKeys`).
+pub(super) fn event_detail(shows: impl Fn(&str) -> bool) -> Detail {
+    detail(["data", "dataKeys"].into_iter().any(shows))
+}
+
+fn detail(full: bool) -> Detail {
+    if full { Detail::Full } else { Detail::Summary }
+}
+
+/// Put what [`tasks::Tasks::page_with_summaries`] read into the loader,
+/// under the keys the items' resolvers ask for.
+async fn feed(
+    loader: &BrainstemLoader,
+    page: &[tasks::Task],
+    shown: &Shown,
+    (mut steps, mut events): StepAndEventSummaries,
+) {
+    if shown.steps.is_some() {
+        loader
+            .feed_many(page.iter().map(|t| {
+                let rows = steps.remove(&t.id).unwrap_or_default();
+                let key = TaskStepsKey(t.scope(), t.id, Detail::Summary);
+                (key, rows.into_iter().map(Arc::new).collect())
+            }))
+            .await;
+    }
+    let mut fed = Vec::new();
+    for task in page {
+        for (span, _) in &shown.events {
+            let window = span.window(task);
+            let rows = events.remove(&(task.id, window)).unwrap_or_default();
+            let key = TaskEventsKey(task.scope(), task.id, window, Detail::Summary);
+            fed.push((key, rows.into_iter().map(Arc::new).collect()));
+        }
+    }
+    loader.feed_many(fed).await;
+}
+
+/// Read the selected relations of every task of a page in batches: steps
+/// and events too if `shown` (they were not read with the page), then
+/// reviews, artifacts and parents.
+async fn read_ahead(
+    ctx: &Context<'_>,
+    node: &Lookahead<'_>,
+    page: &[tasks::Task],
+    shown: Option<&Shown>,
+) -> async_graphql::Result<()> {
+    if page.is_empty() || !node.exists() {
+        return Ok(());
+    }
+    let loader = loader(ctx);
+    let steps_and_events = async {
+        match shown {
+            Some(shown) => steps_and_events(ctx, page, shown).await,
+            None => Ok(()),
+        }
+    };
+    let reviews = async {
+        if node.field("reviews").exists() || node.field("pendingReview").exists() {
+            loader
+                .load_many(page.iter().map(|t| TaskReviewsKey(t.scope(), t.id)))
+                .await?;
+        }
+        Ok(())
+    };
+    let artifacts = async {
+        if node.field("artifacts").exists() {
+            loader
+                .load_many(page.iter().map(|t| TaskArtifactsKey(t.scope(), t.id)))
+                .await?;
+        }
+        Ok(())
+    };
+    let parents = async {
+        if node.field("parent").exists() {
+            loader
+                .load_many(
+                    page.iter()
+                        .filter_map(|t| t.parent.map(|p| TaskKey(t.scope(), p))),
+                )
+                .await?;
+        }
+        Ok(())
+    };
+    futures_util::try_join!(steps_and_events, reviews, artifacts, parents)?;
+    Ok(())
+}
+
+/// The steps and event windows `shown` of a page read already: in one
+/// statement when both are summaries, else one batch each.
+async fn steps_and_events(
+    ctx: &Context<'_>,
+    page: &[tasks::Task],
+    shown: &Shown,
+) -> async_graphql::Result<()> {
+    let loader = loader(ctx);
+    let step_keys: Vec<TaskStepsKey> = match shown.steps {
+        Some(detail) => page
+            .iter()
+            .map(|t| TaskStepsKey(t.scope(), t.id, detail))
+            .collect(),
+        None => Vec::new(),
+    };
+    let event_keys: Vec<TaskEventsKey> = page
+        .iter()
+        .flat_map(|t| {
+            shown
+                .events
+                .iter()
+                .map(|(span, detail)| TaskEventsKey(t.scope(), t.id, span.window(t), *detail))
+        })
+        .collect();
+    if let Some(scope) = summaries_together(&step_keys, &event_keys) {
+        let tasks: Vec<TaskId> = step_keys.iter().map(|k| k.1).collect();
+        let windows: Vec<(TaskId, EventWindow)> = event_keys.iter().map(|k| (k.1, k.2)).collect();
+        let (steps, events) = domain(ctx)
+            .tasks
+            .step_and_event_summaries(scope, &tasks, &windows)
+            .await
+            .gql()?;
+        loader
+            .feed_many(steps.into_iter().map(|(id, steps)| {
+                let key = TaskStepsKey(scope, id, Detail::Summary);
+                (key, steps.into_iter().map(Arc::new).collect())
+            }))
+            .await;
+        loader
+            .feed_many(events.into_iter().map(|((id, window), events)| {
+                let key = TaskEventsKey(scope, id, window, Detail::Summary);
+                (key, events.into_iter().map(Arc::new).collect())
+            }))
+            .await;
+        return Ok(());
+    }
+    let steps = async {
+        if !step_keys.is_empty() {
+            loader.load_many(step_keys.iter().copied()).await?;
+        }
+        Ok::<_, async_graphql::Error>(())
+    };
+    let events = async {
+        if !event_keys.is_empty() {
+            loader.load_many(event_keys.iter().copied()).await?;
+        }
+        Ok(())
+    };
+    futures_util::try_join!(steps, events)?;
+    Ok(())
+}
+
+/// The one scope of a page's step and event keys, when both relations are
+/// read and read as summaries: then they are read in one statement
+/// (`Tasks::step_and_event_summaries`) instead of one each.
+fn summaries_together(steps: &[TaskStepsKey], events: &[TaskEventsKey]) -> Option<TenantScope> {
+    let scope = steps.first()?.0;
+    let summary =
+        |key_scope: TenantScope, detail: Detail| key_scope == scope && detail == Detail::Summary;
+    let together = !events.is_empty()
+        && steps.iter().all(|k| summary(k.0, k.2))
+        && events.iter().all(|k| summary(k.0, k.3));
+    together.then_some(scope)
+}
