@@ -79,16 +79,7 @@ async fn the_console_works_in_a_real_browser() {
     )
     .await
     .data();
-    app.publish_plan(
-        "acme",
-        json!({"key": "broken", "intent": "t.broken", "steps": [
-            {"id": "call", "tool": "http_request",
-             "args": {"method": "POST", "url": "http://127.0.0.1:9/unreachable"},
-             "retry": {"maxAttempts": 1}}
-        ]}),
-    )
-    .await
-    .data();
+    app.publish_broken_plan("acme").await;
     let shots = std::env::var_os("CONSOLE_SCREENSHOT_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {

@@ -70,16 +70,7 @@ async fn publish_three(app: &TestApp) {
 /// Acme's plan `broken` (one call to a port nothing listens on, tried
 /// once), started and run: a failed task with a failed step.
 async fn run_a_broken_task(app: &TestApp) {
-    app.publish_plan(
-        "acme",
-        json!({"key": "broken", "intent": "t.broken", "steps": [
-            {"id": "call", "tool": "http_request",
-             "args": {"method": "POST", "url": "http://127.0.0.1:9/unreachable"},
-             "retry": {"maxAttempts": 1}}
-        ]}),
-    )
-    .await
-    .data();
+    app.publish_broken_plan("acme").await;
     app.start_task("acme", json!({"planKey": "broken"})).await;
     app.run_tasks().await;
 }

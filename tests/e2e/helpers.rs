@@ -616,6 +616,21 @@ impl TestApp {
         .await
     }
 
+    /// Publish `tenant`'s plan `broken`: one call to a port nothing listens
+    /// on, tried once, so a task of it fails at its only step.
+    pub async fn publish_broken_plan(&self, tenant: &str) {
+        self.publish_plan(
+            tenant,
+            json!({"key": "broken", "intent": "t.broken", "steps": [
+                {"id": "call", "tool": "http_request",
+                 "args": {"method": "POST", "url": "http://127.0.0.1:9/unreachable"},
+                 "retry": {"maxAttempts": 1}}
+            ]}),
+        )
+        .await
+        .data();
+    }
+
     /// Start a task in `tenant`; returns the task.
     pub async fn start_task(&self, tenant: &str, input: Value) -> Value {
         let res = self
