@@ -135,7 +135,8 @@ impl Tasks {
                     &row, "",
                 )?)?),
                 STEP => step_rows.push(step_of(&row)?),
-                _ => event_rows.push(event_of(&row)?),
+                EVENT => event_rows.push(event_of(&row)?),
+                other => return Err(unknown_kind(other)),
             }
         }
         tasks.sort_unstable_by_key(|t| t.id);
@@ -192,7 +193,8 @@ impl Tasks {
         for row in rows {
             match row.try_get_by_index::<i32>(0)? {
                 STEP => steps.push(step_of(&row)?),
-                _ => read.push(event_of(&row)?),
+                EVENT => read.push(event_of(&row)?),
+                other => return Err(unknown_kind(other)),
             }
         }
         in_order(&mut steps, &mut read);
@@ -200,6 +202,10 @@ impl Tasks {
         let steps = group(step_tasks, steps, |(task, _)| *task, |(_, step)| step);
         Ok((steps, events))
     }
+}
+
+fn unknown_kind(kind: i32) -> Error {
+    Error::Internal(format!("a page's row of unknown kind {kind}"))
 }
 
 /// Steps by task in the order they ran, events by task oldest first.
