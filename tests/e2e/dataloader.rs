@@ -292,8 +292,12 @@ async fn a_pages_steps_and_events_are_read_in_one_statement(backend: Backend) {
     const STEP: &str = "stepId tool attempt status summary error idempotencyKey \
                         startedAt finishedAt durationMs";
     const EVENT: &str = "seq kind taskId stepId tool status summary error createdAt";
+    // Every field a task's summary row holds, then the relations.
     let relations = format!(
-        "steps {{ {STEP} }} recent: events(last: 3) {{ {EVENT} }} \
+        "status mode conversationId channel input subjectId intent confidence \
+         confidenceThreshold plan {{ key version }} currentStepId maxSteps error \
+         traceId idempotencyKey createdBy createdAt updatedAt startedAt completedAt \
+         steps {{ {STEP} }} recent: events(last: 3) {{ {EVENT} }} \
          older: events(last: 6) {{ {EVENT} }} early: events(after: 1, first: 2) {{ {EVENT} }}"
     );
     let page_of =
@@ -357,6 +361,19 @@ async fn a_pages_steps_and_events_are_read_in_one_statement(backend: Backend) {
     }
     assert_eq!(failed_steps, 1, "{page}");
     assert_eq!(longest_window, 6, "{page}");
+    let failed: Vec<&Value> = edges
+        .iter()
+        .map(|e| &e["node"])
+        .filter(|t| t["status"] == "FAILED")
+        .collect();
+    assert_eq!(failed.len(), 1, "{page}");
+    assert!(failed[0]["error"].is_string(), "{page}");
+    assert!(
+        edges
+            .iter()
+            .all(|e| e["node"]["plan"]["version"].is_i64() && e["node"]["startedAt"].is_string()),
+        "{page}"
+    );
 }
 
 for_both_backends!(plain_lists_answer_as_the_general_path_does);

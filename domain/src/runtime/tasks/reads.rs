@@ -89,6 +89,48 @@ pub(super) const TASK_SUMMARY: [task::Column; 32] = [
     task::Column::CompletedAt,
 ];
 
+impl TaskSummaryRow {
+    /// The row whose columns, in [`TASK_SUMMARY`]'s order, start at
+    /// position `at` of `row` (a statement's own shape, read without
+    /// looking columns up by name).
+    pub(super) fn at(row: &sea_orm::QueryResult, at: usize) -> Result<Self> {
+        Ok(Self {
+            id: row.try_get_by_index(at + 0)?,
+            tenant_id: row.try_get_by_index(at + 1)?,
+            parent_task_id: row.try_get_by_index(at + 2)?,
+            conversation_id: row.try_get_by_index(at + 3)?,
+            channel: row.try_get_by_index(at + 4)?,
+            mode: row.try_get_by_index(at + 5)?,
+            status: row.try_get_by_index(at + 6)?,
+            idempotency_key: row.try_get_by_index(at + 7)?,
+            input_text: row.try_get_by_index(at + 8)?,
+            subject_id: row.try_get_by_index(at + 9)?,
+            intent: row.try_get_by_index(at + 10)?,
+            confidence: row.try_get_by_index(at + 11)?,
+            confidence_threshold: row.try_get_by_index(at + 12)?,
+            intent_reviewed: row.try_get_by_index(at + 13)?,
+            plan_id: row.try_get_by_index(at + 14)?,
+            plan_key: row.try_get_by_index(at + 15)?,
+            plan_version: row.try_get_by_index(at + 16)?,
+            current_step_id: row.try_get_by_index(at + 17)?,
+            max_steps: row.try_get_by_index(at + 18)?,
+            error_message: row.try_get_by_index(at + 19)?,
+            trace_id: row.try_get_by_index(at + 20)?,
+            lease_owner: row.try_get_by_index(at + 21)?,
+            lease_expires_at: row.try_get_by_index(at + 22)?,
+            run_after: row.try_get_by_index(at + 23)?,
+            cancel_requested: row.try_get_by_index(at + 24)?,
+            last_seq: row.try_get_by_index(at + 25)?,
+            running_ms: row.try_get_by_index(at + 26)?,
+            created_by: row.try_get_by_index(at + 27)?,
+            created_at: row.try_get_by_index(at + 28)?,
+            updated_at: row.try_get_by_index(at + 29)?,
+            started_at: row.try_get_by_index(at + 30)?,
+            completed_at: row.try_get_by_index(at + 31)?,
+        })
+    }
+}
+
 impl TryFrom<TaskSummaryRow> for Task {
     type Error = Error;
 

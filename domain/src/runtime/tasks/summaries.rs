@@ -21,7 +21,7 @@
 //!   the first branch's NULLs name their types (`RELATION_TYPES`).
 
 use sea_orm::{
-    FromQueryResult, QueryResult,
+    QueryResult,
     sea_query::{
         Alias, CommonTableExpression, ExprTrait, JoinType, Query, SelectStatement, UnionType,
         WithClause,
@@ -131,9 +131,7 @@ impl Tasks {
         let (mut tasks, mut step_rows, mut event_rows) = (Vec::new(), Vec::new(), Vec::new());
         for row in rows {
             match row.try_get_by_index::<i32>(0)? {
-                TASK => tasks.push(Task::try_from(TaskSummaryRow::from_query_result(
-                    &row, "",
-                )?)?),
+                TASK => tasks.push(Task::try_from(TaskSummaryRow::at(&row, 16)?)?),
                 STEP => step_rows.push(step_of(&row)?),
                 EVENT => event_rows.push(event_of(&row)?),
                 other => return Err(unknown_kind(other)),
