@@ -95,7 +95,7 @@ impl TaskSummaryRow {
     /// looking columns up by name).
     pub(super) fn at(row: &sea_orm::QueryResult, at: usize) -> Result<Self> {
         Ok(Self {
-            id: row.try_get_by_index(at + 0)?,
+            id: row.try_get_by_index(at)?,
             tenant_id: row.try_get_by_index(at + 1)?,
             parent_task_id: row.try_get_by_index(at + 2)?,
             conversation_id: row.try_get_by_index(at + 3)?,
