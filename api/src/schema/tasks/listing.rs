@@ -59,7 +59,7 @@ pub(crate) async fn task_page(
             .await
             .gql()?;
         feed(loader(ctx), &page.items, &shown, summaries).await;
-        read_ahead(ctx, &node, &page.items, None).await?;
+        read_ahead(ctx, scope, &node, &page.items, None).await?;
         page
     } else {
         let page = domain(ctx)
@@ -67,7 +67,7 @@ pub(crate) async fn task_page(
             .list(scope, filter, request, detail)
             .await
             .gql()?;
-        read_ahead(ctx, &node, &page.items, Some(&shown)).await?;
+        read_ahead(ctx, scope, &node, &page.items, Some(&shown)).await?;
         page
     };
     Ok(connection(page, |t| t.id.uuid(), Task))
@@ -178,8 +178,8 @@ fn detail(full: bool) -> Detail {
     if full { Detail::Full } else { Detail::Summary }
 }
 
-/// Put what [`tasks::Tasks::page_with_summaries`] read into the loader,
-/// under the keys the items' resolvers ask for.
+/// Put the summaries of a page's steps and events (read with the page, or
+/// after it) into the loader, under the keys the items' resolvers ask for.
 async fn feed(
     loader: &BrainstemLoader,
     page: &[tasks::Task],
@@ -212,6 +212,7 @@ async fn feed(
 /// reviews, artifacts and parents.
 async fn read_ahead(
     ctx: &Context<'_>,
+    scope: TenantScope,
     node: &Lookahead<'_>,
     page: &[tasks::Task],
     shown: Option<&Shown>,
@@ -222,7 +223,7 @@ async fn read_ahead(
     let loader = loader(ctx);
     let steps_and_events = async {
         match shown {
-            Some(shown) => steps_and_events(ctx, page, shown).await,
+            Some(shown) => steps_and_events(ctx, scope, page, shown).await,
             None => Ok(()),
         }
     };
@@ -257,10 +258,11 @@ async fn read_ahead(
     Ok(())
 }
 
-/// The steps and event windows `shown` of a page read already: in one
-/// statement when both are summaries, else one batch each.
+/// The steps and event windows `shown` of a page of `scope` read already:
+/// in one statement when both are summaries, else one batch each.
 async fn steps_and_events(
     ctx: &Context<'_>,
+    scope: TenantScope,
     page: &[tasks::Task],
     shown: &Shown,
 ) -> async_graphql::Result<()> {
@@ -281,26 +283,15 @@ async fn steps_and_events(
                 .map(|(span, detail)| TaskEventsKey(t.scope(), t.id, span.window(t), *detail))
         })
         .collect();
-    if let Some(scope) = summaries_together(&step_keys, &event_keys) {
+    if shown.steps.is_some() && !shown.events.is_empty() && shown.all_summaries() {
         let tasks: Vec<TaskId> = step_keys.iter().map(|k| k.1).collect();
         let windows: Vec<(TaskId, EventWindow)> = event_keys.iter().map(|k| (k.1, k.2)).collect();
-        let (steps, events) = domain(ctx)
+        let summaries = domain(ctx)
             .tasks
             .step_and_event_summaries(scope, &tasks, &windows)
             .await
             .gql()?;
-        loader
-            .feed_many(steps.into_iter().map(|(id, steps)| {
-                let key = TaskStepsKey(scope, id, Detail::Summary);
-                (key, steps.into_iter().map(Arc::new).collect())
-            }))
-            .await;
-        loader
-            .feed_many(events.into_iter().map(|((id, window), events)| {
-                let key = TaskEventsKey(scope, id, window, Detail::Summary);
-                (key, events.into_iter().map(Arc::new).collect())
-            }))
-            .await;
+        feed(loader, page, shown, summaries).await;
         return Ok(());
     }
     let steps = async {
@@ -317,17 +308,4 @@ async fn steps_and_events(
     };
     futures_util::try_join!(steps, events)?;
     Ok(())
-}
-
-/// The one scope of a page's step and event keys, when both relations are
-/// read and read as summaries: then they are read in one statement
-/// (`Tasks::step_and_event_summaries`) instead of one each.
-fn summaries_together(steps: &[TaskStepsKey], events: &[TaskEventsKey]) -> Option<TenantScope> {
-    let scope = steps.first()?.0;
-    let summary =
-        |key_scope: TenantScope, detail: Detail| key_scope == scope && detail == Detail::Summary;
-    let together = !events.is_empty()
-        && steps.iter().all(|k| summary(k.0, k.2))
-        && events.iter().all(|k| summary(k.0, k.3));
-    together.then_some(scope)
 }

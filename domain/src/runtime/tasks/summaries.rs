@@ -128,17 +128,7 @@ impl Tasks {
         );
         let backend = self.db.get_database_backend();
         let rows = self.db.query_all_raw(backend.build(&query)).await?;
-        let (mut tasks, mut step_rows, mut event_rows) = (Vec::new(), Vec::new(), Vec::new());
-        for row in rows {
-            match row.try_get_by_index::<i32>(0)? {
-                TASK => tasks.push(Task::try_from(TaskSummaryRow::at(&row, 16)?)?),
-                STEP => step_rows.push(step_of(&row)?),
-                EVENT => event_rows.push(event_of(&row)?),
-                other => return Err(unknown_kind(other)),
-            }
-        }
-        tasks.sort_unstable_by_key(|t| t.id);
-        in_order(&mut step_rows, &mut event_rows);
+        let (tasks, step_rows, event_rows) = decode(rows)?;
         let page = page::cut(tasks, size, request);
         let ids: Vec<TaskId> = page.items.iter().map(|t| t.id).collect();
         let steps = if steps {
@@ -186,32 +176,37 @@ impl Tasks {
         };
         let backend = self.db.get_database_backend();
         let rows = self.db.query_all_raw(backend.build(&select)).await?;
-        let mut steps = Vec::new();
-        let mut read = Vec::new();
-        for row in rows {
-            match row.try_get_by_index::<i32>(0)? {
-                STEP => steps.push(step_of(&row)?),
-                EVENT => read.push(event_of(&row)?),
-                other => return Err(unknown_kind(other)),
-            }
-        }
-        in_order(&mut steps, &mut read);
+        let (_, steps, read) = decode(rows)?;
         spread(&windows, read, &mut events);
         let steps = group(step_tasks, steps, |(task, _)| *task, |(_, step)| step);
         Ok((steps, events))
     }
 }
 
-fn unknown_kind(kind: i32) -> Error {
-    Error::Internal(format!("a page's row of unknown kind {kind}"))
-}
+/// A statement's rows by kind, in order: tasks by id, steps by task in
+/// the order they ran, events by task oldest first. Sorting here rather
+/// than in the statement keeps PostgreSQL from sorting wide padded rows (a
+/// third of the statement's time).
+type Decoded = (Vec<Task>, Vec<(TaskId, StepAttempt)>, Vec<TaskEvent>);
 
-/// Steps by task in the order they ran, events by task oldest first.
-/// Sorting the rows here rather than in the statement keeps PostgreSQL
-/// from sorting wide padded rows (a third of the statement's time).
-fn in_order(steps: &mut [(TaskId, StepAttempt)], events: &mut [TaskEvent]) {
-    steps.sort_unstable_by_key(|(task, step)| (*task, step.id));
-    events.sort_unstable_by_key(|e| (e.task_id, e.seq));
+fn decode(rows: Vec<QueryResult>) -> Result<Decoded> {
+    let (mut tasks, mut steps, mut events) = (Vec::new(), Vec::new(), Vec::new());
+    for row in rows {
+        match row.try_get_by_index::<i32>(0)? {
+            TASK => tasks.push(Task::try_from(TaskSummaryRow::at(&row, 16)?)?),
+            STEP => steps.push(step_of(&row)?),
+            EVENT => events.push(event_of(&row)?),
+            other => {
+                return Err(Error::Internal(format!(
+                    "a page's row of unknown kind {other}"
+                )));
+            }
+        }
+    }
+    tasks.sort_unstable_by_key(|t: &Task| t.id);
+    steps.sort_unstable_by_key(|(task, step): &(TaskId, StepAttempt)| (*task, step.id));
+    events.sort_unstable_by_key(|e: &TaskEvent| (e.task_id, e.seq));
+    Ok((tasks, steps, events))
 }
 
 /// Events of the page's tasks (joined as `page`) in any of `spans`.
@@ -221,9 +216,12 @@ fn in_spans(spans: &[EventSpan]) -> Condition {
     let mut any = Condition::any();
     for span in spans {
         any = any.add(match *span {
-            EventSpan::First { after, n } => Condition::all()
-                .add(seq().gt(after))
-                .add(seq().lte(after.saturating_add(i64::try_from(n).unwrap_or(i64::MAX)))),
+            EventSpan::First { after, n } => {
+                let window = EventWindow::first(after, n);
+                Condition::all()
+                    .add(seq().gt(window.after))
+                    .add(seq().lte(window.until))
+            }
             EventSpan::Last { after, n } => Condition::all()
                 .add(seq().gt(after))
                 .add(seq().gt(last_seq().sub(i64::try_from(n).unwrap_or(i64::MAX))))
