@@ -15,10 +15,12 @@
 //! - Only the order changes: no key is added, dropped or altered. A key the
 //!   document does not name (none should exist) keeps its relative place
 //!   after the named ones.
-//! - The work is linear in the response: each list's items share one plan
-//!   of their selection, and an object already in order is left as it is.
+//! - The work is linear in the response: a selection is planned once,
+//!   when the first value it selects is reached, and every object it
+//!   selects (a list's items, the same field of each of them) shares that
+//!   plan; an object already in order is left as it is.
 
-use std::collections::HashSet;
+use std::{cell::OnceCell, collections::HashSet};
 
 use async_graphql::{
     Name, Value,
@@ -59,21 +61,26 @@ pub fn in_selection_order(
 }
 
 /// The response keys a merged selection produces, in order, each with the
-/// selection sets its own value is selected by.
+/// selection sets its own value is selected by and, once a value needs it,
+/// the plan of those (made once per selection, however many objects of a
+/// list share it).
 struct Plan<'d> {
     keys: Vec<&'d Name>,
     children: Vec<Vec<&'d SelectionSet>>,
+    plans: Vec<OnceCell<Plan<'d>>>,
 }
 
 fn plan<'d>(sets: &[&'d SelectionSet], document: &'d ExecutableDocument) -> Plan<'d> {
     let mut plan = Plan {
         keys: Vec::new(),
         children: Vec::new(),
+        plans: Vec::new(),
     };
     let mut expanded = HashSet::new();
     for set in sets {
         collect(set, document, &mut expanded, &mut plan);
     }
+    plan.plans = plan.keys.iter().map(|_| OnceCell::new()).collect();
     plan
 }
 
@@ -113,16 +120,17 @@ fn collect<'d>(
 
 /// Reorders `value`, selected by `sets`, and everything below it.
 fn reorder(value: &mut Value, sets: &[&SelectionSet], document: &ExecutableDocument) {
-    if !matches!(value, Value::Object(_) | Value::List(_))
-        || sets.iter().all(|s| s.items.is_empty())
-    {
-        return;
+    if selects_within(value, sets) {
+        apply(value, &plan(sets, document), document);
     }
-    let plan = plan(sets, document);
-    apply(value, &plan, document);
 }
 
-fn apply(value: &mut Value, plan: &Plan<'_>, document: &ExecutableDocument) {
+/// Whether `value` has fields for `sets` to order.
+fn selects_within(value: &Value, sets: &[&SelectionSet]) -> bool {
+    matches!(value, Value::Object(_) | Value::List(_)) && sets.iter().any(|s| !s.items.is_empty())
+}
+
+fn apply<'d>(value: &mut Value, plan: &Plan<'d>, document: &'d ExecutableDocument) {
     match value {
         Value::List(items) => {
             for item in items {
@@ -131,7 +139,7 @@ fn apply(value: &mut Value, plan: &Plan<'_>, document: &ExecutableDocument) {
         }
         Value::Object(map) => {
             let mut place = 0;
-            for (key, children) in plan.keys.iter().zip(&plan.children) {
+            for (at_key, key) in plan.keys.iter().enumerate() {
                 let Some(at) = map.get_index_of(*key) else {
                     continue;
                 };
@@ -139,7 +147,11 @@ fn apply(value: &mut Value, plan: &Plan<'_>, document: &ExecutableDocument) {
                     map.move_index(at, place);
                 }
                 if let Some((_, child)) = map.get_index_mut(place) {
-                    reorder(child, children, document);
+                    let sets = &plan.children[at_key];
+                    if selects_within(child, sets) {
+                        let below = plan.plans[at_key].get_or_init(|| self::plan(sets, document));
+                        apply(child, below, document);
+                    }
                 }
                 place += 1;
             }

@@ -2,9 +2,9 @@
 //!
 //! Invariants:
 //! - Nothing here imports another area of the crate.
-//! - Only [`db`] knows the differences between SQLite and PostgreSQL that
-//!   are not in SQL the two share (connecting, migrations, statement
-//!   counting); areas that write dialect-specific SQL (memory search, the
+//! - Only [`db`] and [`columns`] know the differences between SQLite and
+//!   PostgreSQL that are not in SQL the two share (connecting, migrations,
+//!   statement counting, reading a row); areas that write dialect-specific SQL (memory search, the
 //!   executor's claim) ask [`db::Backend`] which one they run on.
 //! - [`audit::PlatformScope`] is the only way to read across tenants, and
 //!   opening one writes an audit row.
@@ -12,6 +12,7 @@
 //!   only the rows of the tenant the work that took it runs for.
 
 pub mod audit;
+pub mod columns;
 pub mod crypto;
 pub mod db;
 pub mod error;

@@ -5,58 +5,105 @@
 //! its events would take three statements: the page, then one per relation
 //! ([`Tasks::steps_of_many`], [`Tasks::events_of_many`]). When all three
 //! are read as summaries ([`Detail::Summary`]) their rows are narrow enough
-//! to share one shape, so they are read in one `UNION ALL`: a kind, the
-//! columns steps and events have, then those only one of them has, then a
-//! task's (NULL where a row has no such column). [`Tasks::page_with_summaries`]
-//! reads the page as a common table expression and its relations through
-//! it; [`Tasks::step_and_event_summaries`] reads the relations of a page
-//! already read.
+//! to share one shape, so they are read in one `UNION ALL`: a kind, then a
+//! task's columns, a step's and an event's placed at a task's columns of
+//! the same type (NULL where a row has no such column).
+//! [`Tasks::page_with_summaries`] reads the page as a common table
+//! expression and its relations through it; [`Tasks::step_and_event_summaries`]
+//! reads the relations of a page already read.
 //!
 //! Invariants:
 //! - The answer is the one the separate reads give: the same rows, tasks
 //!   and steps in id order, each window oldest first, overlapping windows
 //!   each with their own copy (`tests/e2e/dataloader.rs` compares them).
 //! - Every branch is read through the caller's tenant scope.
-//! - PostgreSQL types the columns of a `UNION` pairwise, left to right, so
-//!   the first branch's NULLs name their types (`RELATION_TYPES`).
+//! - PostgreSQL types the columns of a `UNION` pairwise, left to right: a
+//!   step's or an event's column shares a position only with a task's
+//!   column of its own type (`at`), and the page's branch comes first.
 
 use sea_orm::{
-    QueryResult,
+    DbBackend, QueryResult,
     sea_query::{
-        Alias, CommonTableExpression, ExprTrait, JoinType, Query, SelectStatement, UnionType,
-        WithClause,
+        Alias, CommonTableExpression, DynIden, ExprTrait, IntoIden, JoinType, Query,
+        SelectStatement, UnionType, WithClause,
     },
 };
 
 use super::reads::{TASK_SUMMARY, TaskSummaryRow, filtered, group, in_windows, spread};
 use super::*;
+use crate::kernel::columns::column;
 
-// A row's columns, by position: 0 which relation it belongs to; both
-// relations': 1 id, 2 tenant, 3 task, 4 step id, 5 tool, 6 status,
-// 7 summary, 8 error; an event's: 9 seq, 10 kind; a step's: 11 attempt,
-// 12 duration, 13 idempotency key; 14 when the step started or the event
-// was written; a step's 15 finished; a task's 16 to 47 (`TASK_SUMMARY`).
+// A row's columns, by position: 0 which kind of row it is, then a task's
+// 32 (`TASK_SUMMARY`'s order, from 1). A step's or an event's columns
+// take the positions of a task's columns of the same type, so that no row
+// is wider than a task's (padding every step and event with a task's 32
+// NULLs was a third of PostgreSQL's time for the statement).
 const STEP: i32 = 0;
 const EVENT: i32 = 1;
 const TASK: i32 = 2;
+const WIDTH: usize = 1 + TASK_SUMMARY.len();
 
-/// The types of columns 1 to 15, for a task row's NULLs.
-const RELATION_TYPES: [&str; 15] = [
-    "uuid",
-    "uuid",
-    "uuid",
-    "text",
-    "text",
-    "text",
-    "text",
-    "text",
-    "bigint",
-    "text",
-    "integer",
-    "bigint",
-    "text",
-    "timestamptz",
-    "timestamptz",
+/// Where a step's or an event's columns sit, each at a task column of its
+/// type (named after it).
+mod at {
+    /// The row's own id (a task's id).
+    pub const ID: usize = 1;
+    /// The task it belongs to (a task's parent).
+    pub const TASK: usize = 3;
+    /// The plan step (a task's channel).
+    pub const STEP_ID: usize = 5;
+    /// The tool (a task's mode).
+    pub const TOOL: usize = 6;
+    /// The status (a task's status).
+    pub const STATUS: usize = 7;
+    /// A step's idempotency key (a task's).
+    pub const IDEMPOTENCY_KEY: usize = 8;
+    /// The summary (a task's input text).
+    pub const SUMMARY: usize = 9;
+    /// An event's kind (a task's intent).
+    pub const KIND: usize = 11;
+    /// A step's attempt (a task's plan version).
+    pub const ATTEMPT: usize = 17;
+    /// The error (a task's error message).
+    pub const ERROR: usize = 20;
+    /// When a step started or an event was written (a task's lease expiry).
+    pub const WHEN: usize = 23;
+    /// When a step finished (a task's run-after).
+    pub const FINISHED: usize = 24;
+    /// An event's sequence number (a task's last one).
+    pub const SEQ: usize = 26;
+    /// A step's duration (a task's running time).
+    pub const DURATION: usize = 27;
+}
+
+/// A step row's columns and their positions.
+const STEP_COLUMNS: [(usize, task_step::Column); 12] = [
+    (at::ID, task_step::Column::Id),
+    (at::TASK, task_step::Column::TaskId),
+    (at::STEP_ID, task_step::Column::StepId),
+    (at::TOOL, task_step::Column::Tool),
+    (at::STATUS, task_step::Column::Status),
+    (at::IDEMPOTENCY_KEY, task_step::Column::IdempotencyKey),
+    (at::SUMMARY, task_step::Column::Summary),
+    (at::ATTEMPT, task_step::Column::Attempt),
+    (at::ERROR, task_step::Column::Error),
+    (at::WHEN, task_step::Column::StartedAt),
+    (at::FINISHED, task_step::Column::FinishedAt),
+    (at::DURATION, task_step::Column::DurationMs),
+];
+
+/// An event row's columns and their positions.
+const EVENT_COLUMNS: [(usize, task_event::Column); 10] = [
+    (at::ID, task_event::Column::Id),
+    (at::TASK, task_event::Column::TaskId),
+    (at::STEP_ID, task_event::Column::StepId),
+    (at::TOOL, task_event::Column::Tool),
+    (at::STATUS, task_event::Column::Status),
+    (at::SUMMARY, task_event::Column::Summary),
+    (at::KIND, task_event::Column::Kind),
+    (at::ERROR, task_event::Column::Error),
+    (at::WHEN, task_event::Column::CreatedAt),
+    (at::SEQ, task_event::Column::Seq),
 ];
 
 /// The common table expression holding the page.
@@ -85,35 +132,36 @@ impl Tasks {
             task::Column::Id,
             request,
         )?;
+        let backend = self.db.get_database_backend();
         let mut select = Query::select();
         select.expr(Expr::cust(TASK.to_string()));
-        for ty in RELATION_TYPES {
-            select.expr(Expr::cust(format!("CAST(NULL AS {ty})")));
-        }
         for column in TASK_SUMMARY {
             select.column((Alias::new(PAGE), column));
         }
         select.from(Alias::new(PAGE));
         if steps {
-            let in_page = task_step::Column::TaskId.in_subquery(
-                Query::select()
-                    .column(task::Column::Id)
-                    .from(Alias::new(PAGE))
-                    .to_owned(),
+            let rows = task_step::Entity::find_in(scope).select_only().into_query();
+            let branch = of_page(
+                backend,
+                rows,
+                task_step::Column::TaskId,
+                STEP,
+                &STEP_COLUMNS,
             );
-            let mut branch = steps_branch(scope, in_page);
-            pad(&mut branch);
             select.union(UnionType::All, branch);
         }
         if !spans.is_empty() {
-            let mut branch = events_branch(scope, in_spans(spans));
-            branch.join(
-                JoinType::InnerJoin,
-                Alias::new(PAGE),
-                Expr::col((task_event::Entity, task_event::Column::TaskId))
-                    .equals((Alias::new(PAGE), task::Column::Id)),
+            let rows = task_event::Entity::find_in(scope)
+                .filter(in_spans(spans))
+                .select_only()
+                .into_query();
+            let branch = of_page(
+                backend,
+                rows,
+                task_event::Column::TaskId,
+                EVENT,
+                &EVENT_COLUMNS,
             );
-            pad(&mut branch);
             select.union(UnionType::All, branch);
         }
         let query = select.with(
@@ -126,9 +174,8 @@ impl Tasks {
                 )
                 .to_owned(),
         );
-        let backend = self.db.get_database_backend();
         let rows = self.db.query_all_raw(backend.build(&query)).await?;
-        let (tasks, step_rows, event_rows) = decode(rows)?;
+        let (tasks, step_rows, event_rows) = decode(rows, scope.tenant_id())?;
         let page = page::cut(tasks, size, request);
         let ids: Vec<TaskId> = page.items.iter().map(|t| t.id).collect();
         let steps = if steps {
@@ -176,7 +223,7 @@ impl Tasks {
         };
         let backend = self.db.get_database_backend();
         let rows = self.db.query_all_raw(backend.build(&select)).await?;
-        let (_, steps, read) = decode(rows)?;
+        let (_, steps, read) = decode(rows, scope.tenant_id())?;
         spread(&windows, read, &mut events);
         let steps = group(step_tasks, steps, |(task, _)| *task, |(_, step)| step);
         Ok((steps, events))
@@ -189,13 +236,13 @@ impl Tasks {
 /// third of the statement's time).
 type Decoded = (Vec<Task>, Vec<(TaskId, StepAttempt)>, Vec<TaskEvent>);
 
-fn decode(rows: Vec<QueryResult>) -> Result<Decoded> {
+fn decode(rows: Vec<QueryResult>, tenant: TenantId) -> Result<Decoded> {
     let (mut tasks, mut steps, mut events) = (Vec::new(), Vec::new(), Vec::new());
     for row in rows {
-        match row.try_get_by_index::<i32>(0)? {
-            TASK => tasks.push(Task::try_from(TaskSummaryRow::at(&row, 16)?)?),
+        match column::<i32>(&row, 0)? {
+            TASK => tasks.push(Task::try_from(TaskSummaryRow::at(&row, 1)?)?),
             STEP => steps.push(step_of(&row)?),
-            EVENT => events.push(event_of(&row)?),
+            EVENT => events.push(event_of(&row, tenant)?),
             other => {
                 return Err(Error::Internal(format!(
                     "a page's row of unknown kind {other}"
@@ -231,83 +278,111 @@ fn in_spans(spans: &[EventSpan]) -> Condition {
     any
 }
 
-/// NULLs for a task's columns, after a step's or an event's.
-fn pad(branch: &mut SelectStatement) {
-    for _ in TASK_SUMMARY {
-        branch.expr(Expr::cust("NULL"));
+/// `rows` (a scope's steps or events, `task` naming their task) of the
+/// page's tasks, as `kind` rows with `placed`'s columns. PostgreSQL reads
+/// each task's through its index, in a lateral subquery that `OFFSET 0`
+/// keeps the planner from flattening: hashing the page against every step
+/// and event of the tenant cost it more at every size measured. SQLite
+/// joins.
+fn of_page<C: ColumnTrait + Copy>(
+    backend: DbBackend,
+    mut rows: SelectStatement,
+    task: C,
+    kind: i32,
+    placed: &[(usize, C)],
+) -> SelectStatement {
+    let table = task.entity_name();
+    let of_page_task =
+        Expr::col((table.clone(), task)).equals((Alias::new(PAGE), task::Column::Id));
+    match backend {
+        DbBackend::Postgres => {
+            rows.and_where(of_page_task);
+            for (_, column) in placed {
+                rows.column((table.clone(), *column));
+            }
+            rows.offset(0);
+            let mut branch = Query::select();
+            shape(&mut branch, kind, Alias::new("r").into_iden(), placed);
+            branch.from(Alias::new(PAGE)).join_lateral(
+                JoinType::InnerJoin,
+                rows,
+                Alias::new("r"),
+                Expr::cust("TRUE"),
+            );
+            branch
+        }
+        _ => {
+            rows.join(JoinType::InnerJoin, Alias::new(PAGE), of_page_task);
+            shape(&mut rows, kind, table, placed);
+            rows
+        }
     }
 }
 
-fn steps_branch(scope: TenantScope, which: SimpleExpr) -> SelectStatement {
-    use task_step::Column as S;
-    task_step::Entity::find_in(scope)
-        .filter(which)
-        .select_only()
-        .expr(Expr::cust(STEP.to_string()))
-        .columns([
-            S::Id,
-            S::TenantId,
-            S::TaskId,
-            S::StepId,
-            S::Tool,
-            S::Status,
-            S::Summary,
-            S::Error,
-        ])
-        .expr(Expr::cust("NULL"))
-        .expr(Expr::cust("NULL"))
-        .columns([
-            S::Attempt,
-            S::DurationMs,
-            S::IdempotencyKey,
-            S::StartedAt,
-            S::FinishedAt,
-        ])
-        .into_query()
+/// Adds a row's `kind` and its columns of `table` at their positions
+/// (`placed`), NULL at the others.
+fn shape<C: ColumnTrait + Copy>(
+    select: &mut SelectStatement,
+    kind: i32,
+    table: DynIden,
+    placed: &[(usize, C)],
+) {
+    select.expr(Expr::cust(kind.to_string()));
+    for position in 1..WIDTH {
+        match placed.iter().find(|(at, _)| *at == position) {
+            Some((_, column)) => select.column((table.clone(), *column)),
+            None => select.expr(Expr::cust("NULL")),
+        };
+    }
 }
 
-fn events_branch(scope: TenantScope, which: Condition) -> SelectStatement {
-    use task_event::Column as E;
-    task_event::Entity::find_in(scope)
+/// A scope's steps matching `which`, as step rows.
+fn steps_branch(scope: TenantScope, which: SimpleExpr) -> SelectStatement {
+    let mut rows = task_step::Entity::find_in(scope)
         .filter(which)
         .select_only()
-        .expr(Expr::cust(EVENT.to_string()))
-        .columns([
-            E::Id,
-            E::TenantId,
-            E::TaskId,
-            E::StepId,
-            E::Tool,
-            E::Status,
-            E::Summary,
-            E::Error,
-        ])
-        .columns([E::Seq, E::Kind])
-        .expr(Expr::cust("NULL"))
-        .expr(Expr::cust("NULL"))
-        .expr(Expr::cust("NULL"))
-        .column(E::CreatedAt)
-        .expr(Expr::cust("NULL"))
-        .into_query()
+        .into_query();
+    shape(
+        &mut rows,
+        STEP,
+        task_step::Column::Id.entity_name(),
+        &STEP_COLUMNS,
+    );
+    rows
+}
+
+/// A scope's events matching `which`, as event rows.
+fn events_branch(scope: TenantScope, which: Condition) -> SelectStatement {
+    let mut rows = task_event::Entity::find_in(scope)
+        .filter(which)
+        .select_only()
+        .into_query();
+    shape(
+        &mut rows,
+        EVENT,
+        task_event::Column::Id.entity_name(),
+        &EVENT_COLUMNS,
+    );
+    rows
 }
 
 /// A step row: its task and the attempt.
 fn step_of(row: &QueryResult) -> Result<(TaskId, StepAttempt)> {
-    let task: Uuid = row.try_get_by_index(3)?;
+    let task: Uuid = column(row, at::TASK)?;
     Ok((
         task.into(),
         StepAttempt {
-            id: row.try_get_by_index(1)?,
-            step_id: row.try_get_by_index(4)?,
-            tool: row.try_get_by_index(5)?,
-            status: row.try_get_by_index(6)?,
-            summary: row.try_get_by_index(7)?,
-            error: row.try_get_by_index(8)?,
-            attempt: row.try_get_by_index(11)?,
-            duration_ms: row.try_get_by_index(12)?,
-            idempotency_key: row.try_get_by_index(13)?,
-            started_at: row.try_get_by_index(14)?,
-            finished_at: row.try_get_by_index(15)?,
+            id: column(row, at::ID)?,
+            step_id: column(row, at::STEP_ID)?,
+            tool: column(row, at::TOOL)?,
+            status: column(row, at::STATUS)?,
+            summary: column(row, at::SUMMARY)?,
+            error: column(row, at::ERROR)?,
+            attempt: column(row, at::ATTEMPT)?,
+            duration_ms: column(row, at::DURATION)?,
+            idempotency_key: column(row, at::IDEMPOTENCY_KEY)?,
+            started_at: column(row, at::WHEN)?,
+            finished_at: column(row, at::FINISHED)?,
             args: Value::Null,
             output: Value::Null,
             usage: Usage::default(),
@@ -315,22 +390,23 @@ fn step_of(row: &QueryResult) -> Result<(TaskId, StepAttempt)> {
     ))
 }
 
-fn event_of(row: &QueryResult) -> Result<TaskEvent> {
-    let tenant: Uuid = row.try_get_by_index(2)?;
-    let task: Uuid = row.try_get_by_index(3)?;
-    let kind: String = row.try_get_by_index(10)?;
+/// An event row of `tenant` (every row is the caller's scope's, so the
+/// statement does not repeat it).
+fn event_of(row: &QueryResult, tenant: TenantId) -> Result<TaskEvent> {
+    let task: Uuid = column(row, at::TASK)?;
+    let kind: String = column(row, at::KIND)?;
     Ok(TaskEvent {
-        id: row.try_get_by_index(1)?,
-        tenant: tenant.into(),
+        id: column(row, at::ID)?,
+        tenant,
         task_id: task.into(),
-        step_id: row.try_get_by_index(4)?,
-        tool: row.try_get_by_index(5)?,
-        status: row.try_get_by_index(6)?,
-        summary: row.try_get_by_index(7)?,
-        error: row.try_get_by_index(8)?,
-        seq: row.try_get_by_index(9)?,
+        step_id: column(row, at::STEP_ID)?,
+        tool: column(row, at::TOOL)?,
+        status: column(row, at::STATUS)?,
+        summary: column(row, at::SUMMARY)?,
+        error: column(row, at::ERROR)?,
+        seq: column(row, at::SEQ)?,
         kind: kind.parse()?,
-        created_at: row.try_get_by_index(14)?,
+        created_at: column(row, at::WHEN)?,
         data_keys: Vec::new(),
         data: Value::Null,
     })
