@@ -281,9 +281,10 @@ fn in_spans(spans: &[EventSpan]) -> Condition {
 /// `rows` (a scope's steps or events, `task` naming their task) of the
 /// page's tasks, as `kind` rows with `placed`'s columns. PostgreSQL reads
 /// each task's through its index, in a lateral subquery that `OFFSET 0`
-/// keeps the planner from flattening: hashing the page against every step
-/// and event of the tenant cost it more at every size measured. SQLite
-/// joins.
+/// keeps the planner from flattening: at 200 tasks it hashed the page
+/// against every step and event of the tenant instead, which cost more
+/// (BENCHMARKS.md, read path run 8); at 3,000 it chose the index reads
+/// itself. SQLite joins.
 fn of_page<C: ColumnTrait + Copy>(
     backend: DbBackend,
     mut rows: SelectStatement,
