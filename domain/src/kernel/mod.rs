@@ -4,8 +4,9 @@
 //! - Nothing here imports another area of the crate.
 //! - Only [`db`] and [`columns`] know the differences between SQLite and
 //!   PostgreSQL that are not in SQL the two share (connecting, migrations,
-//!   statement counting, reading a row); areas that write dialect-specific SQL (memory search, the
-//!   executor's claim) ask [`db::Backend`] which one they run on.
+//!   statement counting, reading a row); areas that write dialect-specific
+//!   SQL (memory search, the executor's claim, a task page's lateral
+//!   reads) ask which backend they run on.
 //! - [`audit::PlatformScope`] is the only way to read across tenants, and
 //!   opening one writes an audit row.
 //! - On PostgreSQL, [`row_security`] is the second wall: a connection shows

@@ -232,8 +232,8 @@ impl Tasks {
 
 /// A statement's rows by kind, in order: tasks by id, steps by task in
 /// the order they ran, events by task oldest first. Sorting here rather
-/// than in the statement keeps PostgreSQL from sorting wide padded rows (a
-/// third of the statement's time).
+/// than in the statement keeps PostgreSQL from sorting the wide rows of a
+/// `UNION ALL` (a third of the statement's time when measured).
 type Decoded = (Vec<Task>, Vec<(TaskId, StepAttempt)>, Vec<TaskEvent>);
 
 fn decode(rows: Vec<QueryResult>, tenant: TenantId) -> Result<Decoded> {
