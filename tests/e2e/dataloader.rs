@@ -461,3 +461,87 @@ async fn plain_lists_answer_as_the_general_path_does(backend: Backend) {
     );
     assert!(raw.contains("\"events\":[{\"summary\":"), "{raw}");
 }
+
+for_both_backends!(a_plain_page_answers_as_the_general_path_does);
+
+/// A page whose selection is all plain is read narrow and built in one
+/// pass (`schema/tasks/plain_page.rs`); the same selection with the node's
+/// fields inside an inline fragment takes the general path. Both answer
+/// the same, page by page (cursors, page info, type names, every plain
+/// field of a task, its plan, steps and event windows), in one statement
+/// each, and the one-pass answer keeps the selection's order.
+async fn a_plain_page_answers_as_the_general_path_does(backend: Backend) {
+    let app = app(backend).await;
+    publish_three(&app).await;
+    start_and_run(&app, 2).await;
+    run_a_broken_task(&app).await;
+
+    const TASK: &str = "__typename id status mode conversationId channel input subjectId \
+        intent confidence confidenceThreshold plan { key version __typename } currentStepId \
+        maxSteps error traceId idempotencyKey createdBy createdAt updatedAt startedAt \
+        completedAt steps { __typename stepId tool attempt status summary error \
+        idempotencyKey startedAt finishedAt durationMs } \
+        recent: events(last: 2) { seq kind taskId stepId tool status summary error createdAt } \
+        early: events(after: 1, first: 2) { seq summary }";
+    let query = |node: &str, after: &Value| {
+        let after = after
+            .as_str()
+            .map(|c| format!(", after: \"{c}\""))
+            .unwrap_or_default();
+        format!(
+            "{{ tasks(first: 2{after}) {{ __typename \
+             pageInfo {{ hasPreviousPage hasNextPage startCursor endCursor __typename }} \
+             edges {{ __typename cursor node {{ {node} }} }} }} }}"
+        )
+    };
+    let (mut after, mut seen) = (Value::Null, 0);
+    for page in 0..2 {
+        let (plain, plain_statements) = measured(&app, &query(TASK, &after)).await;
+        let (general, _) =
+            measured(&app, &query(&format!("... on Task {{ {TASK} }}"), &after)).await;
+        let (alone, alone_statements) = measured(&app, &query("id", &after)).await;
+        assert_eq!(plain, general, "page {page}");
+        assert_eq!(plain_statements, alone_statements, "page {page}");
+        let edges = plain["tasks"]["edges"].as_array().unwrap();
+        assert_eq!(
+            edges.len(),
+            alone["tasks"]["edges"].as_array().unwrap().len()
+        );
+        for edge in edges {
+            let node = &edge["node"];
+            assert!(!node["steps"].as_array().unwrap().is_empty(), "{node}");
+            assert_eq!(node["recent"].as_array().unwrap().len(), 2, "{node}");
+            assert_eq!(node["early"][0]["seq"], 2, "{node}");
+        }
+        seen += edges.len();
+        assert_eq!(plain["tasks"]["pageInfo"]["hasNextPage"], page == 0);
+        after = plain["tasks"]["pageInfo"]["endCursor"].clone();
+    }
+    assert_eq!(seen, 3);
+
+    // Selection order, a repeated leaf once in its first place.
+    let raw = crate::helpers::http_client()
+        .post(app.url("/graphql"))
+        .bearer_auth(app.admin_token("acme"))
+        .json(
+            &json!({"query": "{ tasks(first: 1) { edges { node { status id status \
+            plan { version key } } cursor } pageInfo { endCursor hasNextPage } } }"}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        raw.starts_with(
+            "{\"data\":{\"tasks\":{\"edges\":[{\"node\":{\"status\":\"COMPLETED\",\"id\":"
+        ),
+        "{raw}"
+    );
+    assert!(
+        raw.contains("\"plan\":{\"version\":1,\"key\":\"three\"}},\"cursor\":"),
+        "{raw}"
+    );
+    assert!(raw.contains("\"pageInfo\":{\"endCursor\":"), "{raw}");
+}

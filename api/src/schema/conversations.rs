@@ -15,7 +15,7 @@ use super::{
     context::{domain, principal},
     ids::{self, NodeType},
     page::{connection, page_request},
-    tasks::{Task, task_page, task_scope},
+    tasks::{TaskPage, task_page, task_scope},
 };
 use crate::error::ResultExt;
 
@@ -48,7 +48,7 @@ impl Conversation {
         ctx: &Context<'_>,
         first: Option<i32>,
         after: Option<String>,
-    ) -> async_graphql::Result<Connection<String, Task>> {
+    ) -> async_graphql::Result<TaskPage> {
         let scope = task_scope(ctx)?;
         let filter = TaskFilter {
             conversation: Some(self.0.id),

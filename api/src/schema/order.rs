@@ -140,8 +140,14 @@ fn apply<'d>(value: &mut Value, plan: &Plan<'d>, document: &'d ExecutableDocumen
         Value::Object(map) => {
             let mut place = 0;
             for (at_key, key) in plan.keys.iter().enumerate() {
-                let Some(at) = map.get_index_of(*key) else {
-                    continue;
+                // A field already in its place (the usual case) is found
+                // without hashing its key.
+                let at = match map.get_index(place) {
+                    Some((k, _)) if k == *key => place,
+                    _ => match map.get_index_of(*key) {
+                        Some(at) => at,
+                        None => continue,
+                    },
                 };
                 if at != place {
                     map.move_index(at, place);

@@ -174,19 +174,24 @@ impl Plain for TaskEvent {
     ];
 
     fn plain(&self, name: &str) -> AnyValue {
-        let event = self.record();
-        let text = |s: &Option<String>| s.clone().map_or(AnyValue::Null, AnyValue::String);
-        match name {
-            "seq" => AnyValue::from(event.seq),
-            "kind" => enum_value(TaskEventKind::from(event.kind)),
-            "taskId" => AnyValue::String(ids::encode(NodeType::Task, event.task_id.uuid()).0),
-            "stepId" => text(&event.step_id),
-            "tool" => text(&event.tool),
-            "status" => text(&event.status),
-            "summary" => AnyValue::String(event.summary.clone()),
-            "error" => text(&event.error),
-            "createdAt" => event.created_at.to_value(),
-            _ => AnyValue::Null,
-        }
+        event_value(self.record(), name)
+    }
+}
+
+/// Field `name` of `event`, one of [`TaskEvent::PLAIN`] (what its
+/// resolver answers).
+pub(super) fn event_value(event: &tasks::TaskEvent, name: &str) -> AnyValue {
+    let text = |s: &Option<String>| s.clone().map_or(AnyValue::Null, AnyValue::String);
+    match name {
+        "seq" => AnyValue::from(event.seq),
+        "kind" => enum_value(TaskEventKind::from(event.kind)),
+        "taskId" => AnyValue::String(ids::encode(NodeType::Task, event.task_id.uuid()).0),
+        "stepId" => text(&event.step_id),
+        "tool" => text(&event.tool),
+        "status" => text(&event.status),
+        "summary" => AnyValue::String(event.summary.clone()),
+        "error" => text(&event.error),
+        "createdAt" => event.created_at.to_value(),
+        _ => AnyValue::Null,
     }
 }

@@ -19,13 +19,16 @@
 
 use std::sync::Arc;
 
-use async_graphql::{Context, Lookahead, SelectionField, connection::Connection};
+use async_graphql::{Context, Lookahead, SelectionField};
 use brainstem_domain::{
     Error, TaskId, TenantScope,
-    tasks::{self, Detail, EventSpan, EventWindow, StepAndEventSummaries, TaskFilter},
+    tasks::{self, Detail, EventSpan, EventWindow, Fields, StepAndEventSummaries, TaskFilter},
 };
 
-use super::Task;
+use super::{
+    Task,
+    plain_page::{self, TaskPage},
+};
 use crate::{
     error::ResultExt,
     schema::{
@@ -46,8 +49,13 @@ pub(crate) async fn task_page(
     filter: TaskFilter,
     first: Option<i32>,
     after: Option<String>,
-) -> async_graphql::Result<Connection<String, Task>> {
+) -> async_graphql::Result<TaskPage> {
     let request = page_request(first, after)?;
+    if let Some(plan) = plain_page::plan(&ctx.item.node) {
+        return plain_page::answer(&domain(ctx).tasks, scope, filter, request, plan)
+            .await
+            .gql();
+    }
     let node = ctx.look_ahead().field("edges").field("node");
     let shown = Shown::of(&node)?;
     let detail = page_detail(ctx);
@@ -55,7 +63,14 @@ pub(crate) async fn task_page(
         let spans: Vec<EventSpan> = shown.events.iter().map(|(span, _)| *span).collect();
         let (page, summaries) = domain(ctx)
             .tasks
-            .page_with_summaries(scope, filter, request, shown.steps.is_some(), &spans)
+            .page_with_summaries(
+                scope,
+                filter,
+                request,
+                &Fields::summaries(),
+                shown.steps.is_some(),
+                &spans,
+            )
             .await
             .gql()?;
         feed(loader(ctx), &page.items, &shown, summaries).await;
@@ -70,7 +85,7 @@ pub(crate) async fn task_page(
         read_ahead(ctx, scope, &node, &page.items, Some(&shown)).await?;
         page
     };
-    Ok(connection(page, |t| t.id.uuid(), Task))
+    Ok(TaskPage::General(connection(page, |t| t.id.uuid(), Task)))
 }
 
 /// The steps and event windows a page's items select.

@@ -14,12 +14,11 @@ pub mod events;
 mod listing;
 pub mod modes;
 pub mod mutation;
+mod plain_page;
 pub mod result;
 pub mod steps;
 
-use async_graphql::{
-    Context, Enum, ID, InputObject, Json, Object, SimpleObject, connection::Connection,
-};
+use async_graphql::{Context, Enum, ID, InputObject, Json, Object, SimpleObject};
 use brainstem_domain::{
     TaskId, TenantScope,
     tasks::{self, TaskFilter as DomainFilter},
@@ -28,13 +27,13 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-pub(crate) use self::listing::task_page;
 use self::listing::{event_detail, event_span, step_detail};
 pub use self::{
     events::TaskEvent,
     mutation::TaskMutation,
     steps::{Artifact, Review, TaskStep, Usage},
 };
+pub(crate) use self::{listing::task_page, plain_page::TaskPage};
 use super::{
     context::{domain, require_scope},
     ids::{self, NodeType},
@@ -248,7 +247,7 @@ impl Task {
         ctx: &Context<'_>,
         first: Option<i32>,
         after: Option<String>,
-    ) -> async_graphql::Result<Connection<String, Task>> {
+    ) -> async_graphql::Result<TaskPage> {
         let filter = DomainFilter {
             parent: Some(self.0.id),
             ..DomainFilter::default()
@@ -357,7 +356,7 @@ impl TaskQuery {
         filter: Option<TaskFilter>,
         first: Option<i32>,
         after: Option<String>,
-    ) -> async_graphql::Result<Connection<String, Task>> {
+    ) -> async_graphql::Result<TaskPage> {
         let scope = task_scope(ctx)?;
         let filter = filter
             .map(|f| DomainFilter {

@@ -107,20 +107,25 @@ impl Plain for TaskStep {
     ];
 
     fn plain(&self, name: &str) -> AnyValue {
-        let step = &self.0;
-        match name {
-            "stepId" => AnyValue::String(step.step_id.clone()),
-            "tool" => AnyValue::String(step.tool.clone()),
-            "attempt" => AnyValue::from(step.attempt),
-            "status" => AnyValue::String(step.status.clone()),
-            "summary" => AnyValue::String(step.summary.clone()),
-            "error" => step.error.clone().map_or(AnyValue::Null, AnyValue::String),
-            "idempotencyKey" => AnyValue::String(step.idempotency_key.clone()),
-            "startedAt" => step.started_at.to_value(),
-            "finishedAt" => step.finished_at.to_value(),
-            "durationMs" => AnyValue::from(step.duration_ms),
-            _ => AnyValue::Null,
-        }
+        step_value(&self.0, name)
+    }
+}
+
+/// Field `name` of `step`, one of [`TaskStep::PLAIN`] (what its resolver
+/// answers).
+pub(super) fn step_value(step: &tasks::StepAttempt, name: &str) -> AnyValue {
+    match name {
+        "stepId" => AnyValue::String(step.step_id.clone()),
+        "tool" => AnyValue::String(step.tool.clone()),
+        "attempt" => AnyValue::from(step.attempt),
+        "status" => AnyValue::String(step.status.clone()),
+        "summary" => AnyValue::String(step.summary.clone()),
+        "error" => step.error.clone().map_or(AnyValue::Null, AnyValue::String),
+        "idempotencyKey" => AnyValue::String(step.idempotency_key.clone()),
+        "startedAt" => step.started_at.to_value(),
+        "finishedAt" => step.finished_at.to_value(),
+        "durationMs" => AnyValue::from(step.duration_ms),
+        _ => AnyValue::Null,
     }
 }
 

@@ -53,6 +53,7 @@ use crate::{
 };
 
 mod event;
+mod fields;
 mod lifecycle;
 mod log;
 mod reads;
@@ -60,6 +61,7 @@ mod record;
 mod summaries;
 
 pub use event::*;
+pub use fields::{EventField, Fields, StepField, TaskField};
 pub use log::*;
 pub use reads::*;
 pub use record::*;

@@ -2,7 +2,6 @@
 //! out to (events, steps, reviews, artifacts), batched by task.
 
 use super::*;
-use crate::kernel::columns::column;
 
 /// How much of a task, step or event row a read decodes. `Summary` leaves
 /// the JSON columns empty (a task's `payload`, `frozen_plan`, step ids,
@@ -89,48 +88,6 @@ pub(super) const TASK_SUMMARY: [task::Column; 32] = [
     task::Column::StartedAt,
     task::Column::CompletedAt,
 ];
-
-impl TaskSummaryRow {
-    /// The row whose columns, in [`TASK_SUMMARY`]'s order, start at
-    /// position `at` of `row` (a statement's own shape, read without
-    /// looking columns up by name).
-    pub(super) fn at(row: &sea_orm::QueryResult, at: usize) -> Result<Self> {
-        Ok(Self {
-            id: column(row, at)?,
-            tenant_id: column(row, at + 1)?,
-            parent_task_id: column(row, at + 2)?,
-            conversation_id: column(row, at + 3)?,
-            channel: column(row, at + 4)?,
-            mode: column(row, at + 5)?,
-            status: column(row, at + 6)?,
-            idempotency_key: column(row, at + 7)?,
-            input_text: column(row, at + 8)?,
-            subject_id: column(row, at + 9)?,
-            intent: column(row, at + 10)?,
-            confidence: column(row, at + 11)?,
-            confidence_threshold: column(row, at + 12)?,
-            intent_reviewed: column(row, at + 13)?,
-            plan_id: column(row, at + 14)?,
-            plan_key: column(row, at + 15)?,
-            plan_version: column(row, at + 16)?,
-            current_step_id: column(row, at + 17)?,
-            max_steps: column(row, at + 18)?,
-            error_message: column(row, at + 19)?,
-            trace_id: column(row, at + 20)?,
-            lease_owner: column(row, at + 21)?,
-            lease_expires_at: column(row, at + 22)?,
-            run_after: column(row, at + 23)?,
-            cancel_requested: column(row, at + 24)?,
-            last_seq: column(row, at + 25)?,
-            running_ms: column(row, at + 26)?,
-            created_by: column(row, at + 27)?,
-            created_at: column(row, at + 28)?,
-            updated_at: column(row, at + 29)?,
-            started_at: column(row, at + 30)?,
-            completed_at: column(row, at + 31)?,
-        })
-    }
-}
 
 impl TryFrom<TaskSummaryRow> for Task {
     type Error = Error;

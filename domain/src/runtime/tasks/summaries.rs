@@ -29,82 +29,15 @@ use sea_orm::{
     },
 };
 
-use super::reads::{TASK_SUMMARY, TaskSummaryRow, filtered, group, in_windows, spread};
+use super::fields::{Fields, Layout, blank_event, blank_step, blank_task};
+use super::reads::{filtered, group, in_windows, spread};
 use super::*;
 use crate::kernel::columns::column;
 
-// A row's columns, by position: 0 which kind of row it is, then a task's
-// 32 (`TASK_SUMMARY`'s order, from 1). A step's or an event's columns
-// take the positions of a task's columns of the same type, so that no row
-// is wider than a task's (padding every step and event with a task's 32
-// NULLs was a third of PostgreSQL's time for the statement).
+// A row's kind, at position 0.
 const STEP: i32 = 0;
 const EVENT: i32 = 1;
 const TASK: i32 = 2;
-const WIDTH: usize = 1 + TASK_SUMMARY.len();
-
-/// Where a step's or an event's columns sit, each at a task column of its
-/// type (named after it).
-mod at {
-    /// The row's own id (a task's id).
-    pub const ID: usize = 1;
-    /// The task it belongs to (a task's parent).
-    pub const TASK: usize = 3;
-    /// The plan step (a task's channel).
-    pub const STEP_ID: usize = 5;
-    /// The tool (a task's mode).
-    pub const TOOL: usize = 6;
-    /// The status (a task's status).
-    pub const STATUS: usize = 7;
-    /// A step's idempotency key (a task's).
-    pub const IDEMPOTENCY_KEY: usize = 8;
-    /// The summary (a task's input text).
-    pub const SUMMARY: usize = 9;
-    /// An event's kind (a task's intent).
-    pub const KIND: usize = 11;
-    /// A step's attempt (a task's plan version).
-    pub const ATTEMPT: usize = 17;
-    /// The error (a task's error message).
-    pub const ERROR: usize = 20;
-    /// When a step started or an event was written (a task's lease expiry).
-    pub const WHEN: usize = 23;
-    /// When a step finished (a task's run-after).
-    pub const FINISHED: usize = 24;
-    /// An event's sequence number (a task's last one).
-    pub const SEQ: usize = 26;
-    /// A step's duration (a task's running time).
-    pub const DURATION: usize = 27;
-}
-
-/// A step row's columns and their positions.
-const STEP_COLUMNS: [(usize, task_step::Column); 12] = [
-    (at::ID, task_step::Column::Id),
-    (at::TASK, task_step::Column::TaskId),
-    (at::STEP_ID, task_step::Column::StepId),
-    (at::TOOL, task_step::Column::Tool),
-    (at::STATUS, task_step::Column::Status),
-    (at::IDEMPOTENCY_KEY, task_step::Column::IdempotencyKey),
-    (at::SUMMARY, task_step::Column::Summary),
-    (at::ATTEMPT, task_step::Column::Attempt),
-    (at::ERROR, task_step::Column::Error),
-    (at::WHEN, task_step::Column::StartedAt),
-    (at::FINISHED, task_step::Column::FinishedAt),
-    (at::DURATION, task_step::Column::DurationMs),
-];
-
-/// An event row's columns and their positions.
-const EVENT_COLUMNS: [(usize, task_event::Column); 10] = [
-    (at::ID, task_event::Column::Id),
-    (at::TASK, task_event::Column::TaskId),
-    (at::STEP_ID, task_event::Column::StepId),
-    (at::TOOL, task_event::Column::Tool),
-    (at::STATUS, task_event::Column::Status),
-    (at::SUMMARY, task_event::Column::Summary),
-    (at::KIND, task_event::Column::Kind),
-    (at::ERROR, task_event::Column::Error),
-    (at::WHEN, task_event::Column::CreatedAt),
-    (at::SEQ, task_event::Column::Seq),
-];
 
 /// The common table expression holding the page.
 const PAGE: &str = "page";
@@ -116,37 +49,46 @@ pub type StepAndEventSummaries = (
 );
 
 impl Tasks {
-    /// A page of a scope's tasks that pass `filter`, as summaries, with
-    /// every step attempt of each (if `steps`) and the events each of
-    /// `spans` means for each, in one statement.
+    /// A page of a scope's tasks that pass `filter`, with every step
+    /// attempt of each (if `steps`) and the events each of `spans` means
+    /// for each, in one statement, reading of each only `fields` (the
+    /// others stay blank, see [`Fields`]).
     pub async fn page_with_summaries(
         &self,
         scope: TenantScope,
         filter: TaskFilter,
         request: PageRequest,
+        fields: &Fields,
         steps: bool,
         spans: &[EventSpan],
     ) -> Result<(Page<Task>, StepAndEventSummaries)> {
+        let layout = Layout::of(fields);
+        let task_columns = layout.task.iter().map(|(_, f)| f.column());
         let (page_select, size) = page::page_of(
-            filtered(scope, filter).select_only().columns(TASK_SUMMARY),
+            filtered(scope, filter).select_only().columns(task_columns),
             task::Column::Id,
             request,
         )?;
         let backend = self.db.get_database_backend();
         let mut select = Query::select();
         select.expr(Expr::cust(TASK.to_string()));
-        for column in TASK_SUMMARY {
-            select.column((Alias::new(PAGE), column));
+        for (index, sql) in layout.types.iter().enumerate() {
+            match layout.task.iter().find(|(at, _)| *at == index + 1) {
+                Some((_, field)) => select.column((Alias::new(PAGE), field.column())),
+                None => select.expr(Expr::cust(sql.null())),
+            };
         }
         select.from(Alias::new(PAGE));
         if steps {
             let rows = task_step::Entity::find_in(scope).select_only().into_query();
+            let placed = placed(&layout.step, |f| f.column());
             let branch = of_page(
                 backend,
                 rows,
                 task_step::Column::TaskId,
                 STEP,
-                &STEP_COLUMNS,
+                &placed,
+                &layout,
             );
             select.union(UnionType::All, branch);
         }
@@ -155,12 +97,14 @@ impl Tasks {
                 .filter(in_spans(spans))
                 .select_only()
                 .into_query();
+            let placed = placed(&layout.event, |f| f.column());
             let branch = of_page(
                 backend,
                 rows,
                 task_event::Column::TaskId,
                 EVENT,
-                &EVENT_COLUMNS,
+                &placed,
+                &layout,
             );
             select.union(UnionType::All, branch);
         }
@@ -175,7 +119,7 @@ impl Tasks {
                 .to_owned(),
         );
         let rows = self.db.query_all_raw(backend.build(&query)).await?;
-        let (tasks, step_rows, event_rows) = decode(rows, scope.tenant_id())?;
+        let (tasks, step_rows, event_rows) = decode(rows, scope.tenant_id(), &layout)?;
         let page = page::cut(tasks, size, request);
         let ids: Vec<TaskId> = page.items.iter().map(|t| t.id).collect();
         let steps = if steps {
@@ -207,12 +151,38 @@ impl Tasks {
             windows.iter().map(|w| (*w, Vec::new())).collect();
         let windows: Vec<&(TaskId, EventWindow)> =
             windows.iter().filter(|(_, w)| w.until > w.after).collect();
+        let layout = Layout::of(&Fields::summaries());
         let steps_select = (!step_tasks.is_empty()).then(|| {
             let ids = step_tasks.iter().map(|i| i.uuid());
-            steps_branch(scope, task_step::Column::TaskId.is_in(ids))
+            let mut rows = task_step::Entity::find_in(scope)
+                .filter(task_step::Column::TaskId.is_in(ids))
+                .select_only()
+                .into_query();
+            let placed = placed(&layout.step, |f| f.column());
+            shape(
+                &mut rows,
+                STEP,
+                task_step::Entity.into_iden(),
+                &placed,
+                &layout,
+            );
+            rows
         });
-        let events_select =
-            (!windows.is_empty()).then(|| events_branch(scope, in_windows(&windows)));
+        let events_select = (!windows.is_empty()).then(|| {
+            let mut rows = task_event::Entity::find_in(scope)
+                .filter(in_windows(&windows))
+                .select_only()
+                .into_query();
+            let placed = placed(&layout.event, |f| f.column());
+            shape(
+                &mut rows,
+                EVENT,
+                task_event::Entity.into_iden(),
+                &placed,
+                &layout,
+            );
+            rows
+        });
         let select = match (steps_select, events_select) {
             (Some(mut steps), Some(events)) => {
                 steps.union(UnionType::All, events);
@@ -223,7 +193,7 @@ impl Tasks {
         };
         let backend = self.db.get_database_backend();
         let rows = self.db.query_all_raw(backend.build(&select)).await?;
-        let (_, steps, read) = decode(rows, scope.tenant_id())?;
+        let (_, steps, read) = decode(rows, scope.tenant_id(), &layout)?;
         spread(&windows, read, &mut events);
         let steps = group(step_tasks, steps, |(task, _)| *task, |(_, step)| step);
         Ok((steps, events))
@@ -232,17 +202,35 @@ impl Tasks {
 
 /// A statement's rows by kind, in order: tasks by id, steps by task in
 /// the order they ran, events by task oldest first. Sorting here rather
-/// than in the statement keeps PostgreSQL from sorting the wide rows of a
+/// than in the statement keeps PostgreSQL from sorting the rows of a
 /// `UNION ALL` (a third of the statement's time when measured).
 type Decoded = (Vec<Task>, Vec<(TaskId, StepAttempt)>, Vec<TaskEvent>);
 
-fn decode(rows: Vec<QueryResult>, tenant: TenantId) -> Result<Decoded> {
+fn decode(rows: Vec<QueryResult>, tenant: TenantId, layout: &Layout) -> Result<Decoded> {
     let (mut tasks, mut steps, mut events) = (Vec::new(), Vec::new(), Vec::new());
     for row in rows {
         match column::<i32>(&row, 0)? {
-            TASK => tasks.push(Task::try_from(TaskSummaryRow::at(&row, 1)?)?),
-            STEP => steps.push(step_of(&row)?),
-            EVENT => events.push(event_of(&row, tenant)?),
+            TASK => {
+                let mut task = blank_task(tenant);
+                for (at, field) in &layout.task {
+                    field.fill(&mut task, &row, *at)?;
+                }
+                tasks.push(task);
+            }
+            STEP => {
+                let mut step = blank_step();
+                for (at, field) in &layout.step {
+                    field.fill(&mut step, &row, *at)?;
+                }
+                steps.push(step);
+            }
+            EVENT => {
+                let mut event = blank_event(tenant);
+                for (at, field) in &layout.event {
+                    field.fill(&mut event, &row, *at)?;
+                }
+                events.push(event);
+            }
             other => {
                 return Err(Error::Internal(format!(
                     "a page's row of unknown kind {other}"
@@ -254,6 +242,11 @@ fn decode(rows: Vec<QueryResult>, tenant: TenantId) -> Result<Decoded> {
     steps.sort_unstable_by_key(|(task, step): &(TaskId, StepAttempt)| (*task, step.id));
     events.sort_unstable_by_key(|e: &TaskEvent| (e.task_id, e.seq));
     Ok((tasks, steps, events))
+}
+
+/// A kind's placed fields as their columns.
+fn placed<F: Copy, C>(fields: &[(usize, F)], column: impl Fn(F) -> C) -> Vec<(usize, C)> {
+    fields.iter().map(|(at, f)| (*at, column(*f))).collect()
 }
 
 /// Events of the page's tasks (joined as `page`) in any of `spans`.
@@ -291,6 +284,7 @@ fn of_page<C: ColumnTrait + Copy>(
     task: C,
     kind: i32,
     placed: &[(usize, C)],
+    layout: &Layout,
 ) -> SelectStatement {
     let table = task.entity_name();
     let of_page_task =
@@ -303,7 +297,13 @@ fn of_page<C: ColumnTrait + Copy>(
             }
             rows.offset(0);
             let mut branch = Query::select();
-            shape(&mut branch, kind, Alias::new("r").into_iden(), placed);
+            shape(
+                &mut branch,
+                kind,
+                Alias::new("r").into_iden(),
+                placed,
+                layout,
+            );
             branch.from(Alias::new(PAGE)).join_lateral(
                 JoinType::InnerJoin,
                 rows,
@@ -314,7 +314,7 @@ fn of_page<C: ColumnTrait + Copy>(
         }
         _ => {
             rows.join(JoinType::InnerJoin, Alias::new(PAGE), of_page_task);
-            shape(&mut rows, kind, table, placed);
+            shape(&mut rows, kind, table, placed, layout);
             rows
         }
     }
@@ -327,88 +327,13 @@ fn shape<C: ColumnTrait + Copy>(
     kind: i32,
     table: DynIden,
     placed: &[(usize, C)],
+    layout: &Layout,
 ) {
     select.expr(Expr::cust(kind.to_string()));
-    for position in 1..WIDTH {
+    for position in 1..layout.width() {
         match placed.iter().find(|(at, _)| *at == position) {
             Some((_, column)) => select.column((table.clone(), *column)),
             None => select.expr(Expr::cust("NULL")),
         };
     }
-}
-
-/// A scope's steps matching `which`, as step rows.
-fn steps_branch(scope: TenantScope, which: SimpleExpr) -> SelectStatement {
-    let mut rows = task_step::Entity::find_in(scope)
-        .filter(which)
-        .select_only()
-        .into_query();
-    shape(
-        &mut rows,
-        STEP,
-        task_step::Column::Id.entity_name(),
-        &STEP_COLUMNS,
-    );
-    rows
-}
-
-/// A scope's events matching `which`, as event rows.
-fn events_branch(scope: TenantScope, which: Condition) -> SelectStatement {
-    let mut rows = task_event::Entity::find_in(scope)
-        .filter(which)
-        .select_only()
-        .into_query();
-    shape(
-        &mut rows,
-        EVENT,
-        task_event::Column::Id.entity_name(),
-        &EVENT_COLUMNS,
-    );
-    rows
-}
-
-/// A step row: its task and the attempt.
-fn step_of(row: &QueryResult) -> Result<(TaskId, StepAttempt)> {
-    let task: Uuid = column(row, at::TASK)?;
-    Ok((
-        task.into(),
-        StepAttempt {
-            id: column(row, at::ID)?,
-            step_id: column(row, at::STEP_ID)?,
-            tool: column(row, at::TOOL)?,
-            status: column(row, at::STATUS)?,
-            summary: column(row, at::SUMMARY)?,
-            error: column(row, at::ERROR)?,
-            attempt: column(row, at::ATTEMPT)?,
-            duration_ms: column(row, at::DURATION)?,
-            idempotency_key: column(row, at::IDEMPOTENCY_KEY)?,
-            started_at: column(row, at::WHEN)?,
-            finished_at: column(row, at::FINISHED)?,
-            args: Value::Null,
-            output: Value::Null,
-            usage: Usage::default(),
-        },
-    ))
-}
-
-/// An event row of `tenant` (every row is the caller's scope's, so the
-/// statement does not repeat it).
-fn event_of(row: &QueryResult, tenant: TenantId) -> Result<TaskEvent> {
-    let task: Uuid = column(row, at::TASK)?;
-    let kind: String = column(row, at::KIND)?;
-    Ok(TaskEvent {
-        id: column(row, at::ID)?,
-        tenant,
-        task_id: task.into(),
-        step_id: column(row, at::STEP_ID)?,
-        tool: column(row, at::TOOL)?,
-        status: column(row, at::STATUS)?,
-        summary: column(row, at::SUMMARY)?,
-        error: column(row, at::ERROR)?,
-        seq: column(row, at::SEQ)?,
-        kind: kind.parse()?,
-        created_at: column(row, at::WHEN)?,
-        data_keys: Vec::new(),
-        data: Value::Null,
-    })
 }
