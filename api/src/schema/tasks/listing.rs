@@ -1,8 +1,10 @@
 //! Reading a page of tasks with the relations its selection shows.
 //!
-//! A list of tasks (`tasks`, `Task.children`, a conversation's turns) looks
-//! ahead at what its items select and reads it before they resolve, so
-//! each item finds its rows in the operation's loader cache:
+//! A list of tasks (`tasks`, `Task.children`, a conversation's turns) whose
+//! whole selection is plain is read narrow and answered in one pass
+//! ([`super::plain_page`]). Any other looks ahead at what its items select
+//! and reads it before they resolve, so each item finds its rows in the
+//! operation's loader cache:
 //!
 //! - When the page, its steps and its event windows are all shown as
 //!   summaries (no JSON column selected), the page and both relations are

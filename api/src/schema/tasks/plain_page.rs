@@ -32,10 +32,8 @@ use super::{
     Channel, PlanRef, Task, TaskMode, TaskStatus, TaskStep, events::event_value,
     listing::event_span, steps::step_value,
 };
-use crate::schema::{
-    ids::{self, NodeType},
-    plain_list::Plain,
-};
+use crate::schema::ids::{self, NodeType};
+use crate::schema::plain_list::Plain;
 use async_graphql::{
     ContextSelectionSet, Name, OutputType, Positioned, ScalarType, ServerError, ServerResult,
     Value,

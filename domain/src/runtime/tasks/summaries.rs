@@ -5,12 +5,12 @@
 //! its events would take three statements: the page, then one per relation
 //! ([`Tasks::steps_of_many`], [`Tasks::events_of_many`]). When all three
 //! are read as summaries ([`Detail::Summary`]) their rows are narrow enough
-//! to share one shape, so they are read in one `UNION ALL`: a kind, then a
-//! task's columns, a step's and an event's placed at a task's columns of
-//! the same type (NULL where a row has no such column).
-//! [`Tasks::page_with_summaries`] reads the page as a common table
-//! expression and its relations through it; [`Tasks::step_and_event_summaries`]
-//! reads the relations of a page already read.
+//! to share one shape, so they are read in one `UNION ALL`: a kind, then
+//! the columns of each kind at the positions [`Layout`] gives them (NULL
+//! where a row has no such column). [`Tasks::page_with_summaries`] reads
+//! the page as a common table expression and its relations through it,
+//! only the [`Fields`] its caller shows; [`Tasks::step_and_event_summaries`]
+//! reads every summary column of the relations of a page already read.
 //!
 //! Invariants:
 //! - The answer is the one the separate reads give: the same rows, tasks
@@ -18,8 +18,9 @@
 //!   each with their own copy (`tests/e2e/dataloader.rs` compares them).
 //! - Every branch is read through the caller's tenant scope.
 //! - PostgreSQL types the columns of a `UNION` pairwise, left to right: a
-//!   step's or an event's column shares a position only with a task's
-//!   column of its own type (`at`), and the page's branch comes first.
+//!   step's or an event's column shares a position only with columns of
+//!   its own SQL type ([`Layout`]), and the page's branch comes first, with
+//!   every NULL it holds cast to its position's type.
 
 use sea_orm::{
     DbBackend, QueryResult,
