@@ -443,17 +443,12 @@ async fn plain_lists_answer_as_the_general_path_does(backend: Backend) {
     );
 
     // Selection order, a repeated key once in its first place.
-    let raw = crate::helpers::http_client()
-        .post(app.url("/graphql"))
-        .bearer_auth(&token)
-        .json(&json!({"query": "{ tasks(first: 1) { edges { node { \
-            steps { status stepId status } events(last: 1) { summary seq } } } } }"}))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let raw = raw_answer(
+        &app,
+        "{ tasks(first: 1) { edges { node { \
+         steps { status stepId status } events(last: 1) { summary seq } } } } }",
+    )
+    .await;
     assert!(raw.contains("\"steps\":[{\"status\":"), "{raw}");
     assert!(
         !raw.contains("\"status\":\"COMPLETED\",\"stepId\":\"a\",\"status\""),
@@ -520,19 +515,12 @@ async fn a_plain_page_answers_as_the_general_path_does(backend: Backend) {
     assert_eq!(seen, 3);
 
     // Selection order, a repeated leaf once in its first place.
-    let raw = crate::helpers::http_client()
-        .post(app.url("/graphql"))
-        .bearer_auth(app.admin_token("acme"))
-        .json(
-            &json!({"query": "{ tasks(first: 1) { edges { node { status id status \
-            plan { version key } } cursor } pageInfo { endCursor hasNextPage } } }"}),
-        )
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let raw = raw_answer(
+        &app,
+        "{ tasks(first: 1) { edges { node { status id status \
+         plan { version key } } cursor } pageInfo { endCursor hasNextPage } } }",
+    )
+    .await;
     assert!(
         raw.starts_with(
             "{\"data\":{\"tasks\":{\"edges\":[{\"node\":{\"status\":\"COMPLETED\",\"id\":"
@@ -544,4 +532,18 @@ async fn a_plain_page_answers_as_the_general_path_does(backend: Backend) {
         "{raw}"
     );
     assert!(raw.contains("\"pageInfo\":{\"endCursor\":"), "{raw}");
+}
+
+/// The bytes of acme's admin's answer to `query`, to see its order.
+async fn raw_answer(app: &TestApp, query: &str) -> String {
+    crate::helpers::http_client()
+        .post(app.url("/graphql"))
+        .bearer_auth(app.admin_token("acme"))
+        .json(&json!({ "query": query }))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
