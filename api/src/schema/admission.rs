@@ -9,6 +9,8 @@
 //! - [`rate_limit`]: an authenticated caller's key and tenant, an anonymous
 //!   caller's address. It runs after the persisted-query lookup, so a
 //!   client's `PersistedQueryNotFound` round trip costs it nothing.
+//! - [`parse_recent`]: once admitted, a document sent as text is parsed,
+//!   or taken from an LRU of the documents parsed lately.
 //!
 //! The caller and address come from the request's data (HTTP) or the
 //! connection's (WebSocket session data): see [`data`].
@@ -39,10 +41,14 @@ pub fn data<'a, T: 'static + Send + Sync>(
 }
 
 /// Resolves an automatic persisted query in place: the request then holds
-/// the parsed document (and no text, when it was looked up).
-pub async fn persisted_query(storage: &LruCacheStorage, request: &mut Request) -> ServerResult<()> {
+/// the parsed document (and no text, when it was looked up). Whether the
+/// request was one.
+pub async fn persisted_query(
+    storage: &LruCacheStorage,
+    request: &mut Request,
+) -> ServerResult<bool> {
     let Some(value) = request.extensions.remove("persistedQuery") else {
-        return Ok(());
+        return Ok(false);
     };
     #[derive(serde::Deserialize)]
     struct PersistedQuery {
@@ -69,16 +75,51 @@ pub async fn persisted_query(storage: &LruCacheStorage, request: &mut Request) -
             .await
             .ok_or_else(|| ServerError::new(PERSISTED_QUERY_NOT_FOUND, None))?;
         request.set_parsed_query(document);
-        return Ok(());
+        return Ok(true);
     }
-    let hash = format!("{:x}", Sha256::digest(request.query.as_bytes()));
+    let hash = sha256_of(&request.query);
     if persisted.sha256_hash != hash {
         return Err(ServerError::new("provided sha does not match query", None));
     }
     let document = async_graphql::parser::parse_query(&request.query)?;
     storage.set(hash, document.clone()).await;
     request.set_parsed_query(document);
+    Ok(true)
+}
+
+/// Parses the request's text once per recent document: a document whose
+/// text was parsed lately is taken from `recent` (by the SHA-256 of its
+/// text) rather than parsed again. Dashboards send the same few documents
+/// over and over; parsing one took as long as a tenth of answering a page
+/// of tasks (BENCHMARKS.md, *Read path*, run 9). Only short documents
+/// (at most [`RECENT_DOCUMENT_BYTES`]) are kept, so what the cache can
+/// hold stays small whatever callers send; a document that fails to parse
+/// is not kept.
+pub async fn parse_recent(recent: &LruCacheStorage, request: &mut Request) -> ServerResult<()> {
+    if request.query.len() > RECENT_DOCUMENT_BYTES {
+        let document = async_graphql::parser::parse_query(&request.query)?;
+        request.set_parsed_query(document);
+        return Ok(());
+    }
+    let hash = sha256_of(&request.query);
+    let document = match recent.get(hash.clone()).await {
+        Some(document) => document,
+        None => {
+            let document = async_graphql::parser::parse_query(&request.query)?;
+            recent.set(hash, document.clone()).await;
+            document
+        }
+    };
+    request.set_parsed_query(document);
     Ok(())
+}
+
+/// The longest document text [`parse_recent`] keeps.
+pub const RECENT_DOCUMENT_BYTES: usize = 2048;
+
+/// The hex SHA-256 of a document's text (a persisted query's key).
+fn sha256_of(text: &str) -> String {
+    format!("{:x}", Sha256::digest(text.as_bytes()))
 }
 
 /// Admits the operation through the caller's rate limits.
@@ -101,5 +142,48 @@ pub fn rate_limit(
                 .map_err(to_server_error),
             None => Ok(()),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_document_is_parsed_once_and_a_broken_one_is_not_kept() {
+        let recent = LruCacheStorage::new(2);
+        let text = "{ tasks { edges { node { id } } } }";
+        let mut first = Request::new(text);
+        parse_recent(&recent, &mut first).await.unwrap();
+        let kept = recent.get(sha256_of(text)).await.expect("kept");
+        assert_eq!(
+            format!("{:?}", first.parsed_query().unwrap()),
+            format!("{kept:?}")
+        );
+        let mut again = Request::new(text);
+        parse_recent(&recent, &mut again).await.unwrap();
+        assert_eq!(
+            format!("{:?}", again.parsed_query().unwrap()),
+            format!("{kept:?}")
+        );
+
+        let broken = "{ tasks { ";
+        let error = parse_recent(&recent, &mut Request::new(broken))
+            .await
+            .unwrap_err();
+        assert!(error.message.contains("expected"), "{}", error.message);
+        assert!(recent.get(sha256_of(broken)).await.is_none());
+
+        let long = format!(
+            "{{ {} }}",
+            "__typename ".repeat(RECENT_DOCUMENT_BYTES / 11 + 1)
+        );
+        let mut request = Request::new(long.clone());
+        parse_recent(&recent, &mut request).await.unwrap();
+        assert!(request.parsed_query().is_ok());
+        assert!(
+            recent.get(sha256_of(&long)).await.is_none(),
+            "a long one is not kept"
+        );
     }
 }

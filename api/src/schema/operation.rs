@@ -4,7 +4,9 @@
 //!
 //! In order: the document's text is scanned (size, tokens, nesting) before
 //! anything parses it; an automatic persisted query is looked up or stored
-//! and the caller's rate limits admit the operation ([`super::admission`]);
+//! and the caller's rate limits admit the operation, then a document sent
+//! as text is parsed or found among those parsed lately
+//! ([`super::admission`]);
 //! the parsed document's expanded cost is measured against the caller's
 //! budget ([`super::limits`]); the operation gets a DataLoader of its own
 //! ([`super::loaders`]); a query or mutation runs under its time limit;
@@ -63,8 +65,14 @@ pub struct Pipeline {
     batch_delay: Duration,
     limiter: Arc<RateLimiter>,
     persisted_queries: LruCacheStorage,
+    /// The documents parsed lately, by the SHA-256 of their text.
+    recent_documents: LruCacheStorage,
     domain: Domain,
 }
+
+/// How many recently parsed documents a schema keeps (each of at most
+/// `admission::RECENT_DOCUMENT_BYTES`).
+const RECENT_DOCUMENTS: usize = 64;
 
 /// An operation admitted to run.
 struct Admitted {
@@ -101,6 +109,7 @@ impl Pipeline {
             batch_delay,
             limiter,
             persisted_queries,
+            recent_documents: LruCacheStorage::new(RECENT_DOCUMENTS),
             domain,
         }
     }
@@ -195,8 +204,11 @@ impl Pipeline {
     /// to run, or why it may not.
     async fn admit(&self, mut request: Request, session: Option<&Data>) -> ServerResult<Admitted> {
         limits::scan(&request.query, &self.document)?;
-        admission::persisted_query(&self.persisted_queries, &mut request).await?;
+        let persisted = admission::persisted_query(&self.persisted_queries, &mut request).await?;
         admission::rate_limit(&self.limiter, &request, session)?;
+        if !persisted {
+            admission::parse_recent(&self.recent_documents, &mut request).await?;
+        }
         let render = data::<RenderOne>(&request, session).is_some();
         let anonymous = data::<Caller>(&request, session).is_none_or(|c| c.0.is_none());
         let document = Arc::new(request.parsed_query()?.clone());
