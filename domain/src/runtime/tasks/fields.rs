@@ -17,7 +17,8 @@
 //!   decision and never cached where a reader of other fields finds it.
 //! - Each kind always reads what placing its rows needs: a task's id and
 //!   last sequence number (the page's order and event windows), a step's
-//!   id and task, an event's task and sequence number.
+//!   id and task, an event's task and sequence number; a relation the
+//!   statement does not read takes no position.
 //! - PostgreSQL types a `UNION`'s columns pairwise, left to right: the
 //!   tasks' branch comes first and casts every NULL it holds to its
 //!   position's type.
@@ -199,7 +200,9 @@ pub(super) struct Layout {
 }
 
 impl Layout {
-    pub(super) fn of(fields: &Fields) -> Self {
+    /// The layout of `fields`, placing steps' columns only if the
+    /// statement reads `steps`, and events' only if it reads `events`.
+    pub(super) fn of(fields: &Fields, steps: bool, events: bool) -> Self {
         let mut types = Vec::new();
         let task = place(
             &mut types,
@@ -208,20 +211,28 @@ impl Layout {
                 .chain(&fields.task)
                 .map(|f| (*f, f.sql())),
         );
-        let step = place(
-            &mut types,
-            [StepField::Task, StepField::Id]
-                .iter()
-                .chain(&fields.step)
-                .map(|f| (*f, f.sql())),
-        );
-        let event = place(
-            &mut types,
-            [EventField::Task, EventField::Seq]
-                .iter()
-                .chain(&fields.event)
-                .map(|f| (*f, f.sql())),
-        );
+        let step = if steps {
+            place(
+                &mut types,
+                [StepField::Task, StepField::Id]
+                    .iter()
+                    .chain(&fields.step)
+                    .map(|f| (*f, f.sql())),
+            )
+        } else {
+            Vec::new()
+        };
+        let event = if events {
+            place(
+                &mut types,
+                [EventField::Task, EventField::Seq]
+                    .iter()
+                    .chain(&fields.event)
+                    .map(|f| (*f, f.sql())),
+            )
+        } else {
+            Vec::new()
+        };
         Self {
             types,
             task,

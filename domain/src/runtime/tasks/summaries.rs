@@ -63,7 +63,7 @@ impl Tasks {
         steps: bool,
         spans: &[EventSpan],
     ) -> Result<(Page<Task>, StepAndEventSummaries)> {
-        let layout = Layout::of(fields);
+        let layout = Layout::of(fields, steps, !spans.is_empty());
         let task_columns = layout.task.iter().map(|(_, f)| f.column());
         let (page_select, size) = page::page_of(
             filtered(scope, filter).select_only().columns(task_columns),
@@ -152,7 +152,12 @@ impl Tasks {
             windows.iter().map(|w| (*w, Vec::new())).collect();
         let windows: Vec<&(TaskId, EventWindow)> =
             windows.iter().filter(|(_, w)| w.until > w.after).collect();
-        let layout = Layout::of(&Fields::summaries());
+        // No task rows: steps and events share positions among themselves.
+        let relations = Fields {
+            task: Vec::new(),
+            ..Fields::summaries()
+        };
+        let layout = Layout::of(&relations, !step_tasks.is_empty(), !windows.is_empty());
         let steps_select = (!step_tasks.is_empty()).then(|| {
             let ids = step_tasks.iter().map(|i| i.uuid());
             let mut rows = task_step::Entity::find_in(scope)
