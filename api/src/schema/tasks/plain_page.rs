@@ -6,8 +6,9 @@
 //! events theirs) and a statement that reads every summary column of every
 //! row. When a page's selection is only fields that copy a value out of a
 //! row (a task's scalars and `plan`, its `steps` and `events` with plain
-//! fields, `cursor`, `pageInfo`, `__typename`), with no directive,
-//! fragment or variable, [`plan`] says which columns it shows, one
+//! fields, `cursor`, `pageInfo`, `__typename`), with no directive or
+//! fragment and no variable inside it (the page's own `first` and `after`
+//! may be variables), [`plan`] says which columns it shows, one
 //! statement reads only those (`Tasks::page_with_summaries` with their
 //! [`Fields`]) and [`answer`] builds the page's value directly, in
 //! selection order. Any other selection takes the general path
@@ -277,6 +278,8 @@ pub(super) async fn answer(
     Ok(TaskPage::Plain(Mutex::new(Some(value))))
 }
 
+/// The page's value: what `plan` shows of `page`, its tasks' steps and
+/// event windows.
 fn build(plan: &Plan<'_>, page: &Page<tasks::Task>, steps: &Steps, events: &Events) -> Value {
     let cursor = |t: &tasks::Task| Value::String(ids::encode_cursor(t.id.uuid()));
     object(&plan.page, |field| match field {
