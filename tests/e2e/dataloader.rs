@@ -536,7 +536,7 @@ async fn a_plain_page_answers_as_the_general_path_does(backend: Backend) {
 
 /// The bytes of acme's admin's answer to `query`, to see its order.
 async fn raw_answer(app: &TestApp, query: &str) -> String {
-    crate::helpers::http_client()
+    app.http
         .post(app.url("/graphql"))
         .bearer_auth(app.admin_token("acme"))
         .json(&json!({ "query": query }))

@@ -245,6 +245,16 @@ impl Layout {
     pub(super) fn width(&self) -> usize {
         1 + self.types.len()
     }
+
+    /// A step row's columns at their positions.
+    pub(super) fn step_columns(&self) -> Vec<(usize, task_step::Column)> {
+        self.step.iter().map(|(at, f)| (*at, f.column())).collect()
+    }
+
+    /// An event row's columns at their positions.
+    pub(super) fn event_columns(&self) -> Vec<(usize, task_event::Column)> {
+        self.event.iter().map(|(at, f)| (*at, f.column())).collect()
+    }
 }
 
 /// Each of one kind's fields (once) at a position of its type that no

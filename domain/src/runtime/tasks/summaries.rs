@@ -82,7 +82,7 @@ impl Tasks {
         select.from(Alias::new(PAGE));
         if steps {
             let rows = task_step::Entity::find_in(scope).select_only().into_query();
-            let placed = placed(&layout.step, |f| f.column());
+            let placed = layout.step_columns();
             let branch = of_page(
                 backend,
                 rows,
@@ -98,7 +98,7 @@ impl Tasks {
                 .filter(in_spans(spans))
                 .select_only()
                 .into_query();
-            let placed = placed(&layout.event, |f| f.column());
+            let placed = layout.event_columns();
             let branch = of_page(
                 backend,
                 rows,
@@ -164,7 +164,7 @@ impl Tasks {
                 .filter(task_step::Column::TaskId.is_in(ids))
                 .select_only()
                 .into_query();
-            let placed = placed(&layout.step, |f| f.column());
+            let placed = layout.step_columns();
             shape(
                 &mut rows,
                 STEP,
@@ -179,7 +179,7 @@ impl Tasks {
                 .filter(in_windows(&windows))
                 .select_only()
                 .into_query();
-            let placed = placed(&layout.event, |f| f.column());
+            let placed = layout.event_columns();
             shape(
                 &mut rows,
                 EVENT,
@@ -248,11 +248,6 @@ fn decode(rows: Vec<QueryResult>, tenant: TenantId, layout: &Layout) -> Result<D
     steps.sort_unstable_by_key(|(task, step): &(TaskId, StepAttempt)| (*task, step.id));
     events.sort_unstable_by_key(|e: &TaskEvent| (e.task_id, e.seq));
     Ok((tasks, steps, events))
-}
-
-/// A kind's placed fields as their columns.
-fn placed<F: Copy, C>(fields: &[(usize, F)], column: impl Fn(F) -> C) -> Vec<(usize, C)> {
-    fields.iter().map(|(at, f)| (*at, column(*f))).collect()
 }
 
 /// Events of the page's tasks (joined as `page`) in any of `spans`.
