@@ -28,6 +28,7 @@ mod hooks;
 mod hostile;
 mod http;
 mod layers;
+mod leases;
 mod llm;
 #[cfg(feature = "local-models")]
 mod local_models;
