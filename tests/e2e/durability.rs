@@ -17,7 +17,11 @@ use brainstem_domain::{
 use serde_json::{Value, json};
 use tokio::{process::Command, sync::Notify};
 
-use crate::helpers::{Backend, TestApp, WAIT, fresh_postgres_database, uuid_of};
+use sea_orm::ConnectionTrait;
+
+use crate::helpers::{
+    Backend, TestApp, WAIT, connect_single, fresh_postgres_database, superuser_url, uuid_of,
+};
 
 /// An external service with idempotency keys: the first request with a key
 /// makes the effect; a repeat gets the stored answer and makes none.
@@ -25,8 +29,34 @@ use crate::helpers::{Backend, TestApp, WAIT, fresh_postgres_database, uuid_of};
 struct Ledger {
     /// Idempotency key → (task, step) named in the body of the first request.
     effects: Mutex<HashMap<String, (String, String)>>,
+    /// Requests by idempotency key: each reaches the service once, or once
+    /// more for a step interrupted between its request and its commit.
+    by_key: Mutex<HashMap<String, u32>>,
     requests: Mutex<u64>,
     seen: Notify,
+}
+
+impl Ledger {
+    fn requests_by_key(&self) -> HashMap<String, u32> {
+        self.by_key.lock().unwrap().clone()
+    }
+}
+
+/// The idempotency keys of the steps the database holds as completed, read
+/// as its superuser (a snapshot while no process, or only others, runs).
+async fn completed_keys(database_url: &str) -> HashSet<String> {
+    let db = connect_single(&superuser_url(database_url)).await;
+    let rows = db
+        .query_all_raw(sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            "SELECT idempotency_key FROM task_steps WHERE status = 'COMPLETED'",
+        ))
+        .await
+        .unwrap();
+    db.close().await.unwrap();
+    rows.iter()
+        .map(|r| r.try_get::<String>("", "idempotency_key").unwrap())
+        .collect()
 }
 
 async fn record(
@@ -43,6 +73,12 @@ async fn record(
         body["task"].as_str().unwrap_or_default().to_owned(),
         body["step"].as_str().unwrap_or_default().to_owned(),
     );
+    *ledger
+        .by_key
+        .lock()
+        .unwrap()
+        .entry(key.clone())
+        .or_default() += 1;
     ledger.effects.lock().unwrap().entry(key).or_insert(pair);
     *ledger.requests.lock().unwrap() += 1;
     ledger.seen.notify_waiters();
@@ -275,6 +311,9 @@ async fn sigkilled_server_loses_no_step_and_repeats_no_effect_postgres() {
         before_restart < TASKS * STEPS,
         "killed mid-run ({before_restart} effects)"
     );
+    // What the dead process had committed: these steps must not run again.
+    let completed_at_kill = completed_keys(&database_url).await;
+    assert!(!completed_at_kill.is_empty(), "killed after some steps");
 
     // A new process picks up every task once the dead worker's leases expire.
     let second = start_server(&database_url, &secret).await;
@@ -313,15 +352,47 @@ async fn sigkilled_server_loses_no_step_and_repeats_no_effect_postgres() {
     for (key, (task, step)) in &effects {
         assert_eq!(key, &format!("{task}:{step}"));
     }
+    // Every step's request reached the service under its key: a step that
+    // had completed before the kill exactly once; one in flight at the kill
+    // (at most one per worker of the dead process) at most once more.
+    let requests = ledger.requests_by_key();
+    assert_eq!(requests.len(), expected.len(), "{requests:?}");
+    let mut repeated = 0;
+    for key in expected.iter().map(|(task, step)| format!("{task}:{step}")) {
+        let n = requests.get(&key).copied().unwrap_or(0);
+        if completed_at_kill.contains(&key) {
+            assert_eq!(n, 1, "{key} had completed before the kill and ran again");
+        } else {
+            assert!((1..=2).contains(&n), "{key}: {n} requests");
+            repeated += usize::from(n == 2);
+        }
+    }
+    assert!(
+        repeated <= 4,
+        "{repeated} steps repeated; only the 4 in flight at the kill may be"
+    );
     drop(second);
 }
 
-/// Records how many calls of one step overlap.
-#[derive(Default)]
+/// Records how many calls of one step overlap, and makes the first two
+/// calls meet: each waits until the other has started, which only two
+/// workers can do (a worker drives one step at a time).
 struct Overlap {
     active: Mutex<HashMap<String, u32>>,
     max: Mutex<u32>,
     calls: Mutex<HashMap<String, u32>>,
+    meet: tokio::sync::Barrier,
+}
+
+impl Default for Overlap {
+    fn default() -> Self {
+        Self {
+            active: Mutex::default(),
+            max: Mutex::default(),
+            calls: Mutex::default(),
+            meet: tokio::sync::Barrier::new(2),
+        }
+    }
 }
 
 struct Slow(Arc<Overlap>);
@@ -336,13 +407,18 @@ impl Tool for Slow {
     }
     async fn call(&self, ctx: ToolContext, _args: Value) -> Result<ToolOutput, ToolError> {
         let key = ctx.idempotency_key.clone();
-        {
+        let first_two = {
             let mut active = self.0.active.lock().unwrap();
             let n = active.entry(key.clone()).or_default();
             *n += 1;
             let mut max = self.0.max.lock().unwrap();
             *max = (*max).max(*n);
-            *self.0.calls.lock().unwrap().entry(key.clone()).or_default() += 1;
+            let mut calls = self.0.calls.lock().unwrap();
+            *calls.entry(key.clone()).or_default() += 1;
+            calls.values().sum::<u32>() <= 2
+        };
+        if first_two {
+            self.0.meet.wait().await;
         }
         // Simulated work, so that the two workers' steps interleave.
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -376,9 +452,16 @@ async fn two_workers_never_run_one_step_at_once_postgres() {
         .unwrap();
     let (_stop, stopping) = tokio::sync::watch::channel(false);
     let other = brainstem::startup::executor(&app.config, &other_domain, stopping).unwrap();
-    let (a, b) = tokio::join!(app.executor.run_until_idle(), other.run_until_idle());
+    // The first two steps wait for each other: one worker alone would wait
+    // forever.
+    let (a, b) = tokio::time::timeout(WAIT, async {
+        tokio::join!(app.executor.run_until_idle(), other.run_until_idle())
+    })
+    .await
+    .expect("both workers hold a step at once");
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(a + b, 40, "every task was driven once");
+    assert!(a >= 1 && b >= 1, "both workers drove tasks: {a} and {b}");
     assert_eq!(
         *overlap.max.lock().unwrap(),
         1,
@@ -556,6 +639,7 @@ async fn sigkilled_workers_at_random_lose_and_double_nothing_postgres() {
     let mut points: Vec<u64> = (0..KILLS).map(|_| 10 + next() % (total * 3 / 4)).collect();
     points.sort_unstable();
     let mut kills_at = Vec::new();
+    let mut completed_at_kills = Vec::new();
     for point in points {
         loop {
             let seen = ledger.seen.notified();
@@ -570,6 +654,19 @@ async fn sigkilled_workers_at_random_lose_and_double_nothing_postgres() {
         kills_at.push(ledger.effects.lock().unwrap().len());
         workers[victim].start_kill().unwrap();
         workers[victim].wait().await.unwrap();
+        // The steps completed by now, with their requests so far (read
+        // after them: a step's request comes before its commit).
+        let completed = completed_keys(&database_url).await;
+        let requests = ledger.requests_by_key();
+        completed_at_kills.push(
+            completed
+                .into_iter()
+                .map(|key| {
+                    let n = requests.get(&key).copied().unwrap_or(0);
+                    (key, n)
+                })
+                .collect::<Vec<_>>(),
+        );
         workers[victim] = spawn_brainstem("worker", &database_url, &secret, free_port());
     }
 
@@ -622,6 +719,25 @@ async fn sigkilled_workers_at_random_lose_and_double_nothing_postgres() {
     for (key, (task, step)) in &effects {
         assert_eq!(key, &format!("{task}:{step}"));
     }
+    // A step completed at a kill gets no request after it; each kill
+    // repeats a step's request at most once.
+    let requests = ledger.requests_by_key();
+    assert_eq!(requests.len(), TASKS * STEPS, "(seed {seed})");
+    for (kill, completed) in completed_at_kills.iter().enumerate() {
+        for (key, n) in completed {
+            assert_eq!(
+                requests.get(key),
+                Some(n),
+                "{key} had completed at kill {kill} and ran again (seed {seed})"
+            );
+        }
+    }
+    assert!(
+        requests
+            .values()
+            .all(|n| (1..=1 + KILLS as u32).contains(n)),
+        "{requests:?} (seed {seed})"
+    );
     drop(workers);
     drop(server);
 }
