@@ -12,7 +12,7 @@ use tokio::sync::Semaphore;
 
 use crate::{
     for_both_backends,
-    helpers::{Backend, TestApp, WsClient, WsEvent},
+    helpers::{Backend, TestApp, WsClient, WsEvent, poll_until},
     streams::{EVENTS, connect},
 };
 
@@ -77,18 +77,15 @@ async fn gated_task(
     let executor = app.executor.clone();
     tokio::spawn(async move { executor.run_until_idle().await });
     // Wait until the step has started (the tool waits at the gate).
-    loop {
+    poll_until("the step has started", async || {
         let task = app.task("acme", &id).await;
-        let started = task["events"]
-            .as_array()
-            .unwrap()
+        let events = task["events"].as_array().unwrap();
+        events
             .iter()
-            .any(|e| e["kind"] == "STEP_STARTED");
-        if started {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
+            .any(|e| e["kind"] == "STEP_STARTED")
+            .then_some(())
+    })
+    .await;
     (app, gate, id)
 }
 

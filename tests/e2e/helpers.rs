@@ -90,6 +90,23 @@ pub fn http_client() -> reqwest::Client {
 /// Upper bound for any single wait on the server; a safety net, not a delay.
 pub const WAIT: Duration = Duration::from_secs(20);
 
+/// Check `condition` every few milliseconds until it yields a value; fail
+/// naming `what` was awaited if [`WAIT`] passes first. Every poll loop of
+/// the suite goes through here (or has its own deadline).
+pub async fn poll_until<T>(what: &str, mut condition: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(value) = condition().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gave up after {WAIT:?} waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 pub struct TestApp {
     pub backend: Backend,
     pub address: String,

@@ -18,7 +18,7 @@ use futures_util::StreamExt;
 
 use crate::{
     for_both_backends,
-    helpers::{Backend, TestApp, uuid_of},
+    helpers::{Backend, TestApp, poll_until, uuid_of},
     streams::{EVENTS, connect},
 };
 
@@ -183,14 +183,12 @@ async fn each_metric_family_moves_when_its_event_happens(backend: Backend) {
     // A WebSocket subscriber.
     let mut ws = connect(&app, "acme").await;
     ws.subscribe("1", EVENTS, json!({"id": work})).await;
-    let during = loop {
-        // The subscription holds its slot once the server has its stream.
+    // The subscription holds its slot once the server has its stream.
+    let during = poll_until("the subscription holds its slot", async || {
         let scrape = Scrape::of(&app).await;
-        if scrape.value("brainstem_subscriptions_open", &[]) >= 1.0 {
-            break scrape;
-        }
-        tokio::task::yield_now().await;
-    };
+        (scrape.value("brainstem_subscriptions_open", &[]) >= 1.0).then_some(scrape)
+    })
+    .await;
     assert_eq!(during.value("brainstem_subscriptions_open", &[]), 1.0);
     let task = run_to_rest(&app, &work).await;
     assert_eq!(task["status"], "COMPLETED", "{task}");

@@ -12,7 +12,7 @@ use tokio::sync::Semaphore;
 
 use crate::{
     for_both_backends,
-    helpers::{Backend, TestApp, WAIT, WsClient, WsEvent},
+    helpers::{Backend, TestApp, WAIT, WsClient, WsEvent, poll_until},
 };
 
 pub(crate) const EVENTS: &str = "subscription($id: ID!, $after: Int) { taskEvents(taskId: $id, after: $after) { __typename seq kind stepId status ... on TokenDelta { offset text } } }";
@@ -141,13 +141,11 @@ async fn subscribing_after_k_gets_exactly_the_rest_in_order(backend: Backend) {
     // Run until the task blocks at the gate.
     let executor = app.executor.clone();
     let running = tokio::spawn(async move { executor.run_until_idle().await });
-    let k = loop {
-        let stored = stored_seqs(&app, "acme", &id).await;
-        if stored.len() >= 5 {
-            break 3;
-        }
-        tokio::task::yield_now().await;
-    };
+    poll_until("the task waits at the gate (5 events)", async || {
+        (stored_seqs(&app, "acme", &id).await.len() >= 5).then_some(())
+    })
+    .await;
+    let k = 3;
     let mut ws = connect(&app, "acme").await;
     ws.subscribe("1", EVENTS, json!({"id": id, "after": k}))
         .await;
@@ -275,36 +273,46 @@ async fn other_tenants_tasks_are_not_found_and_connections_have_limits(backend: 
     assert_eq!(p["errors"][0]["extensions"]["code"], "NOT_FOUND", "{p}");
     assert!(!p.to_string().contains("STATUS_CHANGED"));
 
+    // Three subscriptions on a connection that may hold two: exactly one is
+    // refused. Which one depends on the order their streams take their
+    // slots; each accepted one first replays the task's stored `PENDING`
+    // event, so every subscription answers once, with a deadline per answer.
     let mut ws = connect(&app, "acme").await;
-    for n in 1..=2 {
-        ws.subscribe(
-            &n.to_string(),
-            "subscription { taskUpdates { id } }",
-            json!({}),
-        )
-        .await;
+    for n in 1..=3 {
+        ws.subscribe(&n.to_string(), EVENTS, json!({"id": id}))
+            .await;
     }
-    ws.subscribe("3", "subscription { taskUpdates { id } }", json!({}))
-        .await;
-    // One of the three is refused (which one depends on the order their
-    // streams take their slots); the others may already carry an update
-    // (the task's creation can reach the bus after they start): look for
-    // the refusal.
-    let refusal = loop {
+    let is_refusal = |m: &Value| m["type"] == "error" || m["payload"]["errors"].is_array();
+    let mut answers: std::collections::BTreeMap<String, Value> = Default::default();
+    while answers.len() < 3 {
         match ws.next_event().await {
-            WsEvent::Json(m) if m["type"] == "error" || m["payload"]["errors"].is_array() => {
-                break m;
+            WsEvent::Json(m) if m["type"] == "next" || m["type"] == "error" => {
+                let sub = m["id"].as_str().unwrap().to_owned();
+                let previous = answers.insert(sub, m.clone());
+                assert!(previous.is_none(), "a second answer: {m}");
             }
-            WsEvent::Json(_) => continue,
+            // A refusal sent as `next` with errors is followed by `complete`.
+            WsEvent::Json(m) if m["type"] == "complete" => {
+                let answer = &answers[m["id"].as_str().unwrap()];
+                assert!(is_refusal(answer), "completed without a refusal: {m}");
+            }
+            WsEvent::Json(m) if m["type"] == "ping" || m["type"] == "pong" => {}
+            WsEvent::Json(m) => panic!("unexpected {m}"),
             WsEvent::Closed(code) => panic!("socket closed ({code:?})"),
         }
-    };
+    }
+    let refused: Vec<&Value> = answers.values().filter(|m| is_refusal(m)).collect();
+    assert_eq!(refused.len(), 1, "exactly one refusal: {answers:?}");
+    let refusal = refused[0];
     let errors = if refusal["type"] == "error" {
         refusal["payload"].clone()
     } else {
         refusal["payload"]["errors"].clone()
     };
     assert_eq!(errors[0]["extensions"]["code"], "RATE_LIMITED", "{refusal}");
+    for m in answers.values().filter(|m| !is_refusal(m)) {
+        assert_eq!(m["payload"]["data"]["taskEvents"]["seq"], 1, "{m}");
+    }
 }
 
 async fn task_updates_stream_status_changes(backend: Backend) {
