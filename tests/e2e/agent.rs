@@ -373,15 +373,28 @@ async fn a_two_tool_loop_ends_with_the_models_answer(backend: Backend) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn invalid_arguments_are_answered_with_an_error_and_corrected() {
+for_both_backends!(
+    invalid_arguments_are_answered_with_an_error_and_corrected,
+    past_max_iterations_the_loop_ends_with_the_specifications_message,
+    past_max_tool_calls_calls_are_refused_and_no_tools_are_offered,
+    a_tool_that_times_out_is_answered_with_timeout_and_the_task_goes_on,
+    a_tool_the_step_does_not_offer_is_refused,
+    the_loops_tokens_stream_to_a_subscriber_and_add_up_to_the_result,
+    another_tenant_never_sees_a_result,
+    a_tenants_policy_tightens_its_loops,
+    a_plan_is_offered_as_a_tool_and_runs_as_a_child_task,
+    a_partner_tool_without_a_subscription_is_refused,
+    a_budget_stops_the_loop_before_the_model_is_called,
+);
+
+async fn invalid_arguments_are_answered_with_an_error_and_corrected(backend: Backend) {
     let (script, url) = fake_model(vec![
         Turn::Calls(vec![("test_lookup", r#"{"q": 5}"#.into())]),
         Turn::Calls(vec![("test_lookup", r#"{"q": "moon"}"#.into())]),
         Turn::Text(vec!["MOON."]),
     ])
     .await;
-    let (app, lookups) = app_on(Backend::Sqlite, &url).await;
+    let (app, lookups) = app_on(backend, &url).await;
     let task = run_agent(&app, json!({"tools": ["test.lookup"]}), "Look up the moon.").await;
     assert_eq!(task["status"], "COMPLETED", "{task}");
     assert_eq!(task["result"]["content"], "MOON.");
@@ -407,14 +420,13 @@ async fn invalid_arguments_are_answered_with_an_error_and_corrected() {
     assert_eq!(tool_messages(&requests[2])[1].1, json!({"found": "MOON"}));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn past_max_iterations_the_loop_ends_with_the_specifications_message() {
+async fn past_max_iterations_the_loop_ends_with_the_specifications_message(backend: Backend) {
     let (script, url) = fake_model(vec![Turn::Calls(vec![(
         "test_lookup",
         r#"{"q": "again"}"#.into(),
     )])])
     .await;
-    let (app, lookups) = app_on(Backend::Sqlite, &url).await;
+    let (app, lookups) = app_on(backend, &url).await;
     let task = run_agent(&app, json!({"max_iterations": 3}), "Loop forever.").await;
     assert_eq!(task["status"], "COMPLETED", "{task}");
     assert_eq!(task["result"]["finishReason"], "ITERATION_LIMIT");
@@ -434,13 +446,12 @@ async fn past_max_iterations_the_loop_ends_with_the_specifications_message() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn past_max_tool_calls_calls_are_refused_and_no_tools_are_offered() {
+async fn past_max_tool_calls_calls_are_refused_and_no_tools_are_offered(backend: Backend) {
     let three = (1..=3)
         .map(|i| ("test_lookup", format!(r#"{{"q": "w{i}"}}"#)))
         .collect();
     let (script, url) = fake_model(vec![Turn::Calls(three), Turn::Text(vec!["Done."])]).await;
-    let (app, lookups) = app_on(Backend::Sqlite, &url).await;
+    let (app, lookups) = app_on(backend, &url).await;
     let task = run_agent(&app, json!({"max_tool_calls": 2}), "Look up three words.").await;
     assert_eq!(task["status"], "COMPLETED", "{task}");
     assert_eq!(task["result"]["finishReason"], "COMPLETE");
@@ -457,14 +468,13 @@ async fn past_max_tool_calls_calls_are_refused_and_no_tools_are_offered() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tool_that_times_out_is_answered_with_timeout_and_the_task_goes_on() {
+async fn a_tool_that_times_out_is_answered_with_timeout_and_the_task_goes_on(backend: Backend) {
     let (script, url) = fake_model(vec![
         Turn::Calls(vec![("test_slow", "{}".into())]),
         Turn::Text(vec!["It timed out."]),
     ])
     .await;
-    let (app, _) = app_on(Backend::Sqlite, &url).await;
+    let (app, _) = app_on(backend, &url).await;
     let task = run_agent(&app, json!({"tools": ["test.slow"]}), "Be slow.").await;
     assert_eq!(task["status"], "COMPLETED", "{task}");
     let failed = &task["steps"]
@@ -480,14 +490,13 @@ async fn a_tool_that_times_out_is_answered_with_timeout_and_the_task_goes_on() {
     assert_eq!(task["result"]["content"], "It timed out.");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tool_the_step_does_not_offer_is_refused() {
+async fn a_tool_the_step_does_not_offer_is_refused(backend: Backend) {
     let (script, url) = fake_model(vec![
         Turn::Calls(vec![("test_slow", "{}".into())]),
         Turn::Text(vec!["I cannot."]),
     ])
     .await;
-    let (app, _) = app_on(Backend::Sqlite, &url).await;
+    let (app, _) = app_on(backend, &url).await;
     let task = run_agent(&app, json!({"tools": ["test.lookup"]}), "Try the slow one.").await;
     assert_eq!(task["status"], "COMPLETED", "{task}");
     let (_, answer) = &tool_messages(&script.requests()[1])[0];
@@ -526,15 +535,14 @@ async fn the_offline_model_runs_a_loop_with_no_server(backend: Backend) {
 
 /// The loop's token events reach a real graphql-transport-ws subscriber
 /// and, concatenated, are the stored answer.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_loops_tokens_stream_to_a_subscriber_and_add_up_to_the_result() {
+async fn the_loops_tokens_stream_to_a_subscriber_and_add_up_to_the_result(backend: Backend) {
     let pieces = vec!["The ", "word ", "was ", "TIDE."];
     let (_script, url) = fake_model(vec![
         Turn::Calls(vec![("test_lookup", r#"{"q": "tide"}"#.into())]),
         Turn::Text(pieces.clone()),
     ])
     .await;
-    let (app, _) = app_on(Backend::Sqlite, &url).await;
+    let (app, _) = app_on(backend, &url).await;
     app.publish_plan(
         "acme",
         json!({"key": "assist", "intent": "test.assist",
@@ -568,9 +576,8 @@ async fn the_loops_tokens_stream_to_a_subscriber_and_add_up_to_the_result() {
 }
 
 /// Tenant B never reads tenant A's agent result.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn another_tenant_never_sees_a_result() {
-    let app = TestApp::spawn(Backend::Sqlite).await;
+async fn another_tenant_never_sees_a_result(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
     app.create_tenant("acme").await;
     app.create_tenant("globex").await;
     let task = run_agent(&app, json!({}), "Private question.").await;
@@ -592,14 +599,13 @@ async fn another_tenant_never_sees_a_result() {
 
 /// A tenant admin reads the executor policy and may tighten it for the
 /// tenant, never loosen it; the tenant's loops run under it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tenants_policy_tightens_its_loops() {
+async fn a_tenants_policy_tightens_its_loops(backend: Backend) {
     let (script, url) = fake_model(vec![Turn::Calls(vec![(
         "test_lookup",
         r#"{"q": "more"}"#.into(),
     )])])
     .await;
-    let (app, _) = app_on(Backend::Sqlite, &url).await;
+    let (app, _) = app_on(backend, &url).await;
     let token = app.admin_token("acme");
     let read = "{ executorPolicy { effective { maxIterations maxToolCalls toolCallTimeoutMs loopTimeoutMs maxOutputTokens temperature } platform { maxIterations } } }";
     let policy = app.graphql(Some(&token), read, json!({})).await;
@@ -652,8 +658,7 @@ async fn a_tenants_policy_tightens_its_loops() {
 
 /// The tenant's plans are tools too: a call of `plan_<key>` runs the plan
 /// as a child task and answers with its outcome.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_plan_is_offered_as_a_tool_and_runs_as_a_child_task() {
+async fn a_plan_is_offered_as_a_tool_and_runs_as_a_child_task(backend: Backend) {
     let (script, url) = fake_model(vec![
         Turn::Calls(vec![("plan_note", r#"{"input": "buy milk"}"#.into())]),
         Turn::Text(vec!["Noted."]),
@@ -661,7 +666,7 @@ async fn a_plan_is_offered_as_a_tool_and_runs_as_a_child_task() {
     .await;
     // Two workers: one waits in the parent's call step while the other
     // runs the child.
-    let app = TestApp::spawn_with(Backend::Sqlite, |c| {
+    let app = TestApp::spawn_with(backend, |c| {
         crate::llm::use_fake(c, &url);
         c.workers = 2;
     })
@@ -719,15 +724,14 @@ async fn a_plan_is_offered_as_a_tool_and_runs_as_a_child_task() {
 
 /// A partner tool of a capability the tenant does not subscribe to is
 /// neither offered nor run; once it subscribes, the tool is offered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_partner_tool_without_a_subscription_is_refused() {
+async fn a_partner_tool_without_a_subscription_is_refused(backend: Backend) {
     let (script, url) = fake_model(vec![
         Turn::Calls(vec![("partner_quote", r#"{"vehicles": 3}"#.into())]),
         Turn::Text(vec!["I cannot quote."]),
         Turn::Text(vec!["Offered now."]),
     ])
     .await;
-    let (app, _) = app_on(Backend::Sqlite, &url).await;
+    let (app, _) = app_on(backend, &url).await;
     // The partner's URL is the fake model's: nothing may reach it.
     let capability = json!({
         "key": "fleet.quotes", "name": "Fleet Quotes",
@@ -761,10 +765,9 @@ async fn a_partner_tool_without_a_subscription_is_refused() {
 
 /// Every model call of a loop passes the token budget first: a budget the
 /// first call could exceed stops the task before any request.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_budget_stops_the_loop_before_the_model_is_called() {
+async fn a_budget_stops_the_loop_before_the_model_is_called(backend: Backend) {
     let (script, url) = fake_model(vec![Turn::Text(vec!["too late"])]).await;
-    let (app, _) = app_on(Backend::Sqlite, &url).await;
+    let (app, _) = app_on(backend, &url).await;
     let task = run_agent(&app, json!({"max_task_tokens": 50}), "Answer at length.").await;
     assert_eq!(task["status"], "FAILED", "{task}");
     assert!(

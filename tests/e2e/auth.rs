@@ -201,20 +201,22 @@ async fn api_key_identifies_its_tenant(app: TestApp) {
     );
 }
 
-/// RS256 tokens verify against a configured public key (SQLite suffices:
-/// this is about the verifier, not storage).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rs256_tokens_verify_with_the_configured_public_key() {
+crate::for_both_backends!(rs256_tokens_verify_with_the_configured_public_key);
+
+/// RS256 tokens verify against a configured public key.
+async fn rs256_tokens_verify_with_the_configured_public_key(backend: Backend) {
     let public = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/rs256-test-public.pem"
     );
     let private = include_str!("../fixtures/rs256-test-private.pem");
-    let app = TestApp::spawn_with(Backend::Sqlite, |c| {
+    let app = TestApp::spawn_with(backend, |c| {
         c.jwt_secret = None;
         c.jwt_public_key = Some(public.to_owned());
     })
     .await;
+    // The embedded store starts with `demo`; a PostgreSQL one starts empty.
+    app.domain.tenants.ensure_demo().await.unwrap();
     app.domain.tenants.resolve_claim("demo").await.unwrap();
     let now = chrono::Utc::now().timestamp();
     let claims = json!({

@@ -155,12 +155,18 @@ async fn the_third_turn_is_answered_from_the_first(backend: Backend) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_prompts_layers_keep_their_order_and_shares() {
+crate::for_both_backends!(
+    the_prompts_layers_keep_their_order_and_shares,
+    a_conversations_events_stream_across_its_turns,
+    other_subjects_and_tenants_never_see_a_conversation_or_prompt,
+    the_subjects_knowledge_is_in_the_prompt_which_only_admins_see,
+);
+
+async fn the_prompts_layers_keep_their_order_and_shares(backend: Backend) {
     let (script, url) = fake_model(vec![Turn::Text(vec!["ok"])]).await;
     // A 4,000-token window: the system prompt's share is 4000 / 8 = 500
     // tokens, 2,000 characters.
-    let app = app_on(Backend::Sqlite, &url, Some(4_000)).await;
+    let app = app_on(backend, &url, Some(4_000)).await;
     let token = app.admin_token("acme");
     let long_prompt = format!("You are Acme's concierge. {}", "Be kind. ".repeat(300));
     let created = gql(
@@ -272,10 +278,9 @@ async fn the_prompts_layers_keep_their_order_and_shares() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_conversations_events_stream_across_its_turns() {
+async fn a_conversations_events_stream_across_its_turns(backend: Backend) {
     let (_script, url) = fake_model(vec![Turn::Text(vec!["fine"])]).await;
-    let app = app_on(Backend::Sqlite, &url, None).await;
+    let app = app_on(backend, &url, None).await;
     let token = app.admin_token("acme");
     let conversation = start_conversation(&app, &token).await;
     let mut ws = crate::streams::connect(&app, "acme").await;
@@ -303,10 +308,9 @@ async fn a_conversations_events_stream_across_its_turns() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn other_subjects_and_tenants_never_see_a_conversation_or_prompt() {
+async fn other_subjects_and_tenants_never_see_a_conversation_or_prompt(backend: Backend) {
     let (script, url) = fake_model(vec![Turn::Text(vec!["ok"])]).await;
-    let app = app_on(Backend::Sqlite, &url, None).await;
+    let app = app_on(backend, &url, None).await;
     app.create_tenant("globex").await;
     app.publish_plan(
         "globex",
@@ -398,10 +402,9 @@ async fn other_subjects_and_tenants_never_see_a_conversation_or_prompt() {
 
 /// The task's subject and its neighbours in the knowledge graph are the
 /// prompt's knowledge; the prompt itself is shown to tenant admins only.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_subjects_knowledge_is_in_the_prompt_which_only_admins_see() {
+async fn the_subjects_knowledge_is_in_the_prompt_which_only_admins_see(backend: Backend) {
     let (script, url) = fake_model(vec![Turn::Text(vec!["ok"])]).await;
-    let app = app_on(Backend::Sqlite, &url, None).await;
+    let app = app_on(backend, &url, None).await;
     let token = app.admin_token("acme");
     let upsert =
         "mutation($input: UpsertEntityInput!) { upsertEntity(input: $input) { entity { id } } }";

@@ -153,15 +153,18 @@ async fn health_and_metrics_answer(app: TestApp) {
     );
 }
 
+crate::for_both_backends!(depth_and_cost_limits_are_enforced);
+
 /// Depth and cost limits come from configuration and answer with a
 /// coded client error, never a 5xx.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn depth_and_cost_limits_are_enforced() {
-    let app = TestApp::spawn_with(Backend::Sqlite, |c| {
+async fn depth_and_cost_limits_are_enforced(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |c| {
         c.graphql_max_depth = 3;
         c.graphql_max_cost = 10;
     })
     .await;
+    // The embedded store starts with `demo`; a PostgreSQL one starts empty.
+    app.domain.tenants.ensure_demo().await.unwrap();
     let token = app.admin_token("demo");
     // Within both limits.
     let ok = app

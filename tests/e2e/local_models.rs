@@ -145,18 +145,19 @@ async fn the_labelled_paraphrase_set_finds_the_right_memory_first() {
 
 for_both_backends!(a_local_model_step_streams_tokens_over_a_websocket);
 
+for_both_backends!(auto_uses_the_local_models_only_when_they_are_there);
+
 /// `auto` (the default) takes the local models when the directory holds
 /// them, and the built-in offline providers when it does not: the server
 /// starts either way, and memories are stored and found.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn auto_uses_the_local_models_only_when_they_are_there() {
+async fn auto_uses_the_local_models_only_when_they_are_there(backend: Backend) {
     let present = models().dir;
     let empty = tempfile::tempdir().unwrap();
     for (dir, dimension, model) in [
         (present, 384, "local"),
         (empty.path().to_path_buf(), 256, "offline"),
     ] {
-        let app = TestApp::spawn_with(Backend::Sqlite, |c| {
+        let app = TestApp::spawn_with(backend, |c| {
             c.llm_provider = LlmProvider::Auto;
             c.embedding_provider = EmbeddingProvider::Auto;
             c.embedding_dimension = 256;

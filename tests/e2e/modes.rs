@@ -21,9 +21,9 @@ const PAYLOAD: &str = "ok decision { modeUsed reason confidence } \
 
 /// An app with `workers` workers and the gate tool; the tenant `acme` with
 /// the plan `note` (set_state, then the gate).
-async fn app_with(workers: usize, gate: Arc<Semaphore>) -> TestApp {
+async fn app_with(backend: Backend, workers: usize, gate: Arc<Semaphore>) -> TestApp {
     let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Gate(gate))];
-    let app = TestApp::spawn_full(Backend::Sqlite, |c| c.workers = workers, tools).await;
+    let app = TestApp::spawn_full(backend, |c| c.workers = workers, tools).await;
     app.create_tenant("acme").await;
     app.publish_plan(
         "acme",
@@ -52,10 +52,19 @@ async fn start(app: &TestApp, input: Value) -> Value {
         .clone()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn enqueue_and_wait_returns_the_outcome() {
+crate::for_both_backends!(
+    enqueue_and_wait_returns_the_outcome,
+    enqueue_and_wait_times_out_with_what_is_done_and_the_task_goes_on,
+    a_plan_waits_for_approval_and_runs_as_edited,
+    a_rejected_plan_cancels_the_task,
+    answer_mode_answers_and_runs_no_step,
+    nothing_to_go_on_is_answered_with_help_text,
+    a_task_no_plan_handles_is_answered_by_an_agent_step,
+);
+
+async fn enqueue_and_wait_returns_the_outcome(backend: Backend) {
     let gate = Arc::new(Semaphore::new(1));
-    let app = app_with(1, gate).await;
+    let app = app_with(backend, 1, gate).await;
     let payload = start(
         &app,
         json!({"planKey": "note", "input": "buy milk", "mode": "ENQUEUE_AND_WAIT"}),
@@ -69,10 +78,9 @@ async fn enqueue_and_wait_returns_the_outcome() {
     assert_eq!(payload["decision"]["confidence"], "HIGH");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn enqueue_and_wait_times_out_with_what_is_done_and_the_task_goes_on() {
+async fn enqueue_and_wait_times_out_with_what_is_done_and_the_task_goes_on(backend: Backend) {
     let gate = Arc::new(Semaphore::new(0));
-    let app = app_with(1, gate.clone()).await;
+    let app = app_with(backend, 1, gate.clone()).await;
     let payload = start(
         &app,
         json!({"planKey": "note", "input": "call mum", "mode": "ENQUEUE_AND_WAIT",
@@ -97,9 +105,8 @@ async fn enqueue_and_wait_times_out_with_what_is_done_and_the_task_goes_on() {
     assert_eq!(app.task("acme", &id).await["status"], "COMPLETED");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_plan_waits_for_approval_and_runs_as_edited() {
-    let app = app_with(0, Arc::new(Semaphore::new(1))).await;
+async fn a_plan_waits_for_approval_and_runs_as_edited(backend: Backend) {
+    let app = app_with(backend, 0, Arc::new(Semaphore::new(1))).await;
     let payload = start(
         &app,
         json!({"planKey": "note", "input": "water plants", "mode": "PLAN"}),
@@ -159,9 +166,8 @@ async fn a_plan_waits_for_approval_and_runs_as_edited() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rejected_plan_cancels_the_task() {
-    let app = app_with(0, Arc::new(Semaphore::new(1))).await;
+async fn a_rejected_plan_cancels_the_task(backend: Backend) {
+    let app = app_with(backend, 0, Arc::new(Semaphore::new(1))).await;
     let payload = start(
         &app,
         json!({"planKey": "note", "input": "x", "mode": "PLAN"}),
@@ -185,9 +191,8 @@ async fn a_rejected_plan_cancels_the_task() {
     assert_eq!(app.task("acme", &id).await["steps"], json!([]));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn answer_mode_answers_and_runs_no_step() {
-    let app = app_with(1, Arc::new(Semaphore::new(1))).await;
+async fn answer_mode_answers_and_runs_no_step(backend: Backend) {
+    let app = app_with(backend, 1, Arc::new(Semaphore::new(1))).await;
     let payload = start(
         &app,
         json!({"input": "note that the gate code is 4411", "mode": "ANSWER"}),
@@ -211,9 +216,8 @@ async fn answer_mode_answers_and_runs_no_step() {
     assert_eq!(payload["decision"]["modeUsed"], "ANSWER");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nothing_to_go_on_is_answered_with_help_text() {
-    let app = app_with(1, Arc::new(Semaphore::new(1))).await;
+async fn nothing_to_go_on_is_answered_with_help_text(backend: Backend) {
+    let app = app_with(backend, 1, Arc::new(Semaphore::new(1))).await;
     let payload = start(&app, json!({"input": "   ", "mode": "ENQUEUE_AND_WAIT"})).await;
     assert_eq!(payload["ok"], true, "{payload}");
     assert_eq!(payload["decision"]["modeUsed"], "ANSWER");
@@ -229,9 +233,8 @@ async fn nothing_to_go_on_is_answered_with_help_text() {
 
 /// A task no plan handles is answered by the model (an agent step) once it
 /// passes the confidence gate.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_no_plan_handles_is_answered_by_an_agent_step() {
-    let app = app_with(1, Arc::new(Semaphore::new(1))).await;
+async fn a_task_no_plan_handles_is_answered_by_an_agent_step(backend: Backend) {
+    let app = app_with(backend, 1, Arc::new(Semaphore::new(1))).await;
     let payload = start(
         &app,
         json!({"input": "what is the capital of France?", "mode": "ENQUEUE_AND_WAIT",

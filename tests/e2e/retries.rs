@@ -41,8 +41,8 @@ async fn sink(refusals: usize) -> (Arc<AtomicUsize>, String) {
 
 /// Run a one-step `http_request` plan against `url` with a worker, waiting
 /// for the outcome; the app and the task with its attempts and events.
-async fn run(url: &str) -> (TestApp, Value) {
-    let app = TestApp::spawn_with(Backend::Sqlite, |c| {
+async fn run(backend: Backend, url: &str) -> (TestApp, Value) {
+    let app = TestApp::spawn_with(backend, |c| {
         c.workers = 1;
         c.audit_tool_calls = true;
     })
@@ -77,10 +77,16 @@ fn retries(task: &Value) -> Vec<u64> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refused_call_succeeds_on_its_third_attempt() {
+crate::for_both_backends!(
+    a_refused_call_succeeds_on_its_third_attempt,
+    a_call_refused_every_time_fails_naming_its_attempts,
+    a_task_past_its_running_time_fails_with_timeout,
+    the_tasks_trace_id_reaches_the_called_system,
+);
+
+async fn a_refused_call_succeeds_on_its_third_attempt(backend: Backend) {
     let (seen, url) = sink(2).await;
-    let (app, task) = run(&url).await;
+    let (app, task) = run(backend, &url).await;
     assert_eq!(task["status"], "COMPLETED", "{task}");
     assert_eq!(seen.load(Ordering::SeqCst), 3);
     let attempts: Vec<(u64, &str)> = task["steps"]
@@ -127,10 +133,9 @@ async fn a_refused_call_succeeds_on_its_third_attempt() {
     assert!(rows[0]["data"]["error"].as_str().unwrap().contains("503"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_refused_every_time_fails_naming_its_attempts() {
+async fn a_call_refused_every_time_fails_naming_its_attempts(backend: Backend) {
     let (seen, url) = sink(usize::MAX).await;
-    let (_app, task) = run(&url).await;
+    let (_app, task) = run(backend, &url).await;
     assert_eq!(task["status"], "FAILED", "{task}");
     assert_eq!(seen.load(Ordering::SeqCst), 3);
     assert!(
@@ -170,10 +175,9 @@ impl brainstem_domain::tools::Tool for Busy {
 /// the first 700 ms step completes, the second gets the 300 ms left and
 /// times out, and the task fails; time spent waiting for review does not
 /// count.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_past_its_running_time_fails_with_timeout() {
+async fn a_task_past_its_running_time_fails_with_timeout(backend: Backend) {
     let app = TestApp::spawn_full(
-        Backend::Sqlite,
+        backend,
         |c| c.task_timeout_secs = 1,
         vec![std::sync::Arc::new(Busy)],
     )
@@ -233,8 +237,7 @@ type Seen = Arc<std::sync::Mutex<Vec<(String, String, String)>>>;
 /// A task's `traceId` reaches the systems its steps call: `http_request`
 /// sends it as `X-Brainstem-Trace-Id` and in a W3C `traceparent`, beside
 /// the step's idempotency key.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_tasks_trace_id_reaches_the_called_system() {
+async fn the_tasks_trace_id_reaches_the_called_system(backend: Backend) {
     let seen: Seen = Arc::default();
     let router = Router::new()
         .route(
@@ -261,7 +264,7 @@ async fn the_tasks_trace_id_reaches_the_called_system() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/trace", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, router).await });
-    let (app, task) = run(&url).await;
+    let (app, task) = run(backend, &url).await;
     assert_eq!(task["status"], "COMPLETED", "{task}");
     let id = task["id"].as_str().unwrap();
     let stored = app

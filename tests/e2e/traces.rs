@@ -83,12 +83,13 @@ fn attribute(attributes: &Value, key: &str) -> String {
         .to_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tasks_request_steps_and_model_calls_are_spans_of_its_trace() {
+crate::for_both_backends!(a_tasks_request_steps_and_model_calls_are_spans_of_its_trace);
+
+async fn a_tasks_request_steps_and_model_calls_are_spans_of_its_trace(backend: Backend) {
     let collected = Collected::default();
     let base = receiver(collected.clone()).await;
     let endpoint = base.clone();
-    let app = TestApp::spawn_with(Backend::Sqlite, move |c| {
+    let app = TestApp::spawn_with(backend, move |c| {
         c.otlp_endpoint = Some(endpoint);
     })
     .await;

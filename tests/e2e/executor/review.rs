@@ -15,6 +15,7 @@ for_both_backends!(
     low_confidence_waits_for_review_and_resumes_with_corrections,
     rejecting_a_review_cancels_the_task,
     concurrent_resumes_have_exactly_one_winner,
+    a_waiting_task_keeps_its_frozen_plan_version,
 );
 
 async fn low_confidence_waits_for_review_and_resumes_with_corrections(backend: Backend) {
@@ -219,9 +220,8 @@ async fn only_reviewers_decide_reviews_and_decisions_are_audited(backend: Backen
 
 /// A task runs the plan version frozen when it was planned, even when a
 /// new version is published while it waits.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiting_task_keeps_its_frozen_plan_version() {
-    let (app, _journal) = app(Backend::Sqlite).await;
+async fn a_waiting_task_keeps_its_frozen_plan_version(backend: Backend) {
+    let (app, _journal) = app(backend).await;
     let version = |marker: &str| {
         json!({"key": "versioned", "intent": "t.versioned", "steps": [
             {"id": "gate", "tool": "set_state", "args": {"gate": true}, "requiresReview": true},
