@@ -8,8 +8,9 @@
 //! tenant connection whose sealed secret becomes the header's value
 //! (`{"Authorization": {"connection": "crm", "field": "token", "prefix":
 //! "Bearer "}}`, or just `{"X-Api-Key": "crm"}` when the secret is one
-//! string). A connection whose config lists `allowed_hosts` (entries in
-//! the `http_allowed_hosts` form) lends its secret only to those hosts.
+//! string). A connection lends its secret only to the hosts its config
+//! lists in `allowed_hosts` (entries in the `http_allowed_hosts` form),
+//! so a call steered to another allowed host carries no credential.
 //!
 //! Invariant: a value injected from a connection never reaches what is
 //! stored. The step's arguments hold only the reference, and the tool
@@ -118,17 +119,18 @@ async fn connection_headers(
             .resolve(scope, name)
             .await
             .map_err(|e| ToolError::fatal(format!("headers_from_connection.{header}: {e}")))?;
-        if let Some(hosts) = connection.config.get("allowed_hosts") {
-            let hosts = super::string_list(&json!({"h": hosts}), "h");
-            let lent = policy::Policy::new(&hosts, &[])
-                .map(|p| p.lists(&parsed_url))
-                .unwrap_or(false);
-            if !lent {
-                return Err(ToolError::fatal(format!(
-                    "connection `{name}` does not lend its secret to {}",
-                    parsed_url.origin().ascii_serialization()
-                )));
-            }
+        // A secret goes only where its connection says: text steering an
+        // agent's call to another allowed host must not carry it along.
+        let hosts = super::string_list(&connection.config, "allowed_hosts");
+        let lent = policy::Policy::new(&hosts, &[])
+            .map(|p| p.lists(&parsed_url))
+            .unwrap_or(false);
+        if !lent {
+            return Err(ToolError::fatal(format!(
+                "connection `{name}` does not lend its secret to {} (its config's \
+                 allowed_hosts)",
+                parsed_url.origin().ascii_serialization()
+            )));
         }
         let secret = connection.secret.as_ref().map(|s| s.expose());
         let value = match (secret, field) {
