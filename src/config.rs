@@ -92,9 +92,16 @@ pub struct Config {
     pub task_timeout_secs: u64,
     /// Write a `tool.call` audit row for every step attempt.
     pub audit_tool_calls: bool,
-    /// Hosts the `http_request` and `delegate` tools may call, and
-    /// outbound webhooks may be on (`*`: any).
+    /// Hosts and ports the `http_request` and `delegate` tools and
+    /// partner tools may call, and outbound webhooks may be on: `*` (any),
+    /// `host` (its scheme's default port), `host:port` or `host:*`.
     pub http_allowed_hosts: Vec<String>,
+    /// Non-public address ranges (CIDR, e.g. `10.0.0.0/8`) outbound calls
+    /// may connect to; loopback, private, link-local, CGNAT, ULA and the
+    /// like are refused unless listed here.
+    pub http_allowed_private: Vec<String>,
+    /// The largest answer body an outbound call reads (bytes).
+    pub http_max_response_bytes: u64,
     /// Attempts a webhook delivery gets before it is `FAILED`.
     pub webhook_max_attempts: u32,
     /// Seconds before a failed webhook delivery's second attempt; the
@@ -284,6 +291,8 @@ impl Default for Config {
             executor_lease_secs: 30,
             executor_poll_ms: 500,
             http_allowed_hosts: Vec::new(),
+            http_allowed_private: Vec::new(),
+            http_max_response_bytes: brainstem_domain::outbound::DEFAULT_MAX_RESPONSE_BYTES,
             webhook_max_attempts: 8,
             webhook_retry_base_secs: 10,
             public_url: None,
@@ -405,6 +414,14 @@ impl Config {
         if !(1..=3650).contains(&self.memory_purge_after_days) {
             bail!("memory_purge_after_days must be 1-3650");
         }
+        if self.http_max_response_bytes == 0 {
+            bail!("http_max_response_bytes must be at least 1");
+        }
+        brainstem_domain::outbound::Policy::new(
+            &self.http_allowed_hosts,
+            &self.http_allowed_private,
+        )
+        .map_err(|e| anyhow::anyhow!(e))?;
         if self.webhook_max_attempts < 1 || self.webhook_max_attempts > 50 {
             bail!("webhook_max_attempts must be 1-50");
         }

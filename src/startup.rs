@@ -21,6 +21,7 @@ use brainstem_domain::{
     llm::{
         self, BreakerConfig, Budgets, CallRetry, LanguageModel, LlmSettings, ModelClient, Prices,
     },
+    outbound::{Outbound, OutboundSettings},
     settings,
     tools::{Tool, ToolRegistry, ToolSettings, WithBuiltins},
     webhooks::WebhookConfig,
@@ -259,9 +260,8 @@ pub fn executor(
     stopping: watch::Receiver<bool>,
 ) -> anyhow::Result<Executor> {
     let settings = ToolSettings {
-        http_allowed_hosts: config.http_allowed_hosts.clone(),
+        outbound: domain.outbound.clone(),
         public_url: config.public_url(),
-        http: http_client::client(Duration::from_secs(10)),
         llm: model_client(config)?,
         policy: Default::default(),
     };
@@ -282,6 +282,17 @@ pub fn executor(
     ))
 }
 
+/// The client for outbound calls a tenant's work can steer, from the
+/// `http_*` settings.
+pub fn outbound(config: &Config) -> anyhow::Result<Outbound> {
+    Ok(Outbound::new(&OutboundSettings {
+        allowed_hosts: config.http_allowed_hosts.clone(),
+        allowed_private: config.http_allowed_private.clone(),
+        max_response_bytes: config.http_max_response_bytes,
+        connect_timeout: Duration::from_secs(10),
+    })?)
+}
+
 /// Open everything a process needs and check the stored plans against the
 /// tools it has.
 async fn prepare(config: &Config, extra: Vec<Arc<dyn Tool>>) -> anyhow::Result<Domain> {
@@ -292,8 +303,8 @@ async fn prepare(config: &Config, extra: Vec<Arc<dyn Tool>>) -> anyhow::Result<D
     let keyring = connection_keyring(config, &domain).await?;
     let domain = domain
         .with_connection_keys(keyring)
+        .with_outbound(outbound(config)?)
         .with_webhook_config(WebhookConfig {
-            allowed_hosts: config.http_allowed_hosts.clone(),
             retry_base: Duration::from_secs(config.webhook_retry_base_secs.max(1)),
             max_attempts: config.webhook_max_attempts as i32,
             ..WebhookConfig::default()

@@ -44,7 +44,7 @@ pub mod tools;
 pub use catalogue::{capabilities, connections, guardrails, plans, policy, prompts};
 pub use identity::{acting, api_keys, tenants};
 pub use kernel::{
-    audit, crypto, db, error, http_client, json_schema, metrics, origin, page, principal,
+    audit, crypto, db, error, http_client, json_schema, metrics, origin, outbound, page, principal,
     rate_limit, redact, row_security, settings, template,
 };
 pub use memory::graph;

@@ -7,6 +7,8 @@
 //!   field pays their per-field hooks. What runs around an operation is
 //!   `api/src/schema/operation.rs`; its registry twin is the one schema
 //!   with an extension.
+//! - Outbound calls a tenant's work can steer go through one client,
+//!   `kernel::outbound`.
 //!
 //! Tenant scoping is checked in `scoping.rs`, the layers in `layers.rs`.
 
@@ -53,4 +55,53 @@ fn the_served_schema_has_no_extensions() {
         "only the registry twin in schema/operation.rs may install an extension: {found:?}"
     );
     assert!(found[0].starts_with("schema/operation.rs:"), "{found:?}");
+}
+
+/// Every outbound call a tenant's work can steer goes through
+/// `kernel::outbound` (allow-list, address rules, redirects, size cap).
+/// Only that module, the plain client it and the model providers build on
+/// (`kernel/http_client.rs`), the model providers themselves (`models/`,
+/// operator-configured endpoints) and the start-up code that wires them
+/// may name a reqwest client or build one.
+#[test]
+fn outbound_calls_go_through_the_one_client() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let allowed = [
+        "domain/src/kernel/http_client.rs",
+        "domain/src/kernel/outbound/",
+        "domain/src/models/",
+        "src/startup.rs",
+    ];
+    let mut found = Vec::new();
+    let mut dirs: Vec<_> = ["domain/src", "api/src", "src"]
+        .iter()
+        .map(|d| root.join(d))
+        .collect();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let file = path.strip_prefix(root).unwrap().display().to_string();
+            if allowed.iter().any(|a| file.starts_with(a)) {
+                continue;
+            }
+            let source = std::fs::read_to_string(&path).unwrap();
+            let code = source.split("#[cfg(test)]").next().unwrap_or_default();
+            for (n, line) in code.lines().enumerate() {
+                if ["reqwest::Client", "ClientBuilder", "http_client::client("]
+                    .iter()
+                    .any(|needle| line.contains(needle))
+                {
+                    found.push(format!("{file}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "outbound calls must go through kernel::outbound: {found:#?}"
+    );
 }

@@ -168,7 +168,10 @@ impl TestApp {
             jwt_secret: Some(SecretString::from(uuid::Uuid::now_v7().to_string())),
             jwt_leeway_secs: 0,
             workers: 0,
-            http_allowed_hosts: vec!["127.0.0.1".into()],
+            // The fake servers tests stand up listen on loopback, on any
+            // port; production refuses loopback unless the operator lists it.
+            http_allowed_hosts: vec!["127.0.0.1:*".into()],
+            http_allowed_private: vec!["127.0.0.1/32".into()],
             connection_encryption_key,
             log: "warn".into(),
             // Tests run memory maintenance themselves, at times they choose.

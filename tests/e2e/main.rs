@@ -36,6 +36,7 @@ mod memory;
 mod memory_tools;
 mod metrics;
 mod modes;
+mod outbound;
 mod partner_tools;
 mod persisted_queries;
 mod ranking;

@@ -111,12 +111,12 @@ impl fmt::Debug for ToolContext {
 /// Settings that built-in tools need.
 #[derive(Clone, Debug)]
 pub struct ToolSettings {
-    /// Hosts `http_request` and `delegate` may call (exact names, or
-    /// `*` for any).
-    pub http_allowed_hosts: Vec<String>,
+    /// The client for every call `http_request`, `delegate` and partner
+    /// tools make: the allow-list, the address rules, redirects and the
+    /// answer's size cap are its business.
+    pub outbound: crate::kernel::outbound::Outbound,
     /// The server's public base URL, for callback links.
     pub public_url: String,
-    pub http: reqwest::Client,
     /// The language model `llm.generate`, agent steps (and LLM intent
     /// detection) call.
     pub llm: crate::models::llm::ModelClient,
@@ -128,9 +128,8 @@ impl Default for ToolSettings {
     /// No hosts allowed, the offline model.
     fn default() -> Self {
         Self {
-            http_allowed_hosts: Vec::new(),
+            outbound: crate::kernel::outbound::Outbound::default(),
             public_url: String::new(),
-            http: crate::kernel::http_client::client(Duration::from_secs(10)),
             llm: crate::models::llm::ModelClient::default(),
             policy: Default::default(),
         }
@@ -199,6 +198,15 @@ pub struct ToolError {
     pub message: String,
     /// Whether running the step again may succeed (timeouts, 5xx, …).
     pub retryable: bool,
+}
+
+impl From<crate::kernel::outbound::CallFailure> for ToolError {
+    fn from(f: crate::kernel::outbound::CallFailure) -> Self {
+        Self {
+            message: f.message,
+            retryable: f.retryable,
+        }
+    }
 }
 
 impl From<LlmError> for ToolError {

@@ -1,4 +1,7 @@
-//! The outgoing HTTP client shared by tools and model providers.
+//! The plain outgoing HTTP client of the model and embedding providers
+//! (endpoints the operator configures), and the TLS set-up every client
+//! needs. Calls a tenant's work can steer use [`super::outbound`] instead,
+//! which builds on this module's TLS provider.
 //!
 //! TLS is rustls with the *ring* crypto provider. reqwest is built with
 //! `rustls-no-provider` (its default provider, aws-lc-rs, needs a long C
@@ -15,14 +18,6 @@ pub fn install_tls_provider() {
     // `install_default` fails only when a provider is already installed,
     // which is exactly the state wanted.
     let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// Whether `host` is in `allowed` (`*` allows any), as the
-/// `http_allowed_hosts` setting lists hosts outgoing calls may reach.
-pub fn host_allowed(allowed: &[String], host: &str) -> bool {
-    allowed
-        .iter()
-        .any(|h| h == "*" || h.eq_ignore_ascii_case(host))
 }
 
 /// A client that verifies TLS certificates against the system's roots and

@@ -21,6 +21,7 @@ pub mod http_client;
 pub mod json_schema;
 pub mod metrics;
 pub mod origin;
+pub mod outbound;
 pub mod page;
 pub mod principal;
 pub mod rate_limit;

@@ -11,6 +11,15 @@
 //!   `driver_license`, `fein`, …), or
 //! - its last word is `token` (`token`, `access_token`, `authToken`).
 //!
+//! Inside an object under a key whose last word is `headers`, a key is a
+//! header name and is judged more broadly ([`is_credential_header`]):
+//! `Cookie`, `Set-Cookie`, `X-Auth…`, `X-Session…`, `Proxy-Authorization`
+//! and any name containing `token`, `secret`, `key`, `auth`, `session`,
+//! `signature`, `password` or `credential`.
+//!
+//! Secrets known by value (a credential a tool took from a connection) are
+//! removed wherever they appear, in keys and values, with [`scrub`].
+//!
 //! This covers the specifications' 13 audit patterns (`password`,
 //! `secret`, `token`, `api[_-]?key`, `credential`, `email`, `phone`,
 //! `address`, `ssn`, `credit[_-]?card`, `_secret$`, `_token$`, `_key$`) and
@@ -43,6 +52,7 @@ const ANYWHERE: &[&str] = &[
     "signingkey",
     "encryptionkey",
     "licensekey",
+    "cookie",
     // Personal data.
     "email",
     "phone",
@@ -120,14 +130,39 @@ fn words(key: &str) -> Vec<String> {
     words
 }
 
+/// Parts of a header name that mark its value as a credential.
+const HEADER_PARTS: &[&str] = &[
+    "token",
+    "secret",
+    "key",
+    "auth",
+    "session",
+    "cookie",
+    "signature",
+    "password",
+    "credential",
+];
+
+/// Whether a header's value is a credential (see the module's header).
+pub fn is_credential_header(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    is_pii_key(name) || HEADER_PARTS.iter().any(|part| lower.contains(part))
+}
+
 /// A copy of `value` with PII values replaced, at every depth.
 pub fn redact(value: &Value) -> Value {
+    redact_with(value, is_pii_key)
+}
+
+fn redact_with(value: &Value, sensitive: fn(&str) -> bool) -> Value {
     match value {
         Value::Object(map) => Value::Object(
             map.iter()
                 .map(|(k, v)| {
-                    let v = if is_pii_key(k) {
+                    let v = if sensitive(k) {
                         Value::String(REDACTED.to_owned())
+                    } else if words(k).last().is_some_and(|w| w == "headers") {
+                        redact_with(v, is_credential_header)
                     } else {
                         redact(v)
                     };
@@ -135,7 +170,40 @@ pub fn redact(value: &Value) -> Value {
                 })
                 .collect(),
         ),
-        Value::Array(items) => Value::Array(items.iter().map(redact).collect()),
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .map(|item| redact_with(item, sensitive))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// `text` with every occurrence of each of `secrets` replaced.
+pub fn scrub_text(text: &str, secrets: &[&str]) -> String {
+    secrets
+        .iter()
+        .filter(|s| !s.is_empty())
+        .fold(text.to_owned(), |text, secret| {
+            text.replace(secret, REDACTED)
+        })
+}
+
+/// A copy of `value` with every occurrence of each of `secrets` replaced,
+/// in keys and strings, at every depth.
+pub fn scrub(value: &Value, secrets: &[&str]) -> Value {
+    if secrets.iter().all(|s| s.is_empty()) {
+        return value.clone();
+    }
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (scrub_text(k, secrets), scrub(v, secrets)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(|v| scrub(v, secrets)).collect()),
+        Value::String(s) => Value::String(scrub_text(s, secrets)),
         other => other.clone(),
     }
 }
@@ -210,6 +278,44 @@ mod tests {
         ] {
             assert!(!is_pii_key(key), "{key} should not be redacted");
         }
+    }
+
+    #[test]
+    fn header_values_that_are_credentials_are_redacted() {
+        let args = json!({
+            "url": "https://x.example/",
+            "headers": {
+                "Cookie": "sid=1", "Set-Cookie": "sid=2", "X-Auth": "a",
+                "X-Session-Id": "s", "X-Csrf-Token": "t", "X-Client-Secret": "c",
+                "X-Key": "k", "Proxy-Authorization": "p", "Accept": "application/json"
+            },
+            "key": "plan-visible"
+        });
+        let out = redact(&args);
+        for name in [
+            "Cookie",
+            "Set-Cookie",
+            "X-Auth",
+            "X-Session-Id",
+            "X-Csrf-Token",
+            "X-Client-Secret",
+            "X-Key",
+            "Proxy-Authorization",
+        ] {
+            assert_eq!(out["headers"][name], REDACTED, "{name}");
+        }
+        assert_eq!(out["headers"]["Accept"], "application/json");
+        assert_eq!(out["key"], "plan-visible");
+        assert_eq!(redact(&json!({"cookie": "x"}))["cookie"], REDACTED);
+    }
+
+    #[test]
+    fn secrets_known_by_value_are_scrubbed_everywhere() {
+        let value = json!({"echo": "Bearer s3cr3t!", "s3cr3t!": [1, "x s3cr3t! y"], "n": 1});
+        let out = scrub(&value, &["s3cr3t!"]);
+        assert!(!out.to_string().contains("s3cr3t!"), "{out}");
+        assert_eq!(out["n"], 1);
+        assert_eq!(scrub(&value, &[""]), value);
     }
 
     #[test]

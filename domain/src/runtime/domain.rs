@@ -13,7 +13,7 @@ use crate::{
     catalogue::{capabilities, connections, guardrails, plans, policy, prompts, tool as tools},
     identity::{acting, api_keys, tenants},
     kernel::{
-        audit, crypto, db,
+        audit, crypto, db, outbound,
         page::{self, PageRequest},
         row_security,
     },
@@ -48,6 +48,9 @@ pub struct Domain {
     pub schedules: schedules::Schedules,
     /// Tenants' endpoints for task events, and their outbox.
     pub webhooks: webhooks::Webhooks,
+    /// The client every outbound call a tenant's work can steer goes
+    /// through (tools, partner tools, webhooks).
+    pub outbound: outbound::Outbound,
 }
 
 impl Domain {
@@ -113,6 +116,7 @@ impl Domain {
             prompts: prompts::Prompts::new(db.clone()),
             policies: policy::Policies::new(db.clone(), Default::default()),
             guardrails: guardrails::Guardrails::new(db.clone()),
+            outbound: outbound::Outbound::default(),
             statements,
             db,
         }
@@ -126,6 +130,14 @@ impl Domain {
         self.connections = connections::Connections::new(self.db.clone(), Some(keyring.clone()));
         self.capabilities = self.capabilities.with_keyring(keyring.clone());
         self.webhooks = self.webhooks.with_keyring(keyring);
+        self
+    }
+
+    /// Make outbound calls (webhook deliveries, and the tools' calls
+    /// through the executor's settings) with `outbound`.
+    pub fn with_outbound(mut self, outbound: outbound::Outbound) -> Self {
+        self.webhooks = self.webhooks.with_outbound(outbound.clone());
+        self.outbound = outbound;
         self
     }
 

@@ -28,8 +28,13 @@
 //!   same attempt, and one that dies mid-attempt leaves it due again later
 //!   (at least once; receivers deduplicate on `X-Brainstem-Delivery`).
 //! - Sending never holds up the executor: the executor only inserts rows.
-//! - An endpoint's host must be in `http_allowed_hosts`, when it is
-//!   registered and at every attempt.
+//! - Every attempt goes through the outbound client
+//!   ([`crate::kernel::outbound`]): an endpoint's host and port must be in
+//!   `http_allowed_hosts` when it is registered and at every attempt, its
+//!   address must be public (or listed in `http_allowed_private`), a
+//!   redirect to another origin fails the attempt (the signed event is
+//!   never re-posted elsewhere), and an error answer is read only as far
+//!   as the last error keeps.
 
 use std::{sync::Arc, time::Duration};
 
@@ -53,7 +58,9 @@ use crate::{
         audit::{self, AuditEntry},
         crypto::{self, Keyring, Sealed},
         metrics::{OutcomeLabels, metrics},
-        origin, page,
+        origin,
+        outbound::Outbound,
+        page,
         row_security::{self, Bypass, as_platform},
     },
     runtime::tasks::{EventKind, Task, TaskEvent, TaskStatus},
@@ -198,8 +205,6 @@ impl From<webhook_delivery::Model> for Delivery {
 /// How deliveries are sent.
 #[derive(Clone, Debug)]
 pub struct WebhookConfig {
-    /// Hosts endpoints may be on (`*`: any), as for the `http_request` tool.
-    pub allowed_hosts: Vec<String>,
     /// The wait after the first failed attempt; it doubles with each.
     pub retry_base: Duration,
     /// Attempts before a delivery is `FAILED`.
@@ -211,7 +216,6 @@ pub struct WebhookConfig {
 impl Default for WebhookConfig {
     fn default() -> Self {
         Self {
-            allowed_hosts: Vec::new(),
             retry_base: Duration::from_secs(10),
             max_attempts: 8,
             timeout: Duration::from_secs(10),
@@ -227,21 +231,6 @@ impl WebhookConfig {
             .saturating_mul(2u32.saturating_pow(doublings))
             .min(MAX_BACKOFF)
     }
-
-    fn allows(&self, url: &str) -> Result<reqwest::Url> {
-        let url = reqwest::Url::parse(url.trim())
-            .map_err(|e| Error::validation(format!("`{url}` is not a URL: {e}")))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(Error::validation("a webhook URL is http or https"));
-        }
-        let host = url.host_str().unwrap_or_default();
-        if !crate::kernel::http_client::host_allowed(&self.allowed_hosts, host) {
-            return Err(Error::validation(format!(
-                "host `{host}` is not in http_allowed_hosts"
-            )));
-        }
-        Ok(url)
-    }
 }
 
 #[derive(Clone)]
@@ -249,7 +238,7 @@ pub struct Webhooks {
     db: DatabaseConnection,
     keyring: Option<Arc<Keyring>>,
     config: Arc<WebhookConfig>,
-    http: reqwest::Client,
+    outbound: Outbound,
 }
 
 impl Webhooks {
@@ -258,8 +247,22 @@ impl Webhooks {
             db,
             keyring: None,
             config: Arc::default(),
-            http: crate::kernel::http_client::client(Duration::from_secs(5)),
+            outbound: Outbound::default(),
         }
+    }
+
+    /// Send deliveries through `outbound` (which also checks endpoints
+    /// when they are registered).
+    pub fn with_outbound(mut self, outbound: Outbound) -> Self {
+        self.outbound = outbound;
+        self
+    }
+
+    /// `url` parsed, if deliveries may be sent to it.
+    fn allows(&self, url: &str) -> Result<reqwest::Url> {
+        self.outbound
+            .check(url)
+            .map_err(|f| Error::validation(f.message))
     }
 
     pub fn with_keyring(mut self, keyring: Arc<Keyring>) -> Self {
@@ -305,7 +308,7 @@ impl Webhooks {
         if name.is_empty() || name.len() > 100 {
             return Err(Error::validation("a webhook name has 1-100 characters"));
         }
-        let url = self.config.allows(&new.url)?;
+        let url = self.allows(&new.url)?;
         let mut events = new.events;
         events.dedup();
         if events.is_empty() {
@@ -494,10 +497,6 @@ impl Webhooks {
             .await
             .map_err(|e| Failure::new(None, e.to_string()))?
             .ok_or_else(|| Failure::new(None, "the endpoint is gone"))?;
-        let url = self
-            .config
-            .allows(&endpoint.url)
-            .map_err(|e| Failure::new(None, e.to_string()))?;
         let secret = self
             .open(scope, &endpoint)
             .map_err(|e| Failure::new(None, e.to_string()))?;
@@ -505,8 +504,9 @@ impl Webhooks {
             serde_json::to_vec(&row.payload).map_err(|e| Failure::new(None, e.to_string()))?;
         let timestamp = Utc::now().timestamp();
         let mut request = self
-            .http
-            .post(url)
+            .outbound
+            .request(reqwest::Method::POST, &endpoint.url)
+            .map_err(|f| Failure::new(None, f.message))?
             .timeout(self.config.timeout)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(EVENT_HEADER, &row.event)
@@ -521,16 +521,18 @@ impl Webhooks {
         {
             request = request.header("traceparent", parent);
         }
-        let response = request
-            .body(body)
-            .send()
+        let response = self
+            .outbound
+            .send(request.body(body))
             .await
-            .map_err(|e| Failure::new(None, format!("no answer: {e}")))?;
+            .map_err(|f| Failure::new(None, format!("no answer: {f}")))?;
         let status = response.status();
         if status.is_success() {
             return Ok(i32::from(status.as_u16()));
         }
-        let text = response.text().await.unwrap_or_default();
+        // Enough for the characters kept, at up to four bytes each.
+        let prefix = Outbound::read_prefix(response, ERROR_CHARS * 4).await;
+        let text = String::from_utf8_lossy(&prefix);
         Err(Failure::new(
             Some(i32::from(status.as_u16())),
             format!(
@@ -681,14 +683,17 @@ mod tests {
 
     #[test]
     fn urls_must_be_http_on_an_allowed_host() {
-        let config = WebhookConfig {
+        let outbound = Outbound::new(&crate::kernel::outbound::OutboundSettings {
             allowed_hosts: vec!["hooks.example.com".into()],
-            ..WebhookConfig::default()
-        };
-        assert!(config.allows("https://hooks.example.com/brainstem").is_ok());
-        assert!(config.allows("https://other.example.com/").is_err());
-        assert!(config.allows("ftp://hooks.example.com/").is_err());
-        assert!(config.allows("not a url").is_err());
+            ..Default::default()
+        })
+        .unwrap();
+        let hooks = Webhooks::new(sea_orm::DatabaseConnection::default()).with_outbound(outbound);
+        assert!(hooks.allows("https://hooks.example.com/brainstem").is_ok());
+        assert!(hooks.allows("https://hooks.example.com:8443/").is_err());
+        assert!(hooks.allows("https://other.example.com/").is_err());
+        assert!(hooks.allows("ftp://hooks.example.com/").is_err());
+        assert!(hooks.allows("not a url").is_err());
     }
 
     #[test]

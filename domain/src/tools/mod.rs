@@ -15,6 +15,7 @@
 pub mod agent;
 pub mod builtin;
 pub mod generate;
+pub mod http;
 pub mod memory;
 pub mod plan_run;
 

@@ -23,6 +23,12 @@
 //! `X-Brainstem-Trace-Id` (with the same trace in a W3C `traceparent`). A
 //! partner checks the signature and refuses stale timestamps.
 //!
+//! The call goes through the outbound client
+//! ([`crate::kernel::outbound`]): the tool's URL must be on
+//! `http_allowed_hosts` (host and port) and resolve to an allowed address,
+//! a redirect to another origin is refused, and the answer is capped at
+//! `http_max_response_bytes`. A refusal fails the step for good.
+//!
 //! **The answer.** A 2xx JSON body is the step's output (checked against the
 //! tool's output schema when it has one). A timeout, a connection failure,
 //! 429 or 5xx is a retryable failure (the step's retry policy applies); any
@@ -43,6 +49,7 @@ use crate::{
     kernel::{
         json_schema::{self, Mode},
         origin,
+        outbound::CallFailure,
     },
 };
 
@@ -150,10 +157,9 @@ impl Tool for PartnerTool {
         let body = serde_json::to_vec(&body)
             .map_err(|e| ToolError::fatal(format!("cannot encode the request: {e}")))?;
         let timestamp = Utc::now().timestamp();
-        let mut request = ctx
-            .settings
-            .http
-            .post(&self.def.url)
+        let outbound = &ctx.settings.outbound;
+        let mut request = outbound
+            .request(reqwest::Method::POST, &self.def.url)?
             .timeout(self.limit())
             .header("Content-Type", "application/json")
             .header(TIMESTAMP_HEADER, timestamp.to_string())
@@ -163,27 +169,22 @@ impl Tool for PartnerTool {
         if let Some(parent) = origin::traceparent(&ctx.trace_id) {
             request = request.header("traceparent", parent);
         }
-        let response = request.body(body).send().await.map_err(|e| {
-            if e.is_timeout() {
+        let timed_out = |f: CallFailure| {
+            if f.timed_out {
                 ToolError::retryable(format!(
                     "`{key}` timed out after {} ms",
                     self.def.timeout_ms
                 ))
+            } else if f.retryable {
+                ToolError::retryable(format!("`{key}` could not be reached: {f}"))
             } else {
-                ToolError::retryable(format!("`{key}` could not be reached: {e}"))
+                ToolError::fatal(format!("`{key}`: {f}"))
             }
-        })?;
+        };
+        let response = outbound.send(request.body(body)).await.map_err(timed_out)?;
         let status = response.status().as_u16();
-        let text = response.text().await.map_err(|e| {
-            if e.is_timeout() {
-                ToolError::retryable(format!(
-                    "`{key}` timed out after {} ms",
-                    self.def.timeout_ms
-                ))
-            } else {
-                ToolError::retryable(format!("reading the answer of `{key}` failed: {e}"))
-            }
-        })?;
+        let text = outbound.read(response).await.map_err(timed_out)?;
+        let text = String::from_utf8_lossy(&text);
         match status {
             200..=299 => {}
             429 | 500..=599 => {
