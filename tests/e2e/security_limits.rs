@@ -301,3 +301,45 @@ async fn every_sealed_secret_survives_a_key_rotation_and_the_old_key_going(backe
         )
     );
 }
+
+/// File modes are SQLite's concern only: PostgreSQL keeps its own files.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_database_is_readable_by_its_owner_only() {
+    use std::{
+        fs,
+        os::unix::fs::PermissionsExt,
+        path::{Path, PathBuf},
+    };
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let with = |p: &Path, suffix: &str| {
+        let mut name = p.to_owned().into_os_string();
+        name.push(suffix);
+        PathBuf::from(name)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let spawn = |path: PathBuf| {
+        TestApp::spawn_with(Backend::Sqlite, move |c| {
+            c.database_url = format!("sqlite://{}", path.display());
+        })
+    };
+
+    // A fresh install: the database and the files SQLite keeps beside it.
+    let fresh = dir.path().join("fresh.db");
+    let app = spawn(fresh.clone()).await;
+    app.create_tenant("acme").await;
+    for suffix in ["", "-wal", "-shm"] {
+        assert_eq!(mode(&with(&fresh, suffix)), 0o600, "fresh.db{suffix}");
+    }
+    drop(app);
+
+    // An existing install whose file others could read is tightened.
+    let old = dir.path().join("old.db");
+    fs::write(&old, b"").unwrap();
+    fs::set_permissions(&old, fs::Permissions::from_mode(0o644)).unwrap();
+    let app = spawn(old.clone()).await;
+    app.create_tenant("acme").await;
+    for suffix in ["", "-wal", "-shm"] {
+        assert_eq!(mode(&with(&old, suffix)), 0o600, "old.db{suffix}");
+    }
+}
