@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use brainstem_api::auth::{TokenRequest, mint_token};
-use brainstem_domain::{Actor, Principal, Role};
+use brainstem_domain::{Actor, Principal, Reencrypted, Role};
 use clap::{Parser, Subcommand};
 
 use crate::{
@@ -37,8 +37,11 @@ pub enum Command {
     Token(TokenArgs),
     /// Print the GraphQL schema (SDL), as checked in at schema.graphql.
     Schema,
-    /// After a connection key rotation: re-seal every connection secret
-    /// still sealed with an old key (audited), so the old key can be dropped.
+    /// After an encryption key rotation: re-seal every secret still sealed
+    /// with an old key — connection secrets, webhook endpoint secrets and
+    /// capability signing secrets — (audited), so the old key can be
+    /// dropped. Prints how many of each.
+    #[command(alias = "reencrypt-secrets")]
     ReencryptConnections,
     /// Run memory maintenance once and exit: promotion, archiving, expiry
     /// and, on PostgreSQL, the per-tenant vector indexes that are due (say,
@@ -109,8 +112,12 @@ impl Cli {
                 Ok(())
             }
             Command::ReencryptConnections => {
-                let count = reencrypt_connections(&config).await?;
-                eprintln!("re-sealed {count} connection secrets with the current key");
+                let done = reencrypt_secrets(&config).await?;
+                eprintln!(
+                    "re-sealed with the current key: {} connection secrets, {} webhook secrets, \
+                     {} capability signing secrets",
+                    done.connections, done.webhooks, done.capabilities
+                );
                 Ok(())
             }
             Command::MaintainMemory => {
@@ -157,9 +164,9 @@ async fn models(config: &Config, command: ModelsCommand) -> anyhow::Result<()> {
     }
 }
 
-/// The operator at the console acts as a platform admin, through the same
-/// audited scope as the API.
-async fn reencrypt_connections(config: &Config) -> anyhow::Result<u64> {
+/// `brainstem reencrypt-connections`: the operator at the console acts as
+/// a platform admin, through the same audited scope as the API.
+pub async fn reencrypt_secrets(config: &Config) -> anyhow::Result<Reencrypted> {
     let domain = startup::open_domain(config, startup::registry(Vec::new())?).await?;
     let keyring = startup::connection_keyring(config, &domain).await?;
     let domain = domain.with_connection_keys(keyring);
@@ -173,7 +180,7 @@ async fn reencrypt_connections(config: &Config) -> anyhow::Result<u64> {
         .audit
         .open_platform_scope(&operator, "connection.reencrypt", "connections", None)
         .await?;
-    Ok(domain.reencrypt_connections(&scope).await?)
+    Ok(domain.reencrypt_secrets(&scope).await?)
 }
 
 async fn token(config: &Config, args: &TokenArgs) -> anyhow::Result<String> {

@@ -62,4 +62,4 @@ pub use kernel::{
     error::{Error, Result},
     principal::{Actor, Principal, Role},
 };
-pub use runtime::domain::Domain;
+pub use runtime::domain::{Domain, Reencrypted};

@@ -398,7 +398,14 @@ async fn secrets_survive_key_rotation(backend: Backend) {
         .open_platform_scope(&platform_admin, "connection.reencrypt", "connections", None)
         .await
         .unwrap();
-    assert_eq!(rotated.reencrypt_connections(&platform).await.unwrap(), 1);
+    assert_eq!(
+        rotated
+            .reencrypt_secrets(&platform)
+            .await
+            .unwrap()
+            .connections,
+        1
+    );
     assert_eq!(key_id().await, [new.id(), new.id()]);
     assert_eq!(
         helpers::in_tenant(scope, rotated.connections.reencrypt(scope))

@@ -47,6 +47,7 @@ mod runaway;
 mod schedules;
 mod schema;
 mod scoping;
+mod security_limits;
 mod statements;
 mod streams;
 mod tenants;

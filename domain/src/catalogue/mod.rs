@@ -17,6 +17,7 @@
 pub mod capabilities;
 pub mod connections;
 pub mod guardrails;
+pub mod patterns;
 pub mod plans;
 pub mod policy;
 pub mod prompts;

@@ -15,7 +15,6 @@ use std::{collections::HashSet, sync::Arc};
 
 use brainstem_entity::{PlanId, TenantOwned, TenantScope, plan};
 use chrono::{DateTime, Utc};
-use regex::Regex;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection,
     EntityTrait, QueryFilter, QueryOrder, QuerySelect, TransactionTrait, sea_query::Expr,
@@ -27,6 +26,7 @@ use crate::{
     Error, Principal, Result,
     catalogue::{
         capabilities,
+        patterns::{self, PatternCache},
         tool::{Tool, ToolRegistry},
     },
     kernel::{
@@ -275,14 +275,7 @@ pub fn check_plan(def: &PlanDef, registry: &ToolRegistry) -> Result<()> {
             def.key, def.intent
         ));
     }
-    for pattern in &def.patterns {
-        if let Err(e) = Regex::new(&format!("(?i){pattern}")) {
-            errors.push(format!(
-                "plan `{}`: pattern `{pattern}` is invalid: {e}",
-                def.key
-            ));
-        }
-    }
+    errors.extend(patterns::check(&def.key, &def.patterns));
     if let Err(mut step_errors) = check_steps(&def.key, &def.steps, registry, &HashSet::new()) {
         errors.append(&mut step_errors);
     }
@@ -301,11 +294,21 @@ pub fn check_plan(def: &PlanDef, registry: &ToolRegistry) -> Result<()> {
 pub struct Plans {
     db: DatabaseConnection,
     registry: ToolRegistry,
+    patterns: PatternCache,
 }
 
 impl Plans {
     pub fn new(db: DatabaseConnection, registry: ToolRegistry) -> Self {
-        Self { db, registry }
+        Self {
+            db,
+            registry,
+            patterns: PatternCache::default(),
+        }
+    }
+
+    /// Plans' compiled intent patterns, shared by this process's tasks.
+    pub fn patterns(&self) -> &PatternCache {
+        &self.patterns
     }
 
     pub fn registry(&self) -> &ToolRegistry {

@@ -1,7 +1,8 @@
 //! Connecting to the store and keeping its schema current.
 //!
 //! SQLite is the embedded default (`sqlite://brainstem.db`, created on first
-//! use, WAL mode); PostgreSQL is chosen by a `postgres://` URL.
+//! use, WAL mode, readable by its owner only: [`super::db_files`]);
+//! PostgreSQL is chosen by a `postgres://` URL.
 
 use std::{
     sync::{
@@ -63,6 +64,8 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnecti
         .acquire_timeout(Duration::from_secs(30))
         .sqlx_logging(false);
     if backend == Backend::Sqlite {
+        // It holds secrets: created, or kept, readable by its owner only.
+        super::db_files::make_private(url)?;
         options.map_sqlx_sqlite_opts(|opts| {
             opts.create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)

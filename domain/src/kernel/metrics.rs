@@ -118,6 +118,7 @@ pub struct DomainMetrics {
     pub subscription_catch_up_reads: Counter,
     pub webhook_attempts: Family<OutcomeLabels, Counter>,
     pub schedule_runs: Counter,
+    pub intent_pattern_compilations: Counter,
 }
 
 static METRICS: LazyLock<DomainMetrics> = LazyLock::new(|| DomainMetrics {
@@ -140,6 +141,7 @@ static METRICS: LazyLock<DomainMetrics> = LazyLock::new(|| DomainMetrics {
     subscription_catch_up_reads: Counter::default(),
     webhook_attempts: Family::default(),
     schedule_runs: Counter::default(),
+    intent_pattern_compilations: Counter::default(),
 });
 
 /// The process's domain metrics.
@@ -245,6 +247,11 @@ pub fn register(registry: &mut Registry) {
         "schedule_runs",
         "Tasks started by schedules",
         m.schedule_runs.clone(),
+    );
+    registry.register(
+        "intent_pattern_compilations",
+        "Plan versions whose intent patterns were compiled (once each while cached)",
+        m.intent_pattern_compilations.clone(),
     );
 }
 

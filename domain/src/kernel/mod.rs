@@ -16,6 +16,7 @@ pub mod audit;
 pub mod columns;
 pub mod crypto;
 pub mod db;
+pub mod db_files;
 pub mod error;
 pub mod http_client;
 pub mod json_schema;

@@ -192,11 +192,17 @@ impl Domain {
         acting::act_in_tenant(&self.tenants, &self.audit, principal, claim).await
     }
 
-    /// Re-seal, in every tenant, the connection secrets that an old key
-    /// sealed (after a key rotation); returns how many. Needs an audited
-    /// platform scope, since it touches every tenant.
-    pub async fn reencrypt_connections(&self, scope: &PlatformScope) -> Result<u64> {
-        let mut total = 0;
+    /// Re-seal with the current key every sealed secret that an old key
+    /// sealed (after a key rotation): connection secrets (inbound hooks'
+    /// signing secrets among them) and webhook endpoint secrets in every
+    /// tenant, and capability signing secrets. Returns how many of each.
+    /// Needs an audited platform scope, since it touches every tenant.
+    /// Once it has run, the old keys can be dropped.
+    pub async fn reencrypt_secrets(&self, scope: &PlatformScope) -> Result<Reencrypted> {
+        let mut total = Reencrypted {
+            capabilities: self.capabilities.reencrypt(scope).await?,
+            ..Reencrypted::default()
+        };
         let mut after = None;
         loop {
             let page = self
@@ -210,8 +216,11 @@ impl Domain {
                 )
                 .await?;
             for tenant in &page.items {
-                let reseal = self.connections.reencrypt(TenantScope::new(tenant.id));
-                total += row_security::as_tenant(tenant.id, reseal).await?;
+                let scope = TenantScope::new(tenant.id);
+                let connections = self.connections.reencrypt(scope);
+                total.connections += row_security::as_tenant(tenant.id, connections).await?;
+                let webhooks = self.webhooks.reencrypt(scope);
+                total.webhooks += row_security::as_tenant(tenant.id, webhooks).await?;
             }
             match page.items.last() {
                 Some(last) if page.has_next_page => after = Some(last.id.uuid()),
@@ -219,4 +228,16 @@ impl Domain {
             }
         }
     }
+}
+
+/// How many sealed secrets of each kind [`Domain::reencrypt_secrets`]
+/// re-sealed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reencrypted {
+    /// Tenants' connection secrets (inbound hooks' included).
+    pub connections: u64,
+    /// Outbound webhook endpoints' signing secrets.
+    pub webhooks: u64,
+    /// Capabilities' partner-call signing secrets.
+    pub capabilities: u64,
 }

@@ -1,6 +1,7 @@
 //! Rules-first intent detection: each plan declares regular-expression
 //! patterns for its intent; the input text is matched against all of them.
-//! No model is needed.
+//! No model is needed. Each plan version's patterns are compiled once and
+//! cached ([`PatternCache`]); publishing bounds their number and size.
 //!
 //! Confidence, as numbers:
 //! - **high** (0.95): exactly one intent matches;
@@ -20,12 +21,14 @@
 
 use std::collections::BTreeMap;
 
-use regex::Regex;
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::{
-    catalogue::plans::{FALLBACK_INTENT, Plan},
+    catalogue::{
+        patterns::PatternCache,
+        plans::{FALLBACK_INTENT, Plan},
+    },
     models::{
         llm::{Message, ModelClient},
         usage::Usage,
@@ -44,8 +47,9 @@ pub struct Detection {
     pub reasoning: String,
 }
 
-/// Classify `text` against the patterns of `plans`.
-pub fn detect(text: &str, plans: &[Plan]) -> Detection {
+/// Classify `text` against the patterns of `plans`, compiled through
+/// `patterns`.
+pub fn detect(text: &str, plans: &[Plan], patterns: &PatternCache) -> Detection {
     if text.trim().is_empty() {
         return Detection {
             intent: FALLBACK_INTENT.to_owned(),
@@ -56,15 +60,7 @@ pub fn detect(text: &str, plans: &[Plan]) -> Detection {
     // (intent, matching patterns, priority)
     let mut scores: Vec<(&str, usize, i32)> = Vec::new();
     for plan in plans {
-        let hits = plan
-            .patterns
-            .iter()
-            .filter(|p| {
-                Regex::new(&format!("(?i){p}"))
-                    .map(|re| re.is_match(text))
-                    .unwrap_or(false)
-            })
-            .count();
+        let hits = patterns.get(plan).hits(text);
         if hits == 0 {
             continue;
         }
@@ -120,10 +116,11 @@ pub async fn detect_with_model(
     client: &ModelClient,
     text: &str,
     plans: &[Plan],
+    patterns: &PatternCache,
 ) -> (Detection, Usage) {
     // Nothing to classify, or nothing to choose from: no call.
     if text.trim().is_empty() || plans.is_empty() {
-        return (detect(text, plans), Usage::default());
+        return (detect(text, plans, patterns), Usage::default());
     }
     let mut candidates: BTreeMap<&str, &str> = BTreeMap::new();
     for plan in plans {
@@ -183,7 +180,7 @@ pub async fn detect_with_model(
         }
     };
     tracing::info!(%why, "LLM intent detection fell back to the rules");
-    let mut detection = detect(text, plans);
+    let mut detection = detect(text, plans, patterns);
     detection.reasoning = format!("{why}; rules: {}", detection.reasoning);
     (detection, usage)
 }
@@ -248,22 +245,24 @@ mod tests {
             plan("insurance.loss_run_request", &["loss run", "dec page"], 100),
             plan("fleet.new_driver", &["driver", "cdl"], 100),
         ];
+        let cache = PatternCache::default();
         let d = detect(
             "Please process the attached dec page for a loss run",
             &plans,
+            &cache,
         );
         assert_eq!(
             (d.intent.as_str(), d.confidence),
             ("insurance.loss_run_request", HIGH)
         );
-        let d = detect("new driver with CDL and a loss run", &plans);
+        let d = detect("new driver with CDL and a loss run", &plans, &cache);
         assert_eq!(
             (d.intent.as_str(), d.confidence),
             ("fleet.new_driver", MEDIUM)
         );
-        let d = detect("hello there", &plans);
+        let d = detect("hello there", &plans, &cache);
         assert_eq!((d.intent.as_str(), d.confidence), (FALLBACK_INTENT, LOW));
-        assert_eq!(detect("  ", &plans).confidence, NONE);
+        assert_eq!(detect("  ", &plans, &cache).confidence, NONE);
     }
 
     /// Answers every request with a fixed text.
@@ -294,7 +293,13 @@ mod tests {
         let client = model_says(
             "Sure! ```json\n{\"intent\": \"fleet.new_driver\", \"confidence\": 0.9}\n```",
         );
-        let (d, usage) = detect_with_model(&client, "we hired someone to drive", &plans).await;
+        let (d, usage) = detect_with_model(
+            &client,
+            "we hired someone to drive",
+            &plans,
+            &PatternCache::default(),
+        )
+        .await;
         assert_eq!((d.intent.as_str(), d.confidence), ("fleet.new_driver", 0.9));
         assert!(usage.input_tokens > 0 && usage.output_tokens > 0);
     }
@@ -308,7 +313,13 @@ mod tests {
             "{\"intent\": \"insurance.loss_run_request\", \"confidence\": 7}",
             "{\"intent\": \"insurance.loss_run_request\"",
         ] {
-            let (d, _) = detect_with_model(&model_says(answer), "send the loss run", &plans).await;
+            let (d, _) = detect_with_model(
+                &model_says(answer),
+                "send the loss run",
+                &plans,
+                &PatternCache::default(),
+            )
+            .await;
             assert_eq!(
                 (d.intent.as_str(), d.confidence),
                 ("insurance.loss_run_request", HIGH),
@@ -332,7 +343,8 @@ mod tests {
         }
         let client = ModelClient::new(Arc::new(Silent), LlmSettings::default());
         let plans = [plan("fleet.new_driver", &["driver"], 100)];
-        let (d, usage) = detect_with_model(&client, "new driver", &plans).await;
+        let (d, usage) =
+            detect_with_model(&client, "new driver", &plans, &PatternCache::default()).await;
         assert_eq!(
             (d.intent.as_str(), d.confidence),
             ("fleet.new_driver", HIGH)

@@ -552,6 +552,36 @@ impl Webhooks {
             .open(&sealed, &associated_data(scope, endpoint.id))?;
         String::from_utf8(plaintext).map_err(|_| Error::internal("a webhook secret is not text"))
     }
+
+    /// Re-seal with the current key every endpoint secret of the tenant
+    /// that an old key sealed; returns how many. (Deliveries open secrets
+    /// without re-sealing them, so only this moves them to a new key.)
+    pub async fn reencrypt(&self, scope: TenantScope) -> Result<u64> {
+        let keyring = self.keyring()?;
+        let stale = webhook_endpoint::Entity::find_in(scope)
+            .filter(webhook_endpoint::Column::SecretKeyId.ne(keyring.current_key_id()))
+            .all(&self.db)
+            .await?;
+        let mut count = 0;
+        for endpoint in stale {
+            let secret = self.open(scope, &endpoint)?;
+            let sealed = keyring.seal(secret.as_bytes(), &associated_data(scope, endpoint.id))?;
+            webhook_endpoint::Entity::update_many_in(scope)
+                .col_expr(
+                    webhook_endpoint::Column::SecretCiphertext,
+                    Expr::value(sealed.ciphertext),
+                )
+                .col_expr(
+                    webhook_endpoint::Column::SecretKeyId,
+                    Expr::value(sealed.key_id),
+                )
+                .filter(webhook_endpoint::Column::Id.eq(endpoint.id))
+                .exec(&self.db)
+                .await?;
+            count += 1;
+        }
+        Ok(count)
+    }
 }
 
 /// Why an attempt failed.

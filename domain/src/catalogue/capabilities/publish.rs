@@ -234,6 +234,35 @@ impl Capabilities {
             .one(&self.db)
             .await?
             .ok_or_else(|| Error::not_found("capability"))?;
+        self.open_and_reseal(&row).await
+    }
+
+    /// Re-seal with the current key every capability signing secret that an
+    /// old key sealed (platform admins); returns how many. Calls re-seal a
+    /// secret they use, but a capability no task calls would keep the old
+    /// key without this.
+    pub async fn reencrypt(&self, _scope: &PlatformScope) -> Result<u64> {
+        let current = self.keyring()?.current_key_id().to_owned();
+        // capabilities are the platform's catalogue, not a tenant's rows.
+        let stale = as_platform(
+            Bypass::PlatformAdmin,
+            capability::Entity::find()
+                .filter(capability::Column::SecretKeyId.ne(current))
+                .all(&self.db),
+        )
+        .await?;
+        let mut count = 0;
+        for row in stale {
+            self.open_and_reseal(&row).await?;
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    /// A capability's signing secret, re-sealed with the current key on
+    /// the way if an old one sealed it.
+    async fn open_and_reseal(&self, row: &capability::Model) -> Result<String> {
+        let id = CapabilityId::from(row.id);
         let keyring = self.keyring()?;
         let plaintext = keyring.open(
             &Sealed {

@@ -49,10 +49,16 @@ impl Executor {
             None => {
                 let (d, usage) = match self.config.intent_detector {
                     intent::Detector::Rules => {
-                        (intent::detect(&task.input, &plans), Usage::default())
+                        let patterns = self.domain.plans.patterns();
+                        (
+                            intent::detect(&task.input, &plans, patterns),
+                            Usage::default(),
+                        )
                     }
                     intent::Detector::Llm => {
-                        intent::detect_with_model(&self.settings.llm, &task.input, &plans).await
+                        let patterns = self.domain.plans.patterns();
+                        intent::detect_with_model(&self.settings.llm, &task.input, &plans, patterns)
+                            .await
                     }
                 };
                 (d.intent, d.confidence, d.reasoning, usage)
