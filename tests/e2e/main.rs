@@ -50,6 +50,7 @@ mod streams;
 mod tenants;
 mod tools;
 mod traces;
+mod webhook_errors;
 mod webhooks;
 mod websocket;
 mod ws_protocol;
