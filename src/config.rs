@@ -21,7 +21,7 @@ use figment::{
     Figment,
     providers::{Env, Format, Toml},
 };
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 /// Where the file is looked for when none is named.
@@ -125,6 +125,13 @@ pub struct Config {
     pub rate_limit_anonymous_rps: f64,
     /// How many anonymous requests one address may send at once.
     pub rate_limit_anonymous_burst: u32,
+    /// Failed authentications (bad tokens or API keys, unsigned or badly
+    /// signed hook deliveries) one client address may sustain, per second,
+    /// per replica; past them its credentials are refused unread. 0
+    /// disables the limit.
+    pub rate_limit_failed_auth_rps: f64,
+    /// How many failed authentications one address may have at once.
+    pub rate_limit_failed_auth_burst: u32,
     /// Seconds a stopping server waits for running requests and steps
     /// before it exits anyway.
     pub shutdown_grace_secs: u64,
@@ -134,6 +141,10 @@ pub struct Config {
     pub connection_encryption_key: Option<SecretString>,
     /// Earlier keys, still accepted to decrypt (key rotation).
     pub connection_encryption_old_keys: Vec<SecretString>,
+    /// When set, `/metrics` answers only requests with
+    /// `Authorization: Bearer <this>`; unset, it is open to whoever reaches
+    /// the port.
+    pub metrics_token: Option<SecretString>,
     /// How intents are detected when a task names none: `rules` (patterns,
     /// no model) or `llm` (the model, falling back to the rules).
     pub intent_detector: Detector,
@@ -302,8 +313,11 @@ impl Default for Config {
             rate_limit_per_tenant_burst: rates.per_tenant.burst,
             rate_limit_anonymous_rps: rates.per_anonymous_address.per_second,
             rate_limit_anonymous_burst: rates.per_anonymous_address.burst,
+            rate_limit_failed_auth_rps: rates.per_failed_auth_address.per_second,
+            rate_limit_failed_auth_burst: rates.per_failed_auth_address.burst,
             shutdown_grace_secs: 10,
             connection_encryption_key: None,
+            metrics_token: None,
             connection_encryption_old_keys: Vec::new(),
             intent_detector: Detector::Rules,
             llm_provider: LlmProvider::Auto,
@@ -365,6 +379,24 @@ fn default_prices() -> BTreeMap<String, Price> {
     .collect()
 }
 
+/// The shortest HS256 secret accepted, in bytes: a shorter one can be
+/// found offline from a single token.
+pub const MIN_JWT_SECRET_BYTES: usize = 32;
+
+/// Refuse an HS256 secret shorter than [`MIN_JWT_SECRET_BYTES`].
+pub fn check_jwt_secret(secret: &SecretString) -> anyhow::Result<()> {
+    let len = secret.expose_secret().len();
+    if len < MIN_JWT_SECRET_BYTES {
+        bail!(
+            "jwt_secret is {len} bytes; it must be at least {MIN_JWT_SECRET_BYTES} (a short \
+             HS256 secret can be guessed offline from one token): generate one with \
+             `openssl rand -hex 32`, or leave it unset on an embedded install to have one \
+             generated"
+        );
+    }
+    Ok(())
+}
+
 impl Config {
     /// Load from `file` (if given it must exist; if not, `./brainstem.toml`
     /// is used when present) and the environment.
@@ -389,6 +421,9 @@ impl Config {
     fn validate(&self) -> anyhow::Result<()> {
         brainstem_domain::db::Backend::of_url(&self.database_url)
             .map_err(|e| anyhow::anyhow!("database_url: {e}"))?;
+        if let Some(secret) = &self.jwt_secret {
+            check_jwt_secret(secret)?;
+        }
         if self.database_max_connections == 0 {
             bail!("database_max_connections must be at least 1");
         }
@@ -436,6 +471,10 @@ impl Config {
             ("rate_limit_per_key_rps", self.rate_limit_per_key_rps),
             ("rate_limit_per_tenant_rps", self.rate_limit_per_tenant_rps),
             ("rate_limit_anonymous_rps", self.rate_limit_anonymous_rps),
+            (
+                "rate_limit_failed_auth_rps",
+                self.rate_limit_failed_auth_rps,
+            ),
         ] {
             if !(rps.is_finite() && rps >= 0.0) {
                 bail!("{name} must be a number of requests per second, 0 or more");
@@ -546,6 +585,10 @@ impl Config {
                 self.rate_limit_anonymous_rps,
                 self.rate_limit_anonymous_burst,
             ),
+            per_failed_auth_address: Rate::new(
+                self.rate_limit_failed_auth_rps,
+                self.rate_limit_failed_auth_burst,
+            ),
         }
     }
 
@@ -637,8 +680,6 @@ impl Config {
 mod tests {
     use std::io::Write;
 
-    use secrecy::ExposeSecret;
-
     use super::*;
 
     #[test]
@@ -648,7 +689,7 @@ mod tests {
                 .map_err(|e| e.to_string())?;
             writeln!(
                 file,
-                "bind = \"0.0.0.0:9000\"\ngraphql_max_depth = 7\njwt_secret = \"from-file\""
+                "bind = \"0.0.0.0:9000\"\ngraphql_max_depth = 7\njwt_secret = \"from-file-0123456789abcdef0123456789\""
             )
             .map_err(|e| e.to_string())?;
             jail.set_env("BRAINSTEM_GRAPHQL_MAX_DEPTH", "5");
@@ -662,7 +703,7 @@ mod tests {
                     .as_ref()
                     .map(|s| s.expose_secret().to_owned())
                     .as_deref(),
-                Some("from-file")
+                Some("from-file-0123456789abcdef0123456789")
             );
             assert_eq!(config.database_url, "sqlite://brainstem.db");
             assert_eq!(config.embedding_dimension, 256);
@@ -734,6 +775,18 @@ mod tests {
         for secret in ["hunter2", "hunter3", "hunter4", "hunter5"] {
             assert!(!printed.contains(secret));
         }
+    }
+
+    #[test]
+    fn a_short_jwt_secret_is_refused_with_the_reason() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("BRAINSTEM_JWT_SECRET", "x".repeat(MIN_JWT_SECRET_BYTES - 1));
+            let err = Config::load(None).unwrap_err().to_string();
+            assert!(err.contains("at least 32"), "{err}");
+            jail.set_env("BRAINSTEM_JWT_SECRET", "x".repeat(MIN_JWT_SECRET_BYTES));
+            assert!(Config::load(None).is_ok());
+            Ok(())
+        });
     }
 
     #[test]

@@ -7,11 +7,16 @@
 //! - Hashed assets (`assets/…`) are cached for a year, `index.html` never,
 //!   so a new build is picked up at once.
 //! - Only embedded files are served: nothing is read from disk.
+//! - Every answer carries [`SECURITY_HEADERS`]: a content security policy
+//!   that lets the page load only its own scripts and talk only to its own
+//!   origin, and may not be framed (clickjacking), no MIME sniffing, no
+//!   referrer sent elsewhere.
 
 use axum::{
     Router,
     extract::Path,
-    http::{StatusCode, header},
+    http::{HeaderName, HeaderValue, StatusCode, header},
+    middleware::map_response,
     response::{IntoResponse, Redirect, Response},
     routing::get,
 };
@@ -30,6 +35,33 @@ pub fn routes() -> Router {
             "/console/{*path}",
             get(|Path(path): Path<String>| async move { serve(&path) }),
         )
+        .layer(map_response(with_security_headers))
+}
+
+/// The headers of every console answer. Styles may be inline (React sets
+/// `style` attributes); scripts, fonts and connections are the origin's
+/// own (`'self'` covers the same origin's WebSocket).
+pub const SECURITY_HEADERS: &[(&str, &str)] = &[
+    (
+        "content-security-policy",
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
+         img-src 'self' data:; font-src 'self'; connect-src 'self'; object-src 'none'; \
+         base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    ),
+    ("x-frame-options", "DENY"),
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "no-referrer"),
+];
+
+async fn with_security_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    for (name, value) in SECURITY_HEADERS {
+        headers.insert(
+            HeaderName::from_static(name),
+            HeaderValue::from_static(value),
+        );
+    }
+    response
 }
 
 /// Whether this build embeds the console.

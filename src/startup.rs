@@ -57,11 +57,16 @@ pub async fn open_domain(config: &Config, tools: ToolRegistry) -> anyhow::Result
         );
     }
     let events = EventBus::with_capacity(config.event_bus_capacity);
+    let domain = Domain::with_memory(conn.clone(), tools, events, config.memory_config()?)?;
     if Backend::of(&conn) == Backend::Postgres {
-        // Every process hears every other's events (LISTEN/NOTIFY).
-        events.connect_postgres(conn.clone(), config.database_url.clone());
+        // Every process hears every other's events and revocations
+        // (LISTEN/NOTIFY).
+        domain.events.connect_postgres(
+            conn,
+            config.database_url.clone(),
+            domain.revocations.clone(),
+        );
     }
-    let domain = Domain::with_memory(conn, tools, events, config.memory_config()?)?;
     domain.prepare().await?;
     Ok(domain)
 }
@@ -96,7 +101,10 @@ pub async fn connection_keyring(config: &Config, domain: &Domain) -> anyhow::Res
 pub async fn auth_config(config: &Config, domain: &Domain) -> anyhow::Result<AuthConfig> {
     let rs256_public_key_pem = config.jwt_public_key_pem()?;
     let hs256_secret = match (&config.jwt_secret, &rs256_public_key_pem) {
-        (Some(secret), _) => Some(secret.clone()),
+        (Some(secret), _) => {
+            crate::config::check_jwt_secret(secret)?;
+            Some(secret.clone())
+        }
         (None, Some(_)) => None,
         (None, None) => match Backend::of(&domain.db) {
             Backend::Sqlite => Some(SecretString::from(
@@ -115,6 +123,13 @@ pub async fn auth_config(config: &Config, domain: &Domain) -> anyhow::Result<Aut
         rs256_public_key_pem,
         leeway_secs: config.jwt_leeway_secs,
     })
+}
+
+/// Whether `bind` listens on loopback only (an address others cannot reach).
+fn binds_loopback_only(bind: &str) -> bool {
+    bind.parse::<SocketAddr>()
+        .is_ok_and(|address| address.ip().is_loopback())
+        || bind.starts_with("localhost:")
 }
 
 /// The language model steps call, built once from the configuration.
@@ -353,7 +368,15 @@ impl Application {
             auth: auth_config(config, &domain).await?,
             limits: config.graphql_limits(),
             rate_limits: config.rate_limits(),
+            metrics_token: config.metrics_token.clone(),
         };
+        if config.metrics_token.is_none() && !binds_loopback_only(&config.bind) {
+            tracing::warn!(
+                bind = %config.bind,
+                "/metrics is open to anyone who reaches this address: set metrics_token \
+                 (BRAINSTEM_METRICS_TOKEN) to require a bearer token"
+            );
+        }
         let router = brainstem_api::router(domain.clone(), api)?.merge(crate::console::routes());
         if config.memory_maintenance_interval_secs > 0 {
             domain

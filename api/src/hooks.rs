@@ -4,21 +4,26 @@
 //!
 //! Answers: `202 {"taskId", "duplicate"}` when a task started (or had
 //! started for the same delivery); otherwise `{"error", "code"}` with `400`
-//! (not a JSON object), `401` (unsigned, badly signed or outside the replay
-//! window), `404` (no such hook), `413` (body over
-//! `hooks::MAX_BODY_BYTES`, refused before it is read whole), `429` with
-//! `Retry-After` (over the tenant's rate, which deliveries share with its
-//! GraphQL callers).
+//! (not a JSON object), `401` (unsigned, badly signed, outside the replay
+//! window, or no such hook: one answer for all that need the tenant), `413`
+//! (body over `hooks::MAX_BODY_BYTES`, refused before it is read whole),
+//! `429` with `Retry-After`: over the tenant's rate (which verified
+//! deliveries share with its GraphQL callers), or from an address that has
+//! used up its failed authentications (refused before any lookup; its
+//! refusals never touch a tenant's rate).
+
+use std::{net::SocketAddr, time::Instant};
 
 use axum::{
+    Extension,
     body::Bytes,
-    extract::{DefaultBodyLimit, Path, State},
+    extract::{ConnectInfo, DefaultBodyLimit, Path, State},
     http::{HeaderMap, StatusCode},
     response::{IntoResponse, Response},
     routing::{MethodRouter, post},
 };
 use brainstem_domain::{
-    Actor, Error, Principal,
+    Error,
     hooks::{self, Delivery},
 };
 use serde_json::json;
@@ -32,25 +37,17 @@ pub fn route() -> MethodRouter<ApiState> {
 
 async fn receive(
     State(state): State<ApiState>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     Path((tenant, source)): Path<(String, String)>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    // Deliveries count against the tenant's rate like its API calls.
-    if let Ok(found) = state.domain.tenants.resolve_claim(&tenant).await {
-        let caller = Principal {
-            actor: Actor::Hook(source.clone()),
-            tenant: Some(found.id),
-            roles: Default::default(),
-            scopes: Default::default(),
-        };
-        if let Err(err) = state
-            .surface
-            .limiter
-            .check(&caller, None, std::time::Instant::now())
-        {
-            return refusal(err);
-        }
+    let limiter = &state.surface.limiter;
+    let address = peer.map(|Extension(ConnectInfo(a))| a.ip());
+    if let Some(address) = address
+        && let Err(err) = limiter.check_failures(address, Instant::now())
+    {
+        return refusal(err);
     }
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let delivery = Delivery {
@@ -58,14 +55,16 @@ async fn receive(
         source: &source,
         timestamp: header("x-brainstem-timestamp"),
         signature: header("x-brainstem-signature"),
-        delivery_id: header("x-brainstem-delivery"),
         body: &body,
     };
-    match state
+    let received = state
         .domain
-        .receive_hook(delivery, chrono::Utc::now())
-        .await
-    {
+        .receive_hook(delivery, chrono::Utc::now(), limiter)
+        .await;
+    if let (Err(Error::Unauthenticated(_)), Some(address)) = (&received, address) {
+        limiter.record_failure(address, Instant::now());
+    }
+    match received {
         Ok(accepted) => (
             StatusCode::ACCEPTED,
             axum::Json(json!({

@@ -17,7 +17,10 @@
 //!   gets `400`; `application/json` (or no `Accept`) always gets `200` for a
 //!   well-formed request.
 //! - A browser (`Accept: text/html`) without a query gets GraphiQL.
-//! - A bad credential is `401` with code `UNAUTHENTICATED`.
+//! - A bad credential is `401` with code `UNAUTHENTICATED`, and counts as
+//!   a failed authentication of the client's address: past
+//!   `rate_limit_failed_auth_*`, the address's credentials are refused
+//!   with `429` (`RATE_LIMITED`, `Retry-After`) before they are looked up.
 //! - `X-Acting-Tenant: <slug or id>` lets a platform admin act in that
 //!   tenant for this request (audited); for anyone else it is `403`.
 //! - An operation over the caller's rate limit is `429` with `Retry-After`
@@ -127,14 +130,24 @@ async fn graphql_get(
         .is_some_and(|a| a.contains("text/html"));
     let query = query.unwrap_or_default();
     if wants_html && !query.split('&').any(|kv| kv.starts_with("query=")) {
-        return Html(
+        let page = Html(
             async_graphql::http::GraphiQLSource::build()
                 .endpoint("/graphql")
                 .subscription_endpoint("/graphql/ws")
                 .title("Brainstem")
                 .finish(),
+        );
+        // Never framed (clickjacking), never sniffed, no referrer sent on.
+        return (
+            [
+                (header::X_FRAME_OPTIONS, "DENY"),
+                (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+                (header::REFERRER_POLICY, "no-referrer"),
+                (header::CONTENT_SECURITY_POLICY, "frame-ancestors 'none'"),
+            ],
+            page,
         )
-        .into_response();
+            .into_response();
     }
     let Some(media) = Media::negotiate(&headers) else {
         return not_acceptable();
@@ -298,11 +311,8 @@ async fn execute_in(
                 .and_then(|v| v.to_str().ok())
                 .map(|key| format!("Bearer {key}"))
         });
-    let mut credential = match state
-        .auth
-        .authenticate_header(authorization.as_deref())
-        .await
-    {
+    let address = peer.as_ref().map(|Extension(ConnectInfo(a))| a.ip());
+    let mut credential = match state.authenticate(authorization.as_deref(), address).await {
         Ok(c) => c,
         Err(err) => return request_failure(media, &err),
     };
@@ -340,9 +350,18 @@ fn request_failure(media: Media, err: &Error) -> Response {
         Error::Forbidden(_) => StatusCode::FORBIDDEN,
         Error::NotFound(_) => StatusCode::NOT_FOUND,
         Error::Validation(_) => StatusCode::BAD_REQUEST,
+        Error::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     let mut response = error_response(status, media, code, &message);
+    if let Error::RateLimited {
+        retry_after_secs, ..
+    } = err
+    {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+    }
     if status == StatusCode::UNAUTHORIZED {
         response
             .headers_mut()
@@ -607,7 +626,30 @@ async fn readyz(State(state): State<ApiState>) -> Response {
     }
 }
 
-async fn metrics_text(State(state): State<ApiState>) -> Response {
+async fn metrics_text(State(state): State<ApiState>, headers: HeaderMap) -> Response {
+    if let Some(token) = &state.metrics_token {
+        use secrecy::ExposeSecret;
+        use sha2::{Digest, Sha256};
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default();
+        // Digests compared, so the comparison's time says nothing of the token.
+        if Sha256::digest(presented.as_bytes()) != Sha256::digest(token.expose_secret().as_bytes())
+        {
+            let mut refused = error_response(
+                StatusCode::UNAUTHORIZED,
+                Media::Json,
+                error::UNAUTHENTICATED,
+                "/metrics needs `Authorization: Bearer <metrics_token>`",
+            );
+            refused
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return refused;
+        }
+    }
     // The queue's depth is read when asked for, not kept up to date.
     match state.domain.tasks.queue_depth(chrono::Utc::now()).await {
         Ok(depth) => {

@@ -48,6 +48,8 @@ pub struct ApiConfig {
     pub limits: GraphqlLimits,
     /// Per-key and per-tenant request rates (in-process, per replica).
     pub rate_limits: brainstem_domain::rate_limit::RateLimits,
+    /// The bearer token `/metrics` requires; `None`: open.
+    pub metrics_token: Option<secrecy::SecretString>,
 }
 
 /// Build the whole HTTP application.
@@ -69,6 +71,7 @@ pub fn router(domain: Domain, config: ApiConfig) -> Result<Router, auth::AuthSet
         surface,
         limits: config.limits,
         fanout,
+        metrics_token: config.metrics_token.map(Arc::new),
     };
     Ok(http::routes(state))
 }

@@ -1,12 +1,12 @@
 //! What every route and connection shares, built once by
 //! [`crate::router`].
 
-use std::sync::Arc;
+use std::{net::IpAddr, sync::Arc, time::Instant};
 
-use brainstem_domain::Domain;
+use brainstem_domain::{Domain, Error};
 
 use crate::{
-    auth::Authenticator,
+    auth::{Authenticator, Credential},
     fanout::Fanout,
     metrics::Metrics,
     schema::{self, BrainstemSchema, GraphqlLimits},
@@ -23,4 +23,29 @@ pub struct ApiState {
     pub limits: GraphqlLimits,
     /// Rendered task events shared by WebSocket subscribers.
     pub fanout: Arc<Fanout>,
+    /// The bearer token `/metrics` requires; `None`: open.
+    pub metrics_token: Option<Arc<secrecy::SecretString>>,
+}
+
+impl ApiState {
+    /// Authenticate an `Authorization` value sent from `address` (over
+    /// HTTP or in a WebSocket's `connection_init`). A bad credential counts
+    /// as a failed authentication of the address; an address that has used
+    /// up its failures is refused with `RATE_LIMITED` before its credential
+    /// is looked up, so guessing costs a bounded number of lookups.
+    pub async fn authenticate(
+        &self,
+        header: Option<&str>,
+        address: Option<IpAddr>,
+    ) -> Result<Option<Credential>, Error> {
+        let limiter = &self.surface.limiter;
+        if let (Some(_), Some(address)) = (header, address) {
+            limiter.check_failures(address, Instant::now())?;
+        }
+        let credential = self.auth.authenticate_header(header).await;
+        if let (Err(Error::Unauthenticated(_)), Some(address)) = (&credential, address) {
+            limiter.record_failure(address, Instant::now());
+        }
+        credential
+    }
 }

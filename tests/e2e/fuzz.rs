@@ -486,6 +486,7 @@ async fn random_requests_are_answered_cleanly(backend: Backend) {
         c.rate_limit_per_key_rps = 0.0;
         c.rate_limit_per_tenant_rps = 0.0;
         c.rate_limit_anonymous_rps = 0.0;
+        c.rate_limit_failed_auth_rps = 0.0;
         // The server's own limit is below the time each answer is allowed.
         c.graphql_request_timeout_ms = 4000;
     })

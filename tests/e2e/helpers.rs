@@ -729,3 +729,11 @@ pub fn encode_id(ty: &str, uuid: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{ty}:{uuid}"))
 }
+
+impl TestApp {
+    /// Another server on this app's database, with its configuration
+    /// (keys, secrets): a second replica, as a deployment runs them.
+    pub async fn replica(&self) -> TestApp {
+        Self::launch(self.backend, self.config.clone(), Vec::new(), None).await
+    }
+}

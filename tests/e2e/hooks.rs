@@ -102,7 +102,7 @@ async fn a_signed_webhook_starts_one_task_however_often_it_arrives(app: TestApp)
         ids.push(answer["taskId"].as_str().unwrap().to_owned());
     }
     assert!(ids.iter().all(|id| id == &ids[0]), "{ids:?}");
-    // A delivery id says which deliveries are the same, whatever the body.
+    // Another body is another delivery; its repeats are the same one.
     let other = br#"{"input": "new order", "order": "A-18"}"#;
     let mut headers = signed(other, now);
     headers.push(("x-brainstem-delivery", "evt-1".into()));
@@ -188,7 +188,7 @@ async fn bad_deliveries_start_nothing_and_say_why(app: TestApp) {
     refused(status, &answer, "BAD_USER_INPUT", "JSON object");
 
     // Unknown tenant, unknown source, another tenant's source, a plain
-    // connection: all the same answer.
+    // connection: all the answer of a bad signature.
     for path in [
         "/hooks/nobody/shop",
         "/hooks/acme/nothing",
@@ -196,8 +196,8 @@ async fn bad_deliveries_start_nothing_and_say_why(app: TestApp) {
         "/hooks/acme/crm",
     ] {
         let (status, answer) = deliver(&app, path, body, &signed(body, now)).await;
-        assert_eq!(status, 404, "{path}: {answer}");
-        refused(status, &answer, "NOT_FOUND", "hook");
+        assert_eq!(status, 401, "{path}: {answer}");
+        refused(status, &answer, "UNAUTHENTICATED", "does not verify");
     }
     assert_eq!(task_count(&app, "acme").await, 0);
     assert_eq!(task_count(&app, "globex").await, 0);

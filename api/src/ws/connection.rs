@@ -20,12 +20,24 @@
 //! - A `taskEvents` subscription handed over to the connection (see
 //!   [`crate::fanout`]) keeps its id: the hand-over is applied before the
 //!   end of the operation that made it, so no `complete` is sent for it.
+//! - A connection that authenticated with an API key stops when the key is
+//!   revoked: each operation first checks that the key is still live (so
+//!   none runs after the revocation commits, whichever process made it),
+//!   and the revocation's announcement (see
+//!   `brainstem_domain::identity::revocations`) closes the socket with
+//!   `4403`. The connection listens for announcements from before its
+//!   credential is checked, so none is missed; when some may have been (a
+//!   lag, the listener reconnecting) it checks the key again.
 
-use std::{collections::HashMap, future::Future, pin::Pin, sync::Arc, task::Poll};
+use std::{collections::HashMap, future::Future, net::IpAddr, pin::Pin, sync::Arc, task::Poll};
 
 use async_graphql::{Data, Response, http::WebSocketProtocols};
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
-use brainstem_domain::row_security::{self, RowAccess};
+use brainstem_domain::{
+    Actor, ApiKeyId, TenantScope,
+    identity::revocations::Revoked,
+    row_security::{self, RowAccess},
+};
 use chrono::{DateTime, Utc};
 use futures_util::{
     FutureExt, SinkExt, Stream, StreamExt,
@@ -33,7 +45,10 @@ use futures_util::{
     stream::{BoxStream, SplitStream},
 };
 use serde_json::{Map, Value};
-use tokio::{sync::mpsc, time::Sleep};
+use tokio::{
+    sync::{broadcast::error::RecvError, mpsc},
+    time::Sleep,
+};
 
 use super::protocol::{self, ClientMessage, Invalid};
 use crate::{
@@ -59,6 +74,12 @@ enum Phase {
 
 /// A running subscription.
 enum Subscription {
+    /// Waiting for the check that the connection's API key is still live;
+    /// then the request runs.
+    Checking {
+        live: KeyCheck,
+        request: Box<async_graphql::Request>,
+    },
     /// Run by async-graphql: each result becomes a `next` message.
     Executing {
         results: BoxStream<'static, Response>,
@@ -74,6 +95,8 @@ enum Subscription {
 
 /// What one subscription has for the socket.
 enum Progress {
+    /// The connection's key was checked before the operation runs.
+    Checked(Result<bool, brainstem_domain::Error>),
     Result {
         result: Box<Response>,
         first: bool,
@@ -108,19 +131,54 @@ impl Reply {
     }
 }
 
-/// The credential check's outcome: the operations' context and when the
-/// token expires, or why the client may not connect.
-type Init = Result<(Data, Option<RowAccess>, Option<DateTime<Utc>>), String>;
+/// The credential check's outcome, or why the client may not connect.
+type Init = Result<Admitted, String>;
+
+/// A checked credential: the operations' context, when the token expires,
+/// and the API key it is, if it is one.
+struct Admitted {
+    data: Data,
+    access: Option<RowAccess>,
+    expires_at: Option<DateTime<Utc>>,
+    key: Option<HeldKey>,
+}
+
+/// The API key a connection authenticated with.
+#[derive(Clone, Copy)]
+struct HeldKey {
+    scope: TenantScope,
+    id: ApiKeyId,
+}
+
+/// Whether a connection's API key is still live.
+type KeyCheck = BoxFuture<'static, Result<bool, brainstem_domain::Error>>;
+
+/// Close code of a check that could not be made (the database failed).
+const CLOSE_INTERNAL: u16 = 1011;
 
 struct Connection {
     state: ApiState,
     protocol: WebSocketProtocols,
     phase: Phase,
     subscriptions: HashMap<String, Subscription>,
+    /// The API key the connection holds, once acknowledged.
+    key: Option<HeldKey>,
+    /// A revocation was heard while the credential was being checked: the
+    /// check may have read the key before it, so check again once ready.
+    recheck_when_ready: bool,
 }
 
-pub(super) async fn serve(state: ApiState, socket: WebSocket, protocol: WebSocketProtocols) {
+pub(super) async fn serve(
+    state: ApiState,
+    socket: WebSocket,
+    protocol: WebSocketProtocols,
+    address: Option<IpAddr>,
+) {
     state.metrics.websocket_connections.inc();
+    // Before any credential is read, so no revocation after it is missed.
+    let mut revocations = state.domain.revocations.subscribe();
+    let mut hearing = true;
+    let mut recheck: Option<KeyCheck> = None;
     let (mut sink, stream) = socket.split();
     let (handover_tx, mut handovers) = mpsc::unbounded_channel::<Registration>();
     let messages = read(stream, protocol, state.fanout.clone(), handover_tx);
@@ -134,6 +192,8 @@ pub(super) async fn serve(state: ApiState, socket: WebSocket, protocol: WebSocke
         protocol,
         phase: Phase::Waiting,
         subscriptions: HashMap::new(),
+        key: None,
+        recheck_when_ready: false,
     };
 
     loop {
@@ -147,7 +207,8 @@ pub(super) async fn serve(state: ApiState, socket: WebSocket, protocol: WebSocke
                     if matches!(connection.phase, Phase::Waiting) {
                         connection.phase = Phase::Initialising;
                         init_deadline = None;
-                        init = Some(authenticate(connection.state.clone(), payload).boxed());
+                        let state = connection.state.clone();
+                        init = Some(authenticate(state, payload, address).boxed());
                         Reply::default()
                     } else {
                         Reply::close(
@@ -160,15 +221,37 @@ pub(super) async fn serve(state: ApiState, socket: WebSocket, protocol: WebSocke
                 Some(Ok(message)) => connection.on_message(message),
             },
             outcome = until(&mut init) => match outcome {
-                Ok((data, access, expires_at)) => {
-                    expiry = expires_at.map(|at| {
+                Ok(admitted) => {
+                    expiry = admitted.expires_at.map(|at| {
                         let left = (at - Utc::now()).to_std().unwrap_or_default();
                         Box::pin(tokio::time::sleep(left))
                     });
-                    connection.phase = Phase::Ready(Arc::new(data), access);
+                    connection.phase = Phase::Ready(Arc::new(admitted.data), admitted.access);
+                    connection.key = admitted.key;
+                    if connection.recheck_when_ready {
+                        recheck = connection.check_key();
+                    }
                     Reply::frame(protocol::ack_frame())
                 }
                 Err(message) => connection.refused(&message),
+            },
+            notice = revocations.recv(), if hearing => match notice {
+                Ok(Revoked::ApiKey(id)) => connection.on_revoked(Some(id), &mut recheck),
+                Ok(Revoked::Unknown) | Err(RecvError::Lagged(_)) => {
+                    connection.on_revoked(None, &mut recheck)
+                }
+                Err(RecvError::Closed) => {
+                    hearing = false;
+                    Reply::default()
+                }
+            },
+            live = until(&mut recheck) => match live {
+                Ok(true) => Reply::default(),
+                Ok(false) => Reply::close(protocol::CLOSE_FORBIDDEN, "credential revoked"),
+                Err(err) => {
+                    tracing::warn!(%err, "a connection's API key could not be checked again");
+                    Reply::close(CLOSE_INTERNAL, "internal error")
+                }
             },
             () = until(&mut init_deadline) => Reply::close(
                 protocol::CLOSE_INIT_TIMEOUT,
@@ -233,13 +316,34 @@ impl Connection {
     }
 
     fn subscribe(&mut self, id: String, request: async_graphql::Request) -> Reply {
-        let Phase::Ready(data, access) = &self.phase else {
+        if !matches!(self.phase, Phase::Ready(..)) {
             return Reply::close(protocol::CLOSE_UNAUTHORIZED, "Unauthorized");
-        };
+        }
         if self.protocol == WebSocketProtocols::GraphQLWS && self.subscriptions.contains_key(&id) {
             let reason = format!("Subscriber for {id} already exists");
             return Reply::close(protocol::CLOSE_DUPLICATE_ID, reason);
         }
+        // An API key may have been revoked since it was checked, on any
+        // process: nothing runs on it unchecked.
+        if let Some(live) = self.check_key() {
+            self.subscriptions.insert(
+                id,
+                Subscription::Checking {
+                    live,
+                    request: Box::new(request),
+                },
+            );
+            return Reply::default();
+        }
+        self.run(id, request);
+        Reply::default()
+    }
+
+    /// Run `request` under `id`.
+    fn run(&mut self, id: String, request: async_graphql::Request) {
+        let Phase::Ready(data, access) = &self.phase else {
+            return;
+        };
         let results = self
             .state
             .schema
@@ -252,7 +356,35 @@ impl Connection {
                 started: false,
             },
         );
-        Reply::default()
+    }
+
+    /// Whether the connection's API key is still live, when it holds one.
+    fn check_key(&self) -> Option<KeyCheck> {
+        let key = self.key?;
+        let domain = self.state.domain.clone();
+        Some(async move { domain.api_keys.is_live(key.scope, key.id).await }.boxed())
+    }
+
+    /// A revocation was announced: `Some(key)` that key, `None` some that
+    /// may have been missed.
+    fn on_revoked(&mut self, revoked: Option<ApiKeyId>, recheck: &mut Option<KeyCheck>) -> Reply {
+        match (&self.phase, self.key) {
+            // The check to come reads the revocation.
+            (Phase::Waiting, _) => Reply::default(),
+            (Phase::Initialising, _) => {
+                self.recheck_when_ready = true;
+                Reply::default()
+            }
+            (Phase::Ready(..), Some(key)) if revoked == Some(key.id) => {
+                Reply::close(protocol::CLOSE_FORBIDDEN, "credential revoked")
+            }
+            (Phase::Ready(..), Some(_)) if revoked.is_none() => {
+                *recheck = self.check_key();
+                Reply::default()
+            }
+            // Tokens are not revoked; another key is not this one's.
+            (Phase::Ready(..), _) => Reply::default(),
+        }
     }
 
     fn refused(&self, message: &str) -> Reply {
@@ -290,6 +422,20 @@ impl Connection {
 
     fn on_progress(&mut self, id: String, progress: Progress) -> Reply {
         match progress {
+            Progress::Checked(Ok(true)) => {
+                if let Some(Subscription::Checking { request, .. }) = self.subscriptions.remove(&id)
+                {
+                    self.run(id, *request);
+                }
+                Reply::default()
+            }
+            Progress::Checked(Ok(false)) => {
+                Reply::close(protocol::CLOSE_FORBIDDEN, "credential revoked")
+            }
+            Progress::Checked(Err(err)) => {
+                tracing::warn!(%err, "a connection's API key could not be checked");
+                Reply::close(CLOSE_INTERNAL, "internal error")
+            }
             Progress::Frame(frame) => Reply::frame(frame),
             // A handed-over operation ends empty: its events follow.
             Progress::OperationEnded
@@ -329,14 +475,17 @@ fn failed_before_running(result: &Response) -> bool {
 
 /// Check the `connection_init` credential and build the context every
 /// operation of the connection runs with.
-async fn authenticate(state: ApiState, payload: Map<String, Value>) -> Init {
+async fn authenticate(
+    state: ApiState,
+    payload: Map<String, Value>,
+    address: Option<IpAddr>,
+) -> Init {
     let Some(header) = super::credential_in(&payload) else {
         return Err("connection_init must carry {\"Authorization\": \"Bearer <token>\"}".into());
     };
     let message = |err: brainstem_domain::Error| crate::error::code_and_message(&err).1;
     let mut credential = state
-        .auth
-        .authenticate_header(Some(&header))
+        .authenticate(Some(&header), address)
         .await
         .map_err(message)?;
     if let Some(tenant) = super::acting_tenant_in(&payload) {
@@ -350,11 +499,26 @@ async fn authenticate(state: ApiState, payload: Map<String, Value>) -> Init {
     let access = credential
         .as_ref()
         .and_then(|c| row_security::of_principal(&c.principal));
+    let key =
+        credential
+            .as_ref()
+            .and_then(|c| match (c.principal.actor.clone(), c.principal.tenant) {
+                (Actor::ApiKey(id), Some(tenant)) => Some(HeldKey {
+                    scope: TenantScope::new(tenant),
+                    id,
+                }),
+                _ => None,
+            });
     let mut data = schema::caller_data(credential);
     data.insert(schema::subscription::SubscriptionSlots::new(
         state.limits.max_subscriptions,
     ));
-    Ok((data, access, expires_at))
+    Ok(Admitted {
+        data,
+        access,
+        expires_at,
+        key,
+    })
 }
 
 /// The client's messages, read and checked. A `subscribe` whose only root
@@ -399,6 +563,10 @@ async fn next_progress(subscriptions: &mut HashMap<String, Subscription>) -> (St
     future::poll_fn(|cx| {
         for (id, subscription) in subscriptions.iter_mut() {
             let progress = match subscription {
+                Subscription::Checking { live, .. } => match live.poll_unpin(cx) {
+                    Poll::Ready(checked) => Progress::Checked(checked),
+                    Poll::Pending => continue,
+                },
                 Subscription::Executing { results, started } => match results.poll_next_unpin(cx) {
                     Poll::Ready(Some(result)) => {
                         let first = !*started;

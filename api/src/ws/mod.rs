@@ -18,6 +18,7 @@
 //! | subscribes with the id of a subscription still running | closes `4409` |
 //! | sends a second `connection_init` | closes `4429` |
 //! | keeps the socket open past its token's expiry | closes `4401` |
+//! | holds an API key that is revoked | closes `4403` |
 //! | subscribes to an operation that fails before it runs (invalid, over a limit) | `error` with the coded errors, and nothing more for that id |
 //!
 //! `taskEvents` subscriptions are delivered by the connection itself (see
@@ -28,11 +29,12 @@
 mod connection;
 pub mod protocol;
 
-use std::str::FromStr;
+use std::{net::SocketAddr, str::FromStr};
 
 use async_graphql::http::WebSocketProtocols;
 use axum::{
-    extract::{State, ws::WebSocketUpgrade},
+    Extension,
+    extract::{ConnectInfo, State, ws::WebSocketUpgrade},
     http::{HeaderMap, StatusCode, header},
     response::{IntoResponse, Response},
 };
@@ -54,6 +56,7 @@ const MAX_MESSAGE_BYTES: usize = 2 << 20;
 
 pub async fn handler(
     State(state): State<ApiState>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Response {
@@ -78,7 +81,10 @@ pub async fn handler(
         .write_buffer_size(WS_BUFFER)
         .max_message_size(MAX_MESSAGE_BYTES)
         .protocols([protocol.sec_websocket_protocol()])
-        .on_upgrade(move |socket| connection::serve(state, socket, protocol))
+        .on_upgrade(move |socket| {
+            let address = peer.map(|Extension(ConnectInfo(a))| a.ip());
+            connection::serve(state, socket, protocol, address)
+        })
 }
 
 /// The `Authorization` value in a `connection_init` payload.

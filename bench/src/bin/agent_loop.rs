@@ -105,7 +105,8 @@ async fn main() -> anyhow::Result<()> {
     let completions = Arc::new(Completions::default());
     let bus = EventBus::new();
     if args.database_url.starts_with("postgres") {
-        bus.connect_postgres(conn.clone(), args.database_url.clone());
+        // No connection here holds a credential: revocations go unheard.
+        bus.connect_postgres(conn.clone(), args.database_url.clone(), Default::default());
     }
     completions.watch(&bus);
     let domain = Domain::new(conn.clone(), registry, bus);

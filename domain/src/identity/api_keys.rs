@@ -14,6 +14,7 @@ use sea_orm::{
 };
 use serde_json::json;
 
+use super::revocations::{Revocations, Revoked};
 use crate::{
     Error, Principal, Result,
     kernel::{
@@ -123,11 +124,13 @@ pub fn parse_scopes(raw: &[String]) -> Result<BTreeSet<String>> {
 #[derive(Clone)]
 pub struct ApiKeys {
     db: DatabaseConnection,
+    revocations: Revocations,
 }
 
 impl ApiKeys {
-    pub fn new(db: DatabaseConnection) -> Self {
-        Self { db }
+    /// Keys in `db`; revoking one announces it through `revocations`.
+    pub fn new(db: DatabaseConnection, revocations: Revocations) -> Self {
+        Self { db, revocations }
     }
 
     /// Create a key in the principal's tenant (tenant admins only).
@@ -214,6 +217,10 @@ impl ApiKeys {
             .filter(api_key::Column::RevokedAt.is_null())
             .exec(&self.db)
             .await?;
+        // Committed: every process's connections holding the key stop.
+        self.revocations
+            .announce(&self.db, Revoked::ApiKey(id))
+            .await;
         audit::record(
             &self.db,
             AuditEntry {
@@ -226,6 +233,15 @@ impl ApiKeys {
         )
         .await?;
         self.get(scope, id).await
+    }
+
+    /// Whether key `id` of the scope's tenant still exists unrevoked: the
+    /// per-operation check of a connection that authenticated with it once.
+    pub async fn is_live(&self, scope: TenantScope, id: ApiKeyId) -> Result<bool> {
+        let found = api_key::Entity::find_by_id_in(scope, id.uuid())
+            .filter(api_key::Column::RevokedAt.is_null())
+            .one(&self.db);
+        Ok(as_tenant(scope.tenant_id(), found).await?.is_some())
     }
 
     /// Give a key of the principal's tenant its own rate limit, or (with

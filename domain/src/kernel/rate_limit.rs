@@ -1,6 +1,10 @@
 //! Token buckets for request rate limits: per API key, per tenant, and per
 //! client address for anonymous callers (an IPv6 client by its /64, the
-//! block one subscriber usually holds).
+//! block one subscriber usually holds); and per client address for failed
+//! authentications (a bad token or API key, an unsigned or badly signed
+//! hook delivery), so that guessing costs the server a bounded number of
+//! lookups: an address that has used up its failures is refused before
+//! any credential it sends is looked up, and successes cost it nothing.
 //!
 //! Buckets live in this process's memory, so each replica enforces its own
 //! limits: with N replicas behind a load balancer a client may get up to N
@@ -140,6 +144,25 @@ impl<K: Eq + Hash + Copy> Buckets<K> {
             .take(rate, now)
     }
 
+    /// Whether `key`'s bucket holds a token, without taking it; else how
+    /// long until it will.
+    fn peek(&self, key: K, rate: Rate, now: Instant) -> std::result::Result<(), Duration> {
+        if rate.is_unlimited() {
+            return Ok(());
+        }
+        let buckets = self
+            .buckets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match buckets.get(&key) {
+            Some(bucket) => {
+                let mut probe = *bucket;
+                probe.take(rate, now)
+            }
+            None => Ok(()),
+        }
+    }
+
     /// Give back a token taken by mistake (when a later check refused the
     /// request, so it did not run).
     fn give_back(&self, key: K, rate: Rate) {
@@ -165,6 +188,8 @@ pub struct RateLimits {
     pub per_tenant: Rate,
     /// The rate of anonymous operations from one client address.
     pub per_anonymous_address: Rate,
+    /// The rate of failed authentications from one client address.
+    pub per_failed_auth_address: Rate,
 }
 
 impl Default for RateLimits {
@@ -173,6 +198,7 @@ impl Default for RateLimits {
             per_key: Rate::new(20.0, 40),
             per_tenant: Rate::new(100.0, 200),
             per_anonymous_address: Rate::new(5.0, 20),
+            per_failed_auth_address: Rate::new(1.0, 30),
         }
     }
 }
@@ -184,6 +210,7 @@ pub struct RateLimiter {
     keys: Buckets<ApiKeyId>,
     tenants: Buckets<TenantId>,
     addresses: Buckets<IpAddr>,
+    failures: Buckets<IpAddr>,
 }
 
 impl RateLimiter {
@@ -193,6 +220,7 @@ impl RateLimiter {
             keys: Buckets::default(),
             tenants: Buckets::default(),
             addresses: Buckets::default(),
+            failures: Buckets::default(),
         }
     }
 
@@ -235,6 +263,30 @@ impl RateLimiter {
                 now,
             )
             .map_err(|wait| limited("anonymous requests from this address", wait))
+    }
+}
+
+impl RateLimiter {
+    /// Refuse a caller at `address` that has used up its failed
+    /// authentications, before its credential costs a lookup. Takes
+    /// nothing: only [`RateLimiter::record_failure`] does.
+    pub fn check_failures(&self, address: IpAddr, now: Instant) -> Result<()> {
+        self.failures
+            .peek(
+                address_block(address),
+                self.limits.per_failed_auth_address,
+                now,
+            )
+            .map_err(|wait| limited("failed authentications from this address", wait))
+    }
+
+    /// Count one failed authentication from `address`.
+    pub fn record_failure(&self, address: IpAddr, now: Instant) {
+        let _ = self.failures.take(
+            address_block(address),
+            self.limits.per_failed_auth_address,
+            now,
+        );
     }
 }
 
@@ -365,6 +417,7 @@ mod tests {
             per_key: Rate::new(0.4, 1),
             per_tenant: Rate::UNLIMITED,
             per_anonymous_address: Rate::UNLIMITED,
+            per_failed_auth_address: Rate::UNLIMITED,
         });
         let p = key_principal(ApiKeyId::new(), TenantId::new());
         let t0 = Instant::now();
@@ -388,6 +441,7 @@ mod tests {
             per_key: Rate::new(1.0, 2),
             per_tenant: Rate::new(1.0, 5),
             per_anonymous_address: Rate::UNLIMITED,
+            per_failed_auth_address: Rate::UNLIMITED,
         });
         let tenant = TenantId::new();
         let (a, b, c) = (ApiKeyId::new(), ApiKeyId::new(), ApiKeyId::new());
@@ -437,6 +491,7 @@ mod tests {
             per_key: Rate::new(1.0, 1),
             per_tenant: Rate::new(1.0, 1),
             per_anonymous_address: Rate::UNLIMITED,
+            per_failed_auth_address: Rate::UNLIMITED,
         });
         let tenant = TenantId::new();
         let (a, b) = (ApiKeyId::new(), ApiKeyId::new());

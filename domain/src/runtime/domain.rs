@@ -11,7 +11,7 @@ use sea_orm::DatabaseConnection;
 use crate::{
     Error, PlatformScope, Principal, Result, TaskId, TenantScope,
     catalogue::{capabilities, connections, guardrails, plans, policy, prompts, tool as tools},
-    identity::{acting, api_keys, tenants},
+    identity::{acting, api_keys, revocations, tenants},
     kernel::{
         audit, crypto, db, outbound,
         page::{self, PageRequest},
@@ -29,6 +29,9 @@ pub struct Domain {
     pub statements: db::StatementCounter,
     pub tenants: tenants::Tenants,
     pub api_keys: api_keys::ApiKeys,
+    /// Revoked credentials, as this process hears of them (from itself
+    /// and, on PostgreSQL, from every other process).
+    pub revocations: revocations::Revocations,
     pub audit: audit::AuditLog,
     pub plans: plans::Plans,
     pub tasks: tasks::Tasks,
@@ -99,9 +102,11 @@ impl Domain {
         statements.attach(&mut db);
         let plans = plans::Plans::new(db.clone(), registry.clone());
         let tasks = tasks::Tasks::new(db.clone(), plans.clone(), sink);
+        let revocations = revocations::Revocations::default();
         Self {
             tenants: tenants::Tenants::new(db.clone()),
-            api_keys: api_keys::ApiKeys::new(db.clone()),
+            api_keys: api_keys::ApiKeys::new(db.clone(), revocations.clone()),
+            revocations,
             audit: audit::AuditLog::new(db.clone()),
             schedules: schedules::Schedules::new(db.clone(), tasks.clone()),
             webhooks: webhooks::Webhooks::new(db.clone()),

@@ -16,6 +16,10 @@
 //!   process, which the executor flushes before committing a step. Every
 //!   process's listener delivers what arrives to its local channel, so a
 //!   subscriber on one replica sees a task run by a worker on another.
+//!   The same listener hears revoked credentials (`identity::revocations`)
+//!   and hands them to the process's [`Revocations`]; each time it
+//!   (re)starts listening it announces [`Revoked::Unknown`], since what was
+//!   sent while it was away is lost.
 //!
 //! Token deltas are not stored one by one. The bus keeps each running
 //! step's text so far (from the deltas it has seen), so a subscriber joining
@@ -46,6 +50,7 @@ use uuid::Uuid;
 
 use crate::{
     Result,
+    identity::revocations::{self, Revocations, Revoked},
     kernel::row_security,
     runtime::tasks::{EventKind, EventSink, TaskEvent, Tasks},
 };
@@ -167,8 +172,14 @@ impl EventBus {
     }
 
     /// Send events through PostgreSQL from now on, and deliver what the
-    /// `LISTEN` side receives. Runs until the process ends.
-    pub fn connect_postgres(self: &Arc<Self>, db: DatabaseConnection, url: String) {
+    /// `LISTEN` side receives: task events to this bus, revoked
+    /// credentials to `revocations`. Runs until the process ends.
+    pub fn connect_postgres(
+        self: &Arc<Self>,
+        db: DatabaseConnection,
+        url: String,
+        revocations: Revocations,
+    ) {
         let (tx, mut rx) = mpsc::channel::<Outgoing>(CAPACITY);
         if let Ok(mut notifier) = self.notifier.lock() {
             *notifier = Some(tx);
@@ -200,10 +211,15 @@ impl EventBus {
             }
         });
         let bus = self.clone();
-        tokio::spawn(async move { bus.listen(db, url).await });
+        tokio::spawn(async move { bus.listen(db, url, revocations).await });
     }
 
-    async fn listen(self: Arc<Self>, db: DatabaseConnection, url: String) {
+    async fn listen(
+        self: Arc<Self>,
+        db: DatabaseConnection,
+        url: String,
+        revocations: Revocations,
+    ) {
         use sea_orm::sqlx::postgres::PgListener;
         loop {
             let mut listener = match PgListener::connect(&url).await {
@@ -214,13 +230,18 @@ impl EventBus {
                     continue;
                 }
             };
-            if let Err(err) = listener.listen(CHANNEL).await {
+            if let Err(err) = listener.listen_all([CHANNEL, revocations::CHANNEL]).await {
                 tracing::error!(%err, "event listener cannot LISTEN; retrying");
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                 continue;
             }
+            // Revocations sent before now were not heard here.
+            revocations.deliver(Revoked::Unknown);
             loop {
                 match listener.recv().await {
+                    Ok(note) if note.channel() == revocations::CHANNEL => {
+                        revocations.deliver(Revoked::decode(note.payload()));
+                    }
                     Ok(note) => {
                         let events = decode_all(note.payload(), &db).await;
                         if !events.is_empty() {

@@ -17,22 +17,31 @@
 //! - Nothing starts unless the signature verifies (in constant time) and
 //!   the timestamp is within [`REPLAY_WINDOW_SECS`] of now; a body over
 //!   [`MAX_BODY_BYTES`] or that is not a JSON object starts nothing either.
-//! - A delivery starts one task however often it arrives: the task's
-//!   idempotency key is the delivery's id (`X-Brainstem-Delivery`, or the
-//!   email's message id), else the SHA-256 of its canonical JSON.
-//! - A tenant or source that does not exist, and a connection that is not a
-//!   hook, answer alike (`NOT_FOUND`), so a caller learns nothing of a
-//!   tenant's connections.
+//! - Only what the signature covers decides which deliveries are the same:
+//!   a delivery starts one task however often it arrives, keyed by the
+//!   email's message id (inside the signed body) or else the SHA-256 of the
+//!   body's canonical JSON. An unsigned header (`X-Brainstem-Delivery`)
+//!   never does, so a replay with a new one is still a duplicate; a sender
+//!   that means two deliveries of equal content puts an id in the body.
+//! - A tenant or source that does not exist, a connection that is not a
+//!   hook and a signature that does not verify answer alike, after the same
+//!   work (a connection lookup and an HMAC), so a caller learns nothing of
+//!   which tenants and hooks exist. The checks that need no tenant (the
+//!   headers' form, the replay window) come first and say what is wrong.
+//! - A delivery counts against its tenant's rate only once its signature
+//!   verifies: unsigned floods never spend a tenant's budget (the API
+//!   limits them by address as failed authentications).
 
 use chrono::{DateTime, Utc};
 use hmac::Mac;
 use serde_json::{Map, Value, json};
 
 use crate::{
-    Actor, Domain, Error, Principal, Result, Role, TaskId, TenantScope,
-    catalogue::capabilities::partner::signing_mac,
+    Actor, Domain, Error, Principal, Result, Role, TaskId, TenantId, TenantScope,
+    catalogue::{capabilities::partner::signing_mac, connections::DecryptedConnection},
     kernel::{
         audit::{canonical_json, sha256_hex},
+        rate_limit::RateLimiter,
         row_security,
     },
     runtime::tasks::{Channel, NewTask},
@@ -58,7 +67,6 @@ pub struct Delivery<'a> {
     pub source: &'a str,
     pub timestamp: Option<&'a str>,
     pub signature: Option<&'a str>,
-    pub delivery_id: Option<&'a str>,
     pub body: &'a [u8],
 }
 
@@ -72,102 +80,146 @@ pub struct Accepted {
 
 impl Domain {
     /// Check a hook delivery and start its task (or find the one it
-    /// started before).
+    /// started before). A verified delivery is charged to its tenant's
+    /// rate in `limiter` before anything starts.
     pub async fn receive_hook(
         &self,
         delivery: Delivery<'_>,
         now: DateTime<Utc>,
+        limiter: &RateLimiter,
     ) -> Result<Accepted> {
-        let not_found = || Error::not_found("hook");
         if delivery.body.len() > MAX_BODY_BYTES {
             return Err(Error::validation(format!(
                 "the body is over {MAX_BODY_BYTES} bytes"
             )));
         }
-        let tenant = self
-            .tenants
-            .resolve_claim(delivery.tenant)
-            .await
-            .map_err(|_| not_found())?
-            .id;
-        let scope = TenantScope::new(tenant);
-        row_security::as_tenant(tenant, async {
-            let hook = self
-                .connections
-                .resolve(scope, delivery.source)
-                .await
-                .map_err(|_| not_found())?;
-            let channel = match hook.kind.as_str() {
-                WEBHOOK => Channel::Webhook,
-                INBOUND_EMAIL => Channel::Email,
-                _ => return Err(not_found()),
-            };
-            let secret = hook
-                .secret
+        let (timestamp, signature) = signed_headers(delivery, now)?;
+        let found = self.find_hook(delivery.tenant, delivery.source).await;
+        let secret = found.as_ref().and_then(|(_, hook, _)| {
+            hook.secret
                 .as_ref()
                 .and_then(|s| s.expose()["signing_secret"].as_str().map(str::to_owned))
-                .ok_or_else(|| Error::internal("the hook has no signing_secret"))?;
-            verify(&secret, delivery, now)?;
-            let body: Map<String, Value> = match serde_json::from_slice(delivery.body) {
-                Ok(Value::Object(body)) => body,
-                _ => return Err(Error::validation("the body must be a JSON object")),
-            };
-            let text = |key: &str| {
-                hook.config
-                    .get(key)
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            };
-            let (input, payload, message_id) = match channel {
-                Channel::Email => email(&body),
-                _ => (
-                    body.get("input")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned(),
-                    Value::Object(body.clone()),
-                    None,
-                ),
-            };
-            let key = delivery
-                .delivery_id
-                .filter(|id| is_plain(id))
-                .map(str::to_owned)
-                .or(message_id)
-                .unwrap_or_else(|| sha256_hex(canonical_json(&Value::Object(body)).as_bytes()));
-            let principal = Principal {
-                actor: Actor::Hook(hook.name.clone()),
-                tenant: Some(tenant),
-                roles: [Role::Service].into(),
-                scopes: ["tasks:write".to_owned()].into(),
-            };
-            let started_at = Utc::now();
-            let task = self
-                .tasks
-                .start(
-                    &principal,
-                    NewTask {
-                        input,
-                        payload,
-                        plan_key: text("plan_key"),
-                        intent: text("intent"),
-                        channel: Some(channel),
-                        idempotency_key: Some(format!("hook:{}:{key}", hook.name)),
-                        ..NewTask::default()
-                    },
-                )
-                .await?;
-            Ok(Accepted {
-                task: task.id,
-                duplicate: task.created_at < started_at,
-            })
-        })
+        });
+        // A decoy key when there is no hook: the same work, the same answer.
+        let verified = signing_mac(
+            secret.as_deref().unwrap_or(DECOY_SECRET),
+            timestamp,
+            delivery.body,
+        )
+        .is_some_and(|mac| mac.verify_slice(&signature).is_ok());
+        let (Some((tenant, hook, channel)), Some(_), true) = (found, secret, verified) else {
+            return Err(not_signed());
+        };
+        let principal = Principal {
+            actor: Actor::Hook(hook.name.clone()),
+            tenant: Some(tenant),
+            roles: [Role::Service].into(),
+            scopes: ["tasks:write".to_owned()].into(),
+        };
+        limiter.check(&principal, None, std::time::Instant::now())?;
+        row_security::as_tenant(
+            tenant,
+            self.start_hook_task(&principal, &hook, channel, delivery.body),
+        )
         .await
+    }
+
+    /// The hook `source` of the tenant named `tenant`, with its channel;
+    /// `None` when either is unknown or the connection is not a hook. An
+    /// unknown tenant still costs the connection lookup (in no tenant).
+    async fn find_hook(
+        &self,
+        tenant: &str,
+        source: &str,
+    ) -> Option<(TenantId, DecryptedConnection, Channel)> {
+        let (tenant, known) = match self.tenants.resolve_claim(tenant).await {
+            Ok(found) => (found.id, true),
+            Err(_) => (TenantId::from(uuid::Uuid::nil()), false),
+        };
+        let hook = row_security::as_tenant(
+            tenant,
+            self.connections.resolve(TenantScope::new(tenant), source),
+        )
+        .await
+        .ok()
+        .filter(|_| known)?;
+        let channel = match hook.kind.as_str() {
+            WEBHOOK => Channel::Webhook,
+            INBOUND_EMAIL => Channel::Email,
+            _ => return None,
+        };
+        Some((tenant, hook, channel))
+    }
+
+    /// Start the task of a verified delivery of `hook` (or find the one an
+    /// equal delivery started).
+    async fn start_hook_task(
+        &self,
+        principal: &Principal,
+        hook: &DecryptedConnection,
+        channel: Channel,
+        body: &[u8],
+    ) -> Result<Accepted> {
+        let body: Map<String, Value> = match serde_json::from_slice(body) {
+            Ok(Value::Object(body)) => body,
+            _ => return Err(Error::validation("the body must be a JSON object")),
+        };
+        let text = |key: &str| {
+            hook.config
+                .get(key)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        let (input, payload, message_id) = match channel {
+            Channel::Email => email(&body),
+            _ => (
+                body.get("input")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                Value::Object(body.clone()),
+                None,
+            ),
+        };
+        // Only signed content keys the delivery (see the module's header).
+        let key = message_id
+            .unwrap_or_else(|| sha256_hex(canonical_json(&Value::Object(body)).as_bytes()));
+        let started_at = Utc::now();
+        let task = self
+            .tasks
+            .start(
+                principal,
+                NewTask {
+                    input,
+                    payload,
+                    plan_key: text("plan_key"),
+                    intent: text("intent"),
+                    channel: Some(channel),
+                    idempotency_key: Some(format!("hook:{}:{key}", hook.name)),
+                    ..NewTask::default()
+                },
+            )
+            .await?;
+        Ok(Accepted {
+            task: task.id,
+            duplicate: task.created_at < started_at,
+        })
     }
 }
 
-/// The delivery is signed with `secret` and recent.
-fn verify(secret: &str, delivery: Delivery<'_>, now: DateTime<Utc>) -> Result<()> {
+/// The key a delivery with no hook is checked against, so that it costs
+/// what a real check costs.
+const DECOY_SECRET: &str = "brainstem-no-such-hook";
+
+/// The one answer for a delivery that no hook signed: an unknown tenant or
+/// source, a connection that is not a hook, a wrong signature.
+fn not_signed() -> Error {
+    Error::Unauthenticated("hook delivery refused: the signature does not verify".into())
+}
+
+/// The delivery's timestamp, within the replay window, and its signature's
+/// bytes: the checks that need no tenant.
+fn signed_headers(delivery: Delivery<'_>, now: DateTime<Utc>) -> Result<(i64, Vec<u8>)> {
     let refused = |why: &str| Error::Unauthenticated(format!("hook delivery refused: {why}"));
     let timestamp: i64 = delivery
         .timestamp
@@ -183,10 +235,17 @@ fn verify(secret: &str, delivery: Delivery<'_>, now: DateTime<Utc>) -> Result<()
         .and_then(|s| s.trim().strip_prefix("sha256="))
         .and_then(|hex| hex::decode(hex).ok())
         .ok_or_else(|| refused("X-Brainstem-Signature must be `sha256=<hex>`"))?;
+    Ok((timestamp, signature))
+}
+
+/// The delivery is signed with `secret` and recent.
+#[cfg(test)]
+fn verify(secret: &str, delivery: Delivery<'_>, now: DateTime<Utc>) -> Result<()> {
+    let (timestamp, signature) = signed_headers(delivery, now)?;
     signing_mac(secret, timestamp, delivery.body)
         .ok_or_else(|| Error::internal("unusable hook secret"))?
         .verify_slice(&signature)
-        .map_err(|_| refused("the signature does not verify"))
+        .map_err(|_| not_signed())
 }
 
 /// The signature header value for `body` sent at `timestamp`, as partner
@@ -220,13 +279,6 @@ fn email(body: &Map<String, Value>) -> (String, Value, Option<String>) {
     (input, payload, message_id)
 }
 
-fn is_plain(id: &str) -> bool {
-    (1..=200).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'@'))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,7 +289,6 @@ mod tests {
             source: "crm",
             timestamp: Some(timestamp),
             signature: Some(signature),
-            delivery_id: None,
             body,
         }
     }

@@ -495,13 +495,10 @@ impl Webhooks {
         let endpoint = webhook_endpoint::Entity::find_by_id_in(scope, row.endpoint_id)
             .one(&self.db)
             .await
-            .map_err(|e| Failure::new(None, e.to_string()))?
+            .map_err(Failure::internal)?
             .ok_or_else(|| Failure::new(None, "the endpoint is gone"))?;
-        let secret = self
-            .open(scope, &endpoint)
-            .map_err(|e| Failure::new(None, e.to_string()))?;
-        let body =
-            serde_json::to_vec(&row.payload).map_err(|e| Failure::new(None, e.to_string()))?;
+        let secret = self.open(scope, &endpoint).map_err(Failure::internal)?;
+        let body = serde_json::to_vec(&row.payload).map_err(Failure::internal)?;
         let timestamp = Utc::now().timestamp();
         let mut request = self
             .outbound
@@ -596,6 +593,13 @@ impl Failure {
             status,
             message: message.into(),
         }
+    }
+
+    /// A failure of the server's own (its database, its keys): the cause
+    /// is logged, and the tenant, who reads `lastError`, is told only that.
+    fn internal(cause: impl std::fmt::Display) -> Self {
+        tracing::warn!(%cause, "a webhook delivery failed on the server's side");
+        Self::new(None, "internal error (the cause is in the server's log)")
     }
 }
 
