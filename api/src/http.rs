@@ -340,9 +340,16 @@ fn request_failure(media: Media, err: &Error) -> Response {
         Error::Forbidden(_) => StatusCode::FORBIDDEN,
         Error::NotFound(_) => StatusCode::NOT_FOUND,
         Error::Validation(_) => StatusCode::BAD_REQUEST,
+        Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     let mut response = error_response(status, media, code, &message);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(error::UNAVAILABLE_RETRY_AFTER_SECS),
+        );
+    }
     if status == StatusCode::UNAUTHORIZED {
         response
             .headers_mut()
@@ -415,6 +422,7 @@ fn graphql_response(response: async_graphql::Response, media: Media, max_bytes: 
             .iter()
             .any(|e| error::code_of(e) == Some(error::TIMEOUT));
     let retry_after = error::retry_after(&response.errors);
+    let unavailable = error::unavailable_retry_after(&response.errors);
     // A persisted-query miss is part of the normal flow, not a failure:
     // Apollo's server answers it with 200, and some Apollo clients stop
     // using persisted queries for good after a 400.
@@ -424,7 +432,7 @@ fn graphql_response(response: async_graphql::Response, media: Media, max_bytes: 
         .all(|e| e.message == error::PERSISTED_QUERY_NOT_FOUND);
     let status = if retry_after.is_some() {
         StatusCode::TOO_MANY_REQUESTS
-    } else if timed_out {
+    } else if timed_out || unavailable.is_some() {
         StatusCode::SERVICE_UNAVAILABLE
     } else if request_error && media == Media::GraphqlResponseJson && !persisted_query_miss {
         StatusCode::BAD_REQUEST
@@ -433,7 +441,7 @@ fn graphql_response(response: async_graphql::Response, media: Media, max_bytes: 
     };
     let mut out = (status, [(header::CONTENT_TYPE, media.content_type())], body).into_response();
     out.headers_mut().extend(extra_headers);
-    if let Some(secs) = retry_after {
+    if let Some(secs) = retry_after.or(unavailable) {
         out.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }

@@ -4,6 +4,7 @@
 //! - [`coercion`]: which argument a type error during execution is about.
 //! - [`cost`]: a document's size, tokens and expanded cost, known before it
 //!   runs.
+//! - [`edge`]: bounds on request bodies (size, time), refusals as JSON.
 //! - [`error`]: the one place where domain errors become GraphQL error codes.
 //! - [`schema`]: GraphQL types and resolvers (thin adapters over `domain`).
 //! - [`http`]: `/graphql` over HTTP (GraphQL-over-HTTP), GraphiQL, health and
@@ -21,6 +22,7 @@
 pub mod auth;
 pub mod coercion;
 pub mod cost;
+pub mod edge;
 pub mod error;
 pub mod fanout;
 pub mod hooks;
@@ -48,6 +50,8 @@ pub struct ApiConfig {
     pub limits: GraphqlLimits,
     /// Per-key and per-tenant request rates (in-process, per replica).
     pub rate_limits: brainstem_domain::rate_limit::RateLimits,
+    /// How the server tells open WebSockets it is going away.
+    pub departure: edge::Departure,
 }
 
 /// Build the whole HTTP application.
@@ -69,6 +73,7 @@ pub fn router(domain: Domain, config: ApiConfig) -> Result<Router, auth::AuthSet
         surface,
         limits: config.limits,
         fanout,
+        departure: config.departure,
     };
     Ok(http::routes(state))
 }

@@ -7,6 +7,7 @@ use brainstem_domain::Domain;
 
 use crate::{
     auth::Authenticator,
+    edge::Departure,
     fanout::Fanout,
     metrics::Metrics,
     schema::{self, BrainstemSchema, GraphqlLimits},
@@ -23,4 +24,6 @@ pub struct ApiState {
     pub limits: GraphqlLimits,
     /// Rendered task events shared by WebSocket subscribers.
     pub fanout: Arc<Fanout>,
+    /// Tells open WebSockets that the server is going away.
+    pub departure: Departure,
 }

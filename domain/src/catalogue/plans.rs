@@ -11,6 +11,7 @@
 //! A tenant's tasks run its own plans and the plans of the capabilities it
 //! subscribes to ([`Plans::available`]; see [`crate::catalogue::capabilities`]).
 
+use crate::kernel::db::BeginWrite;
 use std::{collections::HashSet, sync::Arc};
 
 use brainstem_entity::{PlanId, TenantOwned, TenantScope, plan};
@@ -18,7 +19,7 @@ use chrono::{DateTime, Utc};
 use regex::Regex;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection,
-    EntityTrait, QueryFilter, QueryOrder, QuerySelect, TransactionTrait, sea_query::Expr,
+    EntityTrait, QueryFilter, QueryOrder, QuerySelect, sea_query::Expr,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -325,7 +326,7 @@ impl Plans {
             .one(&self.db)
             .await?;
         let version = latest.map(|p| p.version + 1).unwrap_or(1);
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         let model = plan::ActiveModel {
             id: Set(PlanId::new().uuid()),
             tenant_id: Set(scope.tenant_id().uuid()),
@@ -377,7 +378,7 @@ impl Plans {
         now: DateTime<Utc>,
     ) -> Result<Plan> {
         let scope = principal.require_scope("admin")?;
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         let changed = plan::Entity::update_many_in(scope)
             .col_expr(
                 plan::Column::ArchivedAt,
