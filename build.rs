@@ -9,7 +9,12 @@
 //! - Otherwise nothing is embedded, and `/console/` answers with a page
 //!   that says how to get it. The build never fails for want of Node.
 //!
-//! `console_assets.rs` in `OUT_DIR` holds `(path, bytes)` for every file.
+//! `console_assets.rs` in `OUT_DIR` lists `EmbeddedFile`s (path, bytes, gzip, brotli) for
+//! every file: text files (scripts, styles, HTML, SVG, JSON) are also
+//! compressed here, once, at the highest levels (gzip 9, brotli 11), so
+//! that the server never compresses them per request; an empty slice
+//! means the file is served only as it is (images, fonts: already
+//! compressed).
 
 use std::{
     env, fs,
@@ -45,10 +50,22 @@ fn main() {
     }
     files.sort();
     let mut code = String::from(
-        "/// The built console's files, by path under its root.\npub static ASSETS: &[(&str, &[u8])] = &[\n",
+        "/// The built console's files, by path under its root: the bytes, then\n\
+         /// their gzip and brotli forms (empty when not compressed).\n\
+         pub static ASSETS: &[EmbeddedFile] = &[\n",
     );
+    let compressed_dir = out.join("console-compressed");
     for (path, full) in &files {
-        code.push_str(&format!("    ({path:?}, include_bytes!({full:?})),\n"));
+        let (gzip, brotli) = match compress(full, &compressed_dir.join(path)) {
+            Some((gz, br)) => (
+                format!("include_bytes!({:?})", gz.display().to_string()),
+                format!("include_bytes!({:?})", br.display().to_string()),
+            ),
+            None => ("&[]".to_owned(), "&[]".to_owned()),
+        };
+        code.push_str(&format!(
+            "    EmbeddedFile {{ path: {path:?}, bytes: include_bytes!({full:?}), gzip: {gzip}, brotli: {brotli} }},\n"
+        ));
     }
     code.push_str("];\n");
     if let Err(err) = fs::write(out.join("console_assets.rs"), code) {
@@ -109,6 +126,33 @@ fn run(command: &mut Command) -> bool {
             false
         }
     }
+}
+
+/// Write `<target>.gz` and `<target>.br` for the text file `source`;
+/// `None` for other files, or when compressing fails (then the file is
+/// served as it is).
+fn compress(source: &str, target: &Path) -> Option<(PathBuf, PathBuf)> {
+    use std::io::Write;
+    let text = [".js", ".css", ".html", ".svg", ".json", ".map", ".txt"];
+    if !text.iter().any(|ext| source.ends_with(ext)) {
+        return None;
+    }
+    let bytes = fs::read(source).ok()?;
+    fs::create_dir_all(target.parent()?).ok()?;
+    let gz = target.with_file_name(format!("{}.gz", target.file_name()?.to_string_lossy()));
+    let br = target.with_file_name(format!("{}.br", target.file_name()?.to_string_lossy()));
+    let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gzip.write_all(&bytes).ok()?;
+    fs::write(&gz, gzip.finish().ok()?).ok()?;
+    let mut brotli = Vec::new();
+    let params = brotli::enc::BrotliEncoderParams {
+        quality: 11,
+        lgwin: 22,
+        ..Default::default()
+    };
+    brotli::BrotliCompress(&mut bytes.as_slice(), &mut brotli, &params).ok()?;
+    fs::write(&br, brotli).ok()?;
+    Some((gz, br))
 }
 
 fn collect(root: &Path, dir: &Path, files: &mut Vec<(String, String)>) {

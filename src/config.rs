@@ -135,6 +135,17 @@ pub struct Config {
     /// Seconds a stopping server waits for running requests and steps
     /// before it exits anyway.
     pub shutdown_grace_secs: u64,
+    /// Connections served at once; one more is answered `503`.
+    pub http_max_connections: usize,
+    /// Seconds a client has to send a request's headers, from its first
+    /// byte (or from connecting).
+    pub http_header_timeout_secs: u64,
+    /// Seconds a request's body may take to arrive whole, from its headers.
+    pub http_body_timeout_secs: u64,
+    /// Seconds a kept-alive connection may sit with no request under way.
+    pub http_idle_timeout_secs: u64,
+    /// Largest request body accepted, in bytes (`413` above it).
+    pub http_max_body_bytes: usize,
     /// Base64 of the 32-byte AES-256-GCM key that seals connection secrets.
     /// An embedded install without one generates and keeps its own; a
     /// PostgreSQL deployment must set it.
@@ -316,6 +327,11 @@ impl Default for Config {
             rate_limit_failed_auth_rps: rates.per_failed_auth_address.per_second,
             rate_limit_failed_auth_burst: rates.per_failed_auth_address.burst,
             shutdown_grace_secs: 10,
+            http_max_connections: 1024,
+            http_header_timeout_secs: 10,
+            http_body_timeout_secs: 30,
+            http_idle_timeout_secs: 60,
+            http_max_body_bytes: 2 * 1024 * 1024,
             connection_encryption_key: None,
             metrics_token: None,
             connection_encryption_old_keys: Vec::new(),
@@ -423,6 +439,17 @@ impl Config {
             .map_err(|e| anyhow::anyhow!("database_url: {e}"))?;
         if let Some(secret) = &self.jwt_secret {
             check_jwt_secret(secret)?;
+        }
+        if self.http_max_connections == 0 {
+            bail!("http_max_connections must be at least 1");
+        }
+        if self.http_header_timeout_secs == 0
+            || self.http_body_timeout_secs == 0
+            || self.http_idle_timeout_secs == 0
+        {
+            bail!(
+                "http_header_timeout_secs, http_body_timeout_secs and http_idle_timeout_secs must be at least 1"
+            );
         }
         if self.database_max_connections == 0 {
             bail!("database_max_connections must be at least 1");

@@ -11,15 +11,29 @@
 //!   that lets the page load only its own scripts and talk only to its own
 //!   origin, and may not be framed (clickjacking), no MIME sniffing, no
 //!   referrer sent elsewhere.
+//! - Text files are sent brotli- or gzip-compressed (compressed once, at
+//!   build time) to a client whose `Accept-Encoding` takes it, brotli
+//!   first; as they are to any other. Their answers say `Vary:
+//!   Accept-Encoding`.
 
 use axum::{
     Router,
     extract::Path,
-    http::{HeaderName, HeaderValue, StatusCode, header},
+    http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header},
     middleware::map_response,
     response::{IntoResponse, Redirect, Response},
     routing::get,
 };
+
+/// One file of the console, as `build.rs` embedded it.
+pub struct EmbeddedFile {
+    pub path: &'static str,
+    pub bytes: &'static [u8],
+    /// Its gzip form; empty when it is not compressed.
+    pub gzip: &'static [u8],
+    /// Its brotli form; empty when it is not compressed.
+    pub brotli: &'static [u8],
+}
 
 include!(concat!(env!("OUT_DIR"), "/console_assets.rs"));
 
@@ -30,10 +44,15 @@ pub fn routes() -> Router {
             "/console",
             get(|| async { Redirect::permanent("/console/") }),
         )
-        .route("/console/", get(|| async { serve("index.html") }))
+        .route(
+            "/console/",
+            get(|headers: HeaderMap| async move { serve("index.html", &headers) }),
+        )
         .route(
             "/console/{*path}",
-            get(|Path(path): Path<String>| async move { serve(&path) }),
+            get(|Path(path): Path<String>, headers: HeaderMap| async move {
+                serve(&path, &headers)
+            }),
         )
         .layer(map_response(with_security_headers))
 }
@@ -69,41 +88,77 @@ pub fn embedded() -> bool {
     !ASSETS.is_empty()
 }
 
-fn find(path: &str) -> Option<&'static [u8]> {
-    ASSETS
-        .iter()
-        .find(|(p, _)| *p == path)
-        .map(|(_, bytes)| *bytes)
+fn find(path: &str) -> Option<&'static EmbeddedFile> {
+    ASSETS.iter().find(|file| file.path == path)
 }
 
-fn serve(path: &str) -> Response {
-    if let Some(bytes) = find(path) {
+/// Whether `Accept-Encoding` takes `coding` (a `q=0` refuses it).
+fn accepts(headers: &HeaderMap, coding: &str) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|item| {
+            let mut parts = item.split(';').map(str::trim);
+            let name = parts.next().unwrap_or_default();
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q == 0.0)
+            });
+            (name.eq_ignore_ascii_case(coding) || name == "*") && !refused
+        })
+}
+
+/// `asset` in the best form the client takes.
+fn send(file: &EmbeddedFile, cache: &'static str, headers: &HeaderMap) -> Response {
+    let (path, bytes, gzip, brotli) = (file.path, file.bytes, file.gzip, file.brotli);
+    let (body, encoding) = if !brotli.is_empty() && accepts(headers, "br") {
+        (brotli, Some("br"))
+    } else if !gzip.is_empty() && accepts(headers, "gzip") {
+        (gzip, Some("gzip"))
+    } else {
+        (bytes, None)
+    };
+    let mut response = (
+        [
+            (header::CONTENT_TYPE, content_type(path)),
+            (header::CACHE_CONTROL, cache),
+        ],
+        body,
+    )
+        .into_response();
+    if !gzip.is_empty() || !brotli.is_empty() {
+        let h = response.headers_mut();
+        h.insert(
+            header::VARY,
+            header::HeaderValue::from_static("accept-encoding"),
+        );
+        if let Some(encoding) = encoding {
+            h.insert(
+                header::CONTENT_ENCODING,
+                header::HeaderValue::from_static(encoding),
+            );
+        }
+    }
+    response
+}
+
+fn serve(path: &str, headers: &HeaderMap) -> Response {
+    if let Some(asset) = find(path) {
         let cache = if path.starts_with("assets/") {
             "public, max-age=31536000, immutable"
         } else {
             "no-cache"
         };
-        return (
-            [
-                (header::CONTENT_TYPE, content_type(path)),
-                (header::CACHE_CONTROL, cache),
-            ],
-            bytes,
-        )
-            .into_response();
+        return send(asset, cache, headers);
     }
     if path.starts_with("assets/") {
         return StatusCode::NOT_FOUND.into_response();
     }
     match find("index.html") {
-        Some(index) => (
-            [
-                (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-                (header::CACHE_CONTROL, "no-cache"),
-            ],
-            index,
-        )
-            .into_response(),
+        Some(index) => send(index, "no-cache", headers),
         None => (
             StatusCode::NOT_FOUND,
             [(header::CONTENT_TYPE, "text/html; charset=utf-8")],

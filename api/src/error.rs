@@ -10,6 +10,15 @@ pub const NOT_FOUND: &str = "NOT_FOUND";
 pub const BAD_USER_INPUT: &str = "BAD_USER_INPUT";
 pub const CONFLICT: &str = "CONFLICT";
 pub const RATE_LIMITED: &str = "RATE_LIMITED";
+/// The server could not do this now (the store is busy): nothing was
+/// written, and the same request may be retried after `retryAfter` seconds.
+pub const UNAVAILABLE: &str = "UNAVAILABLE";
+/// A request body over the server's limit (`413`).
+pub const PAYLOAD_TOO_LARGE: &str = "PAYLOAD_TOO_LARGE";
+/// A request body that did not arrive in time (`408`).
+pub const REQUEST_TIMEOUT: &str = "REQUEST_TIMEOUT";
+/// How long a client should wait before retrying an `UNAVAILABLE` request.
+pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 1;
 pub const INTERNAL: &str = "INTERNAL";
 /// A query or mutation ran past its time limit and was stopped.
 pub const TIMEOUT: &str = "TIMEOUT";
@@ -28,6 +37,13 @@ pub fn code_and_message(err: &Error) -> (&'static str, String) {
         Error::Validation(m) => (BAD_USER_INPUT, m.clone()),
         Error::Conflict(m) | Error::InvalidTransition(m) => (CONFLICT, m.clone()),
         Error::RateLimited { message, .. } => (RATE_LIMITED, message.clone()),
+        Error::Unavailable(cause) => {
+            tracing::warn!(%cause, "unavailable");
+            (
+                UNAVAILABLE,
+                "the server is busy: nothing was changed; retry shortly".to_owned(),
+            )
+        }
         Error::Internal(cause) => {
             tracing::error!(%cause, "internal error");
             (INTERNAL, "internal error".to_owned())
@@ -42,6 +58,7 @@ pub fn to_gql(err: Error) -> async_graphql::Error {
         Error::RateLimited {
             retry_after_secs, ..
         } => Some(retry_after_secs),
+        Error::Unavailable(_) => Some(UNAVAILABLE_RETRY_AFTER_SECS),
         _ => None,
     };
     async_graphql::Error::new(message).extend_with(|_, ext| {
@@ -59,13 +76,30 @@ pub fn to_server_error(err: Error) -> ServerError {
     let mut out = ServerError::new(message, None);
     let ext = out.extensions.get_or_insert_with(Default::default);
     ext.set("code", code);
-    if let Error::RateLimited {
-        retry_after_secs, ..
-    } = err
-    {
-        ext.set("retryAfter", retry_after_secs);
+    match err {
+        Error::RateLimited {
+            retry_after_secs, ..
+        } => ext.set("retryAfter", retry_after_secs),
+        Error::Unavailable(_) => ext.set("retryAfter", UNAVAILABLE_RETRY_AFTER_SECS),
+        _ => {}
     }
     out
+}
+
+/// The `extensions.retryAfter` of an `UNAVAILABLE` error anywhere in the
+/// response (a request error or a field's): such a response is `503`.
+pub fn unavailable_retry_after(errors: &[ServerError]) -> Option<u64> {
+    errors.iter().find_map(|e| {
+        let ext = e.extensions.as_ref()?;
+        match (ext.get("code"), ext.get("retryAfter")) {
+            (Some(async_graphql::Value::String(c)), Some(async_graphql::Value::Number(n)))
+                if c == UNAVAILABLE =>
+            {
+                n.as_u64()
+            }
+            _ => None,
+        }
+    })
 }
 
 /// The `extensions.retryAfter` of a rate-limited request error, if the
@@ -80,6 +114,12 @@ pub fn retry_after(errors: &[ServerError]) -> Option<u64> {
             _ => None,
         }
     })
+}
+
+/// The body of a refusal made outside GraphQL execution (the HTTP edge, the
+/// connection cap): one error with `code`, shaped like a GraphQL response.
+pub fn refusal_body(code: &str, message: &str) -> String {
+    serde_json::json!({"errors": [{"message": message, "extensions": {"code": code}}]}).to_string()
 }
 
 /// `.gql()` on a domain result, for resolvers.
@@ -166,6 +206,7 @@ mod tests {
             (Error::Validation("x".into()), BAD_USER_INPUT),
             (Error::Conflict("x".into()), CONFLICT),
             (Error::InvalidTransition("x".into()), CONFLICT),
+            (Error::Unavailable("database is locked".into()), UNAVAILABLE),
         ];
         for (err, code) in cases {
             assert_eq!(code_and_message(&err).0, code);

@@ -87,6 +87,10 @@ fn refusal(err: Error) -> Response {
         Error::RateLimited {
             retry_after_secs, ..
         } => (StatusCode::TOO_MANY_REQUESTS, Some(retry_after_secs)),
+        Error::Unavailable(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some(crate::error::UNAVAILABLE_RETRY_AFTER_SECS),
+        ),
         _ => (StatusCode::INTERNAL_SERVER_ERROR, None),
     };
     let mut response =

@@ -351,6 +351,7 @@ fn request_failure(media: Media, err: &Error) -> Response {
         Error::NotFound(_) => StatusCode::NOT_FOUND,
         Error::Validation(_) => StatusCode::BAD_REQUEST,
         Error::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+        Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     let mut response = error_response(status, media, code, &message);
@@ -361,6 +362,12 @@ fn request_failure(media: Media, err: &Error) -> Response {
         response
             .headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+    }
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(error::UNAVAILABLE_RETRY_AFTER_SECS),
+        );
     }
     if status == StatusCode::UNAUTHORIZED {
         response
@@ -434,6 +441,7 @@ fn graphql_response(response: async_graphql::Response, media: Media, max_bytes: 
             .iter()
             .any(|e| error::code_of(e) == Some(error::TIMEOUT));
     let retry_after = error::retry_after(&response.errors);
+    let unavailable = error::unavailable_retry_after(&response.errors);
     // A persisted-query miss is part of the normal flow, not a failure:
     // Apollo's server answers it with 200, and some Apollo clients stop
     // using persisted queries for good after a 400.
@@ -443,7 +451,7 @@ fn graphql_response(response: async_graphql::Response, media: Media, max_bytes: 
         .all(|e| e.message == error::PERSISTED_QUERY_NOT_FOUND);
     let status = if retry_after.is_some() {
         StatusCode::TOO_MANY_REQUESTS
-    } else if timed_out {
+    } else if timed_out || unavailable.is_some() {
         StatusCode::SERVICE_UNAVAILABLE
     } else if request_error && media == Media::GraphqlResponseJson && !persisted_query_miss {
         StatusCode::BAD_REQUEST
@@ -452,7 +460,7 @@ fn graphql_response(response: async_graphql::Response, media: Media, max_bytes: 
     };
     let mut out = (status, [(header::CONTENT_TYPE, media.content_type())], body).into_response();
     out.headers_mut().extend(extra_headers);
-    if let Some(secs) = retry_after {
+    if let Some(secs) = retry_after.or(unavailable) {
         out.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }

@@ -4,6 +4,7 @@
 //! - [`coercion`]: which argument a type error during execution is about.
 //! - [`cost`]: a document's size, tokens and expanded cost, known before it
 //!   runs.
+//! - [`edge`]: bounds on request bodies (size, time), refusals as JSON.
 //! - [`error`]: the one place where domain errors become GraphQL error codes.
 //! - [`schema`]: GraphQL types and resolvers (thin adapters over `domain`).
 //! - [`http`]: `/graphql` over HTTP (GraphQL-over-HTTP), GraphiQL, health and
@@ -21,6 +22,7 @@
 pub mod auth;
 pub mod coercion;
 pub mod cost;
+pub mod edge;
 pub mod error;
 pub mod fanout;
 pub mod hooks;
@@ -50,6 +52,8 @@ pub struct ApiConfig {
     pub rate_limits: brainstem_domain::rate_limit::RateLimits,
     /// The bearer token `/metrics` requires; `None`: open.
     pub metrics_token: Option<secrecy::SecretString>,
+    /// How the server tells open WebSockets it is going away.
+    pub departure: edge::Departure,
 }
 
 /// Build the whole HTTP application.
@@ -72,6 +76,7 @@ pub fn router(domain: Domain, config: ApiConfig) -> Result<Router, auth::AuthSet
         limits: config.limits,
         fanout,
         metrics_token: config.metrics_token.map(Arc::new),
+        departure: config.departure,
     };
     Ok(http::routes(state))
 }

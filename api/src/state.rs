@@ -7,6 +7,7 @@ use brainstem_domain::{Domain, Error};
 
 use crate::{
     auth::{Authenticator, Credential},
+    edge::Departure,
     fanout::Fanout,
     metrics::Metrics,
     schema::{self, BrainstemSchema, GraphqlLimits},
@@ -25,6 +26,8 @@ pub struct ApiState {
     pub fanout: Arc<Fanout>,
     /// The bearer token `/metrics` requires; `None`: open.
     pub metrics_token: Option<Arc<secrecy::SecretString>>,
+    /// Tells open WebSockets that the server is going away.
+    pub departure: Departure,
 }
 
 impl ApiState {

@@ -62,6 +62,7 @@ const API: &[&[&str]] = &[
     &["schema::node", "schema::subscription"],
     &["schema"],
     // The transports.
+    &["edge"],
     &["fanout"],
     &["state"],
     &["ws", "hooks"],

@@ -187,6 +187,7 @@ pub(super) async fn serve(
     let mut init_deadline: Option<Pin<Box<Sleep>>> =
         Some(Box::pin(tokio::time::sleep(state.limits.ws_init_timeout)));
     let mut expiry: Option<Pin<Box<Sleep>>> = None;
+    let mut departure = state.departure.watch();
     let mut connection = Connection {
         state,
         protocol,
@@ -259,6 +260,9 @@ pub(super) async fn serve(
             ),
             () = until(&mut expiry) => {
                 Reply::close(protocol::CLOSE_UNAUTHORIZED, "token expired")
+            }
+            Ok(_) = departure.wait_for(|leaving| *leaving) => {
+                Reply::close(crate::edge::CLOSE_GOING_AWAY, "server shutting down")
             }
             (id, progress) = next_progress(&mut connection.subscriptions) => {
                 // Hand-overs made while the operation ran come first: one

@@ -30,6 +30,7 @@
 //!   [`CACHE_TTL`] per process; a change made through this process is seen
 //!   at once.
 
+use crate::kernel::db::BeginWrite;
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
@@ -41,7 +42,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveModelTrait,
     ActiveValue::Set,
-    ColumnTrait, DatabaseConnection, PaginatorTrait, QueryFilter, QueryOrder, TransactionTrait,
+    ColumnTrait, DatabaseConnection, PaginatorTrait, QueryFilter, QueryOrder,
     sea_query::{Expr, ExprTrait},
 };
 use serde_json::{Value, json};
@@ -379,7 +380,7 @@ impl Guardrails {
             .map_err(|e| Error::validation(format!("condition: {e}")))?;
         let by = principal.actor.to_string();
         let now = Utc::now();
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         let existing = guardrail::Entity::find_in(scope)
             .filter(guardrail::Column::Name.eq(&name))
             .one(&txn)
@@ -443,7 +444,7 @@ impl Guardrails {
     /// `guardrail.delete`). Returns whether there was one.
     pub async fn delete(&self, principal: &Principal, name: &str) -> Result<bool> {
         let scope = principal.require_scope("admin")?;
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         let deleted = guardrail::Entity::delete_many_in(scope)
             .filter(guardrail::Column::Name.eq(name))
             .exec(&txn)

@@ -11,13 +11,14 @@
 //! A tenant's tasks run its own plans and the plans of the capabilities it
 //! subscribes to ([`Plans::available`]; see [`crate::catalogue::capabilities`]).
 
+use crate::kernel::db::BeginWrite;
 use std::{collections::HashSet, sync::Arc};
 
 use brainstem_entity::{PlanId, TenantOwned, TenantScope, plan};
 use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection,
-    EntityTrait, QueryFilter, QueryOrder, QuerySelect, TransactionTrait, sea_query::Expr,
+    EntityTrait, QueryFilter, QueryOrder, QuerySelect, sea_query::Expr,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -328,7 +329,7 @@ impl Plans {
             .one(&self.db)
             .await?;
         let version = latest.map(|p| p.version + 1).unwrap_or(1);
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         let model = plan::ActiveModel {
             id: Set(PlanId::new().uuid()),
             tenant_id: Set(scope.tenant_id().uuid()),
@@ -380,7 +381,7 @@ impl Plans {
         now: DateTime<Utc>,
     ) -> Result<Plan> {
         let scope = principal.require_scope("admin")?;
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         let changed = plan::Entity::update_many_in(scope)
             .col_expr(
                 plan::Column::ArchivedAt,

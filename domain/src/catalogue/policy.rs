@@ -9,11 +9,12 @@
 //! tenant ([`Policies::set`], audited); nobody can loosen them past the
 //! platform's.
 
+use crate::kernel::db::BeginWrite;
 use std::time::Duration;
 
 use brainstem_entity::{TenantOwned, TenantScope, executor_policy};
 use chrono::Utc;
-use sea_orm::{ActiveModelTrait, ActiveValue::Set, DatabaseConnection, TransactionTrait};
+use sea_orm::{ActiveModelTrait, ActiveValue::Set, DatabaseConnection};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -187,7 +188,7 @@ impl Policies {
         let now = Utc::now();
         let ms = |d: Option<Duration>| d.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         let int = |n: Option<u32>| n.map(|n| i32::try_from(n).unwrap_or(i32::MAX));
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         executor_policy::Entity::delete_many_in(scope)
             .exec(&txn)
             .await?;

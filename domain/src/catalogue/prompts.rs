@@ -12,11 +12,12 @@
 //!   [`MAX_CUSTOM_INSTRUCTIONS`] characters); they cannot remove the layers
 //!   above them, which come first in every prompt.
 
+use crate::kernel::db::BeginWrite;
 use brainstem_entity::{TenantOwned, TenantScope, ai_preference, system_prompt};
 use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, QueryFilter, QueryOrder,
-    TransactionTrait, sea_query::Expr,
+    sea_query::Expr,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -127,7 +128,7 @@ impl Prompts {
                 "a system prompt has 1 to {MAX_SYSTEM_PROMPT} characters"
             )));
         }
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         let latest = system_prompt::Entity::find_in(scope)
             .order_by_desc(system_prompt::Column::Version)
             .one(&txn)
@@ -154,7 +155,7 @@ impl Prompts {
     /// Audited (`system_prompt.activate`).
     pub async fn activate(&self, principal: &Principal, id: Uuid) -> Result<SystemPrompt> {
         let scope = principal.require_scope("admin")?;
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         let chosen = system_prompt::Entity::find_by_id_in(scope, id)
             .one(&txn)
             .await?
@@ -249,7 +250,7 @@ impl Prompts {
             .custom_instructions
             .as_deref()
             .and_then(sanitise_instructions);
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         let existing = ai_preference::Entity::find_in(scope)
             .filter(ai_preference::Column::Subject.eq(subject.clone()))
             .one(&txn)

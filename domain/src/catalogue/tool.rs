@@ -198,6 +198,9 @@ pub struct ToolError {
     pub message: String,
     /// Whether running the step again may succeed (timeouts, 5xx, …).
     pub retryable: bool,
+    /// What the call produced before it failed (a model's text cut by a
+    /// timeout), kept as the failed step's output.
+    pub output: Option<Value>,
 }
 
 impl From<crate::kernel::outbound::CallFailure> for ToolError {
@@ -205,6 +208,7 @@ impl From<crate::kernel::outbound::CallFailure> for ToolError {
         Self {
             message: f.message,
             retryable: f.retryable,
+            output: None,
         }
     }
 }
@@ -214,6 +218,7 @@ impl From<LlmError> for ToolError {
         Self {
             retryable: e.retryable(),
             message: e.to_string(),
+            output: None,
         }
     }
 }
@@ -223,6 +228,7 @@ impl ToolError {
         Self {
             message: message.into(),
             retryable: false,
+            output: None,
         }
     }
 
@@ -230,7 +236,14 @@ impl ToolError {
         Self {
             message: message.into(),
             retryable: true,
+            output: None,
         }
+    }
+
+    /// This error, keeping `output` as what the call produced.
+    pub fn with_output(mut self, output: Value) -> Self {
+        self.output = Some(output);
+        self
     }
 }
 

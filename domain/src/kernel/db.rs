@@ -3,6 +3,13 @@
 //! SQLite is the embedded default (`sqlite://brainstem.db`, created on first
 //! use, WAL mode, readable by its owner only: [`super::db_files`]);
 //! PostgreSQL is chosen by a `postgres://` URL.
+//!
+//! Writers wait their turn: every transaction that writes begins with
+//! [`BeginWrite::begin_write`], which on SQLite takes the write lock at
+//! `BEGIN` (`IMMEDIATE`), under the busy timeout. A write that still cannot
+//! happen (the timeout passed, no pooled connection in time, a PostgreSQL
+//! deadlock or serialization failure) is [`Error::Unavailable`], which
+//! callers may retry, never an internal error.
 
 use std::{
     sync::{
@@ -14,7 +21,8 @@ use std::{
 
 use brainstem_migration::{Migrator, MigratorTrait};
 use sea_orm::{
-    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement,
+    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend,
+    DbErr, SqliteTransactionMode, Statement, TransactionOptions, TransactionTrait,
     sqlx::{
         Connection,
         sqlite::{SqliteJournalMode, SqliteSynchronous},
@@ -54,6 +62,80 @@ impl Backend {
     }
 }
 
+/// How long one SQLite statement waits for a lock (its busy timeout).
+pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a writer waits for its turn in all, over several busy
+/// timeouts, before its write is refused as [`Error::Unavailable`].
+pub const WRITE_WAIT: Duration = Duration::from_secs(30);
+
+/// Beginning a transaction that writes.
+///
+/// SQLite begins `IMMEDIATE`: the transaction takes the write lock before
+/// its first statement, waiting for it under the busy timeout. Its default,
+/// `DEFERRED`, takes the lock at the first write; a transaction that read
+/// first then fails at once with `database is locked` (no busy handler
+/// runs) whenever another writer committed since it read, which many
+/// concurrent writers make likely. A `BEGIN` refused for contention is
+/// tried again for up to [`WRITE_WAIT`]. PostgreSQL begins as usual.
+pub trait BeginWrite {
+    fn begin_write(
+        &self,
+    ) -> impl Future<Output = std::result::Result<DatabaseTransaction, DbErr>> + Send;
+}
+
+impl BeginWrite for DatabaseConnection {
+    async fn begin_write(&self) -> std::result::Result<DatabaseTransaction, DbErr> {
+        let options = TransactionOptions {
+            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+            ..TransactionOptions::default()
+        };
+        // SQLite's busy handler polls, so a writer is not served in turn: under
+        // many writers one may wait past the busy timeout while others pass.
+        // Nothing has happened before the `BEGIN` succeeds, so it is tried
+        // again, for up to `WRITE_WAIT` in all.
+        let started = tokio::time::Instant::now();
+        loop {
+            match self.begin_with_options(options).await {
+                Err(err) if is_contention(&err) && started.elapsed() < WRITE_WAIT => {
+                    tracing::debug!(%err, "waiting for the write lock");
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// Whether `err` says the store could not take the work now, for a reason
+/// that passes: SQLite busy or locked past the busy timeout, a PostgreSQL
+/// serialization failure (`40001`) or deadlock (`40P01`), or no pooled
+/// connection within the acquire timeout. The work was rolled back whole.
+pub fn is_contention(err: &DbErr) -> bool {
+    use sea_orm::{ConnAcquireErr, RuntimeErr, sqlx};
+    let sqlx_err = match err {
+        DbErr::ConnectionAcquire(ConnAcquireErr::Timeout) => return true,
+        DbErr::Conn(RuntimeErr::SqlxError(e))
+        | DbErr::Exec(RuntimeErr::SqlxError(e))
+        | DbErr::Query(RuntimeErr::SqlxError(e)) => e,
+        _ => return false,
+    };
+    match &**sqlx_err {
+        sqlx::Error::PoolTimedOut => true,
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+                // Primary codes SQLITE_BUSY (5) and SQLITE_LOCKED (6), with
+                // their extended codes (BUSY_SNAPSHOT, BUSY_TIMEOUT, …).
+                code.parse::<i32>()
+                    .is_ok_and(|code| matches!(code & 0xff, 5 | 6))
+            } else {
+                matches!(&*code, "40001" | "40P01")
+            }
+        }
+        _ => false,
+    }
+}
+
 /// Open a connection pool. SQLite files are created when missing.
 pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnection> {
     let backend = Backend::of_url(url)?;
@@ -70,7 +152,7 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnecti
             opts.create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
                 .synchronous(SqliteSynchronous::Normal)
-                .busy_timeout(Duration::from_secs(10))
+                .busy_timeout(SQLITE_BUSY_TIMEOUT)
                 .foreign_keys(true)
         });
     }

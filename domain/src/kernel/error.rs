@@ -33,6 +33,12 @@ pub enum Error {
         message: String,
         retry_after_secs: u64,
     },
+    /// The store could not take the work now (it waited its turn past its
+    /// limit, or a deadlock or serialization failure rolled it back):
+    /// nothing was written, and the same request may succeed if retried
+    /// after a moment. The text is for logs only.
+    #[error("temporarily unavailable: {0}")]
+    Unavailable(String),
     /// A bug or an unavailable dependency. The text is for logs only.
     #[error("internal error: {0}")]
     Internal(String),
@@ -58,7 +64,8 @@ impl Error {
 
 /// Database errors become domain errors here and only here: a unique
 /// violation is a conflict, a foreign-key violation a validation error,
-/// anything else internal.
+/// contention (see [`crate::db::is_contention`]) unavailable, anything else
+/// internal.
 impl From<DbErr> for Error {
     fn from(err: DbErr) -> Self {
         match err.sql_err() {
@@ -68,6 +75,7 @@ impl From<DbErr> for Error {
             Some(SqlErr::ForeignKeyConstraintViolation(detail)) => Error::Validation(format!(
                 "refers to something that does not exist ({detail})"
             )),
+            _ if crate::kernel::db::is_contention(&err) => Error::Unavailable(err.to_string()),
             _ => Error::Internal(err.to_string()),
         }
     }

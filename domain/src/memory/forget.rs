@@ -14,11 +14,10 @@
 //! - Every deletion, restoration and forgetting is a memory event or an
 //!   audit row (`memory.forget_subject`, with the counts).
 
+use crate::kernel::db::BeginWrite;
 use brainstem_entity::{EntityId, MemoryId, TenantOwned, TenantScope, kg_entity, memory};
 use chrono::{DateTime, Utc};
-use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, IntoActiveModel, QueryFilter, TransactionTrait,
-};
+use sea_orm::{ActiveModelTrait, ActiveValue::Set, ColumnTrait, IntoActiveModel, QueryFilter};
 use serde_json::json;
 
 use super::{
@@ -78,7 +77,7 @@ impl Memories {
             // Deleting twice keeps the first time it went to the bin.
             return current.try_into();
         }
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         let mut model = current.into_active_model();
         let status = if deleted {
             Status::Deleted
@@ -119,7 +118,7 @@ impl Memories {
         entity: EntityId,
     ) -> Result<Forgotten> {
         let scope = principal.require_scope("admin")?;
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         let found = kg_entity::Entity::find_by_id_in(scope, entity.uuid())
             .one(&txn)
             .await?

@@ -20,6 +20,7 @@
 //! Every function takes a [`TenantScope`]; an id of another tenant is
 //! `NotFound`, exactly like an id that does not exist.
 
+use crate::kernel::db::BeginWrite;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use brainstem_entity::{EntityId, RelationId, TenantOwned, TenantScope, kg_entity, kg_relation};
@@ -27,7 +28,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveModelTrait,
     ActiveValue::Set,
-    ColumnTrait, Condition, DatabaseConnection, QueryFilter, QueryOrder, TransactionTrait,
+    ColumnTrait, Condition, DatabaseConnection, QueryFilter, QueryOrder,
     sea_query::{Expr, ExprTrait},
 };
 use serde_json::Value as Json;
@@ -564,7 +565,7 @@ impl Graph {
             (false, true) => "entity.delete",
             (true, false) => "entity.restore",
         };
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         let mut model: kg_entity::ActiveModel = row.into();
         model.deleted_at = Set(deleted_at);
         let entity = Entity::from(model.update(&txn).await?);

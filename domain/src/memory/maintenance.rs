@@ -21,13 +21,14 @@
 //! `pg_try_advisory_xact_lock`: when another replica is running it, this one
 //! skips (`skipped: true`) instead of waiting.
 
+use crate::kernel::db::BeginWrite;
 use std::time::Duration as StdDuration;
 
 use brainstem_entity::{MemoryId, TenantOwned, TenantScope, memory, tenant};
 use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction,
-    DbBackend, EntityTrait, IntoActiveModel, QueryFilter, Statement, TransactionTrait,
+    DbBackend, EntityTrait, IntoActiveModel, QueryFilter, Statement,
 };
 
 use super::{Memories, MemoryEvent, Status, Tier, event, record_event};
@@ -69,7 +70,7 @@ impl Memories {
 
     async fn maintain_every_tenant(&self, now: DateTime<Utc>) -> Result<MaintenanceReport> {
         let mut report = MaintenanceReport::default();
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         if Backend::of(&self.db) == Backend::Postgres {
             let row = txn
                 .query_one_raw(Statement::from_string(

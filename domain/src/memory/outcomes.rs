@@ -7,9 +7,10 @@
 //! active memory takes an outcome. `uses` doubles as the version of an
 //! optimistic update, so concurrent outcomes retry instead of losing one.
 
+use crate::kernel::db::BeginWrite;
 use brainstem_entity::{MemoryId, TenantOwned, TenantScope, memory};
 use chrono::Utc;
-use sea_orm::{ColumnTrait, QueryFilter, TransactionTrait};
+use sea_orm::{ColumnTrait, QueryFilter};
 use uuid::Uuid;
 
 use super::{Memories, Memory, Status, Tier, event, record_event, round_score};
@@ -79,7 +80,7 @@ impl Memories {
                 before
             };
             let now = Utc::now();
-            let txn = self.db.begin().await?;
+            let txn = self.db.begin_write().await?;
             let updated = memory::Entity::update_many_in(scope)
                 .col_expr(
                     memory::Column::Score,

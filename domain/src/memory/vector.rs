@@ -42,6 +42,7 @@
 //! exactly in Rust — an embedded install holds few enough memories per
 //! tenant for a linear scan.
 
+use crate::kernel::db::BeginWrite;
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
@@ -302,7 +303,7 @@ impl VectorIndex for PgVectorIndex {
         }
         // A schema change of the whole store (under the maintenance bypass:
         // a changed dimension clears every tenant's embedding model).
-        let txn = as_platform(Bypass::Maintenance, self.db.begin()).await?;
+        let txn = as_platform(Bypass::Maintenance, self.db.begin_write()).await?;
         // Replicas starting together must not race to create the table.
         txn.execute_unprepared(
             "SELECT pg_advisory_xact_lock(hashtext('brainstem.memory_embeddings'))",

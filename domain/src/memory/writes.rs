@@ -8,6 +8,7 @@
 //! without it (`embedded: false`). A changed text keeps the old one as a
 //! [`MemoryVersion`](super::MemoryVersion) (reason `MERGED` or `UPDATED`).
 
+use crate::kernel::db::BeginWrite;
 use brainstem_entity::{
     EntityId, MemoryId, TenantOwned, TenantScope, memory, memory_mention, memory_version,
 };
@@ -154,7 +155,7 @@ impl Memories {
                 .await?
         {
             let id = MemoryId::from(existing.id);
-            let txn = self.db.begin().await?;
+            let txn = self.db.begin_write().await?;
             memory_version::ActiveModel {
                 id: Set(Uuid::now_v7()),
                 tenant_id: Set(scope.tenant_id().uuid()),
@@ -193,7 +194,7 @@ impl Memories {
 
         let id = MemoryId::new();
         let valid_from = input.valid_from.unwrap_or(now);
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         memory::ActiveModel {
             id: Set(id.uuid()),
             tenant_id: Set(scope.tenant_id().uuid()),
@@ -348,7 +349,7 @@ impl Memories {
             Some(text) => Some(self.embed(text).await),
             None => None,
         };
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         if let Some(text) = &new_text {
             memory_version::ActiveModel {
                 id: Set(Uuid::now_v7()),
@@ -381,7 +382,7 @@ impl Memories {
             return current.try_into();
         }
         let now = Utc::now();
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         let mut model = current.into_active_model();
         model.status = Set(Status::Archived.as_str().into());
         model.updated_at = Set(now);
@@ -423,7 +424,7 @@ impl Memories {
             match self.embedder.embed(&texts).await {
                 Ok(vectors) if vectors.len() == batch.len() => {
                     // One transaction per batch.
-                    let txn = self.db.begin().await?;
+                    let txn = self.db.begin_write().await?;
                     let mut reindexed = 0;
                     for (m, v) in batch.iter().zip(vectors) {
                         if self

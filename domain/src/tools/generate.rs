@@ -5,7 +5,10 @@
 //! `max_task_tokens` (tightens the task's token budget) and `save_as` (a
 //! state key for the text). The text streams to subscribers as `TokenDelta`
 //! events, coalesced into frames at most every 50 ms; the step's output is
-//! `{"text": …, "model": …}` and its usage the call's tokens and cost.
+//! `{"text": …, "model": …}` and its usage the call's tokens and cost. A
+//! call that fails once text has streamed (a timeout between chunks or of
+//! the whole call) fails the step with the text so far as its output,
+//! marked `"incomplete": true`.
 //!
 //! Budgets are checked first, from the call's most expensive case (see
 //! [`crate::models::llm::budget`]); a refused call never reaches the provider.
@@ -117,10 +120,20 @@ impl Tool for Generate {
         .await?;
 
         let mut generation = client.start(request).await?;
-        frames::relay(&mut generation, FRAME_INTERVAL, |frame| {
+        if let Err(err) = frames::relay(&mut generation, FRAME_INTERVAL, |frame| {
             ctx.token_delta(frame.offset, &frame.text)
         })
-        .await?;
+        .await
+        {
+            // A call cut short (a timeout, a dropped stream) keeps the text
+            // it streamed: subscribers saw it, and the step shows it.
+            let model = generation.model().to_owned();
+            return Err(ToolError::from(err).with_output(json!({
+                "text": generation.text(),
+                "model": model,
+                "incomplete": true,
+            })));
+        }
         let done = generation.finish();
 
         let usage = done.step_usage();

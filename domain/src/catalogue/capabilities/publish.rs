@@ -11,13 +11,14 @@
 //! publish or rotation) and stored only sealed, bound to the capability's
 //! id.
 
+use crate::kernel::db::BeginWrite;
 use std::{collections::HashSet, fmt, sync::Arc};
 
 use brainstem_entity::{CapabilityId, PlanId, capability, capability_plan, capability_tool};
 use chrono::Utc;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter,
-    TransactionTrait, sea_query::Expr,
+    sea_query::Expr,
 };
 use serde_json::json;
 
@@ -72,7 +73,7 @@ impl Capabilities {
     pub async fn publish(&self, scope: &PlatformScope, def: CapabilityDef) -> Result<Published> {
         check_capability(&def, &self.registry)?;
         // The catalogue is platform data; its audit row has no tenant.
-        let txn = as_platform(Bypass::PlatformAdmin, self.db.begin()).await?;
+        let txn = as_platform(Bypass::PlatformAdmin, self.db.begin_write()).await?;
         let existing = capability::Entity::find()
             .filter(capability::Column::Key.eq(&def.key))
             .one(&txn)

@@ -373,6 +373,11 @@ impl Generation {
         &self.text
     }
 
+    /// The model the call went to.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
     /// The result: text, usage (reported, or estimated when the provider
     /// reported none) and cost.
     pub fn finish(self) -> Completion {

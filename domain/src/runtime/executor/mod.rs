@@ -23,6 +23,7 @@
 //!
 //! [`Executor::run_once`] is the step function: tests call it directly.
 
+use crate::kernel::db::BeginWrite;
 use std::{
     collections::{HashMap, HashSet},
     sync::Arc,
@@ -36,7 +37,7 @@ use chrono::{DateTime, Utc};
 use rand::{Rng, RngCore};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ConnectionTrait, DatabaseTransaction, DbBackend,
-    EntityTrait, QueryTrait, Statement, TransactionTrait, sea_query::Expr,
+    EntityTrait, QueryTrait, Statement, sea_query::Expr,
 };
 use serde_json::{Map, Value, json};
 use tokio::{sync::watch, task::JoinHandle};
@@ -262,7 +263,7 @@ impl Executor {
     /// Claim the next runnable task, with the claim's transaction still
     /// open when the task is to be planned in it.
     async fn claim_next(&self) -> Result<Option<(Task, Option<DatabaseTransaction>)>> {
-        let txn = self.domain.db.begin().await?;
+        let txn = self.domain.db.begin_write().await?;
         let Some(task) = self.claim_in(&txn, Utc::now()).await? else {
             txn.commit().await?;
             return Ok(None);
@@ -372,7 +373,7 @@ impl Executor {
             let Some(owner) = owner else { continue };
             let scope = TenantScope::new(tenant.into());
             let returned = as_tenant(scope.tenant_id(), async {
-                let txn = db.begin().await?;
+                let txn = db.begin_write().await?;
                 let done = mutate(
                     &txn,
                     scope,
@@ -566,7 +567,7 @@ impl Executor {
     ) -> Result<Option<Task>> {
         let txn = match held {
             Some(txn) => txn,
-            None => self.domain.db.begin().await?,
+            None => self.domain.db.begin_write().await?,
         };
         let guard = Guard::Lease(self.config.worker_id.clone());
         // An attempt's tool call adds to the task's running time.

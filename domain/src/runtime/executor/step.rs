@@ -239,7 +239,7 @@ impl Executor {
                     &step,
                     attempt,
                     &args,
-                    &Value::Null,
+                    e.output.as_ref().unwrap_or(&Value::Null),
                     "",
                     Some(&e.message),
                     started,
@@ -734,6 +734,10 @@ pub(super) fn step_row(
 
 impl From<Error> for ToolError {
     fn from(e: Error) -> Self {
-        ToolError::fatal(e.to_string())
+        match e {
+            // The store was busy: running the step again may succeed.
+            Error::Unavailable(_) => ToolError::retryable(e.to_string()),
+            e => ToolError::fatal(e.to_string()),
+        }
     }
 }

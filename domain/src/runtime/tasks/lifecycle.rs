@@ -4,6 +4,7 @@
 //! cancel sets a flag the worker honours).
 
 use super::*;
+use crate::kernel::db::BeginWrite;
 use crate::kernel::row_security::{self, Bypass, as_platform};
 
 impl Tasks {
@@ -24,7 +25,7 @@ impl Tasks {
             TaskStatus::AwaitingApproval,
             TaskStatus::Delegated,
         ];
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         let done = mutate(
             &txn,
             scope,
@@ -73,7 +74,7 @@ impl Tasks {
         if let Some(step) = &task.current_step_id {
             attempts.remove(step);
         }
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         let (task, events) = mutate(
             &txn,
             scope,
@@ -211,7 +212,7 @@ impl Tasks {
             None => None,
         };
         let by = principal.actor.to_string();
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         let review = Self::claim_review(
             &txn,
             scope,
@@ -309,7 +310,7 @@ impl Tasks {
             )));
         }
         let by = principal.actor.to_string();
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         let review = Self::claim_review(
             &txn,
             scope,
@@ -371,7 +372,7 @@ impl Tasks {
         let hash = sha256_hex(token.as_bytes());
         // The token authenticates the callback: its delegation row is found
         // across tenants, then the transaction sees only that row's tenant.
-        let txn = as_platform(Bypass::Authentication, self.db.begin()).await?;
+        let txn = as_platform(Bypass::Authentication, self.db.begin_write()).await?;
         // unscoped: the token names its tenant; the task id must match it.
         let claimed = delegation::Entity::update_many()
             .col_expr(

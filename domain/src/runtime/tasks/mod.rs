@@ -20,6 +20,7 @@
 //! statement), and `lifecycle` what a client may do to a running
 //! task.
 
+use crate::kernel::db::BeginWrite;
 use std::{collections::HashMap, sync::Arc};
 
 use brainstem_entity::{
@@ -32,7 +33,6 @@ use sea_orm::{
     ActiveValue::Set,
     ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait,
     PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait, Select, Statement,
-    TransactionTrait,
     sea_query::{Expr, SimpleExpr},
 };
 use serde_json::{Map, Value, json};
@@ -264,7 +264,7 @@ impl Tasks {
             started_at: Set(None),
             completed_at: Set(None),
         };
-        let txn = self.db.begin().await?;
+        let txn = self.db.begin_write().await?;
         let inserted = match model.insert(&txn).await {
             Ok(row) => row,
             Err(err) => {

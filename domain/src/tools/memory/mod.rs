@@ -79,6 +79,10 @@ fn failed(err: Error) -> ToolError {
             ToolError::retryable("the memory store is unavailable")
         }
         Error::RateLimited { message, .. } => ToolError::retryable(message),
+        Error::Unavailable(cause) => {
+            tracing::info!(%cause, "memory tool: the store is busy");
+            ToolError::retryable("the memory store is busy")
+        }
         other => ToolError::fatal(other.to_string()),
     }
 }
