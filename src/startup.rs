@@ -58,7 +58,11 @@ pub async fn open_domain(config: &Config, tools: ToolRegistry) -> anyhow::Result
     let events = EventBus::with_capacity(config.event_bus_capacity);
     if Backend::of(&conn) == Backend::Postgres {
         // Every process hears every other's events (LISTEN/NOTIFY).
-        events.connect_postgres(conn.clone(), config.database_url.clone());
+        events.connect_postgres(
+            conn.clone(),
+            config.database_url.clone(),
+            Duration::from_millis(config.event_notify_linger_ms),
+        );
     }
     let domain = Domain::with_memory(conn, tools, events, config.memory_config()?)?;
     domain.prepare().await?;

@@ -28,6 +28,7 @@ mod hooks;
 mod hostile;
 mod http;
 mod layers;
+mod live_streams;
 mod llm;
 #[cfg(feature = "local-models")]
 mod local_models;

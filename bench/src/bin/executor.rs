@@ -88,7 +88,11 @@ async fn main() -> anyhow::Result<()> {
     let completions = Arc::new(Completions::default());
     let bus = EventBus::new();
     if args.database_url.starts_with("postgres") {
-        bus.connect_postgres(conn.clone(), args.database_url.clone());
+        bus.connect_postgres(
+            conn.clone(),
+            args.database_url.clone(),
+            brainstem_domain::events::NOTIFY_LINGER,
+        );
     }
     completions.watch(&bus);
     let domain = Domain::new(conn.clone(), registry, bus);
