@@ -80,6 +80,9 @@ pub struct Config {
     /// Task events each process buffers for live subscribers; one that
     /// falls further behind catches up from the store.
     pub event_bus_capacity: usize,
+    /// Milliseconds a token delta may wait for others to share its
+    /// notification to the other processes (PostgreSQL only).
+    pub event_notify_linger_ms: u64,
     /// Milliseconds the DataLoader gathers keys before one batched query.
     pub graphql_batch_delay_ms: u64,
     /// Executor workers in this process (`serve` and `worker`).
@@ -306,6 +309,7 @@ impl Default for Config {
             max_subscriptions_per_connection: limits.max_subscriptions,
             ws_init_timeout_ms: limits.ws_init_timeout.as_millis() as u64,
             event_bus_capacity: brainstem_domain::events::CAPACITY,
+            event_notify_linger_ms: brainstem_domain::events::NOTIFY_LINGER.as_millis() as u64,
             graphql_batch_delay_ms: limits.batch_delay.as_millis() as u64,
             workers: 4,
             audit_tool_calls: false,

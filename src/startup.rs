@@ -70,6 +70,7 @@ pub async fn open_domain(config: &Config, tools: ToolRegistry) -> anyhow::Result
         domain.events.connect_postgres(
             conn,
             config.database_url.clone(),
+            Duration::from_millis(config.event_notify_linger_ms),
             domain.revocations.clone(),
         );
     }

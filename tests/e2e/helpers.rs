@@ -186,6 +186,13 @@ impl TestApp {
         Self::launch(backend, config, tools, tempdir).await
     }
 
+    /// Another app on this app's database, with the same configuration
+    /// (keys, secrets): a second server process, with its own event bus,
+    /// listener and executor.
+    pub async fn spawn_beside(&self, tools: Vec<Arc<dyn Tool>>) -> Self {
+        Self::launch(self.backend, self.config.clone(), tools, None).await
+    }
+
     /// Stop this app and start another on the same database, with the same
     /// configuration (keys, secrets): a restart.
     pub async fn restart(mut self) -> Self {

@@ -35,6 +35,7 @@ mod hostile;
 mod http;
 mod layers;
 mod leases;
+mod live_streams;
 mod llm;
 mod llm_partial;
 #[cfg(feature = "local-models")]

@@ -106,7 +106,12 @@ async fn main() -> anyhow::Result<()> {
     let bus = EventBus::new();
     if args.database_url.starts_with("postgres") {
         // No connection here holds a credential: revocations go unheard.
-        bus.connect_postgres(conn.clone(), args.database_url.clone(), Default::default());
+        bus.connect_postgres(
+            conn.clone(),
+            args.database_url.clone(),
+            brainstem_domain::events::NOTIFY_LINGER,
+            Default::default(),
+        );
     }
     completions.watch(&bus);
     let domain = Domain::new(conn.clone(), registry, bus);

@@ -6,10 +6,19 @@
 //!
 //! The server runs in this process; the subscribers run in a child process
 //! (the same binary with `--client`), since one process may hold at most
-//! 20,000 open files here. Each N runs in a process of its own, so its
-//! memory starts from a fresh heap.
+//! 20,000 open files here. Each run (a count on a backend) runs in a
+//! process of its own, so its memory starts from a fresh heap.
+//!
+//! Backends, side by side in one run, then a table of all runs:
+//! - `sqlite`: a fresh embedded database;
+//! - `postgres`: the database at `--database-url`, one server process;
+//! - `postgres-2`: the same database, two server processes: the tasks run
+//!   in this one, the subscribers connect to another (the same binary with
+//!   `--serve`, no workers), so every delta crosses processes through
+//!   PostgreSQL.
 //!
 //! `cargo run --release -p brainstem-bench --bin subscribers -- --subscribers 1000,5000,10000`
+//! (SQLite only), or with `--database-url postgres://…` (all three).
 
 use std::{
     io::{BufRead, BufReader, Write},
@@ -43,6 +52,10 @@ struct Args {
     /// own), or nothing for a fresh embedded SQLite file.
     #[arg(long)]
     database_url: Option<String>,
+    /// Backends to compare (`sqlite`, `postgres`, `postgres-2`); by
+    /// default all three with `--database-url`, else `sqlite`.
+    #[arg(long, value_delimiter = ',')]
+    backends: Vec<String>,
     /// Subscriber counts, one run each.
     #[arg(long, value_delimiter = ',', default_value = "1000,5000,10000")]
     subscribers: Vec<usize>,
@@ -58,6 +71,11 @@ struct Args {
     /// Run as the subscriber process (internal).
     #[arg(long, hide = true)]
     client: bool,
+    /// Run as the second server process of `postgres-2` (internal).
+    #[arg(long, hide = true)]
+    serve: bool,
+    #[arg(long, hide = true, default_value = "")]
+    jwt_secret: String,
     #[arg(long, hide = true, default_value = "")]
     url: String,
     #[arg(long, hide = true, default_value = "")]
@@ -133,54 +151,86 @@ fn rss_kib() -> u64 {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let mut args = Args::parse();
     if args.client {
         return client(args).await;
     }
-    if let [n] = args.subscribers[..] {
-        return run(&args, n).await;
+    if args.serve {
+        return serve(args).await;
     }
-    // One process per count, so each run's memory starts from a fresh heap.
+    if args.backends.is_empty() {
+        args.backends = match args.database_url {
+            Some(_) => vec!["sqlite".into(), "postgres".into(), "postgres-2".into()],
+            None => vec!["sqlite".into()],
+        };
+    }
+    if let ([n], [backend]) = (&args.subscribers[..], &args.backends[..]) {
+        return run(&args, *n, backend).await;
+    }
+    // One process per run, so each run's memory starts from a fresh heap.
     let exe = std::env::current_exe()?;
+    let mut rows = Vec::new();
     for &n in &args.subscribers {
-        let mut run = Command::new(&exe);
-        run.arg("--subscribers")
-            .arg(n.to_string())
-            .arg("--tasks")
-            .arg(args.tasks.to_string())
-            .arg("--rate")
-            .arg(args.rate.to_string())
-            .arg("--seconds")
-            .arg(args.seconds.to_string());
-        if let Some(url) = &args.database_url {
-            run.arg("--database-url").arg(url);
+        for backend in &args.backends {
+            let mut run = Command::new(&exe);
+            run.arg("--subscribers")
+                .arg(n.to_string())
+                .arg("--backends")
+                .arg(backend)
+                .arg("--tasks")
+                .arg(args.tasks.to_string())
+                .arg("--rate")
+                .arg(args.rate.to_string())
+                .arg("--seconds")
+                .arg(args.seconds.to_string())
+                .stdout(Stdio::piped());
+            if let Some(url) = &args.database_url {
+                run.arg("--database-url").arg(url);
+            }
+            let out = run.spawn()?.wait_with_output()?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            for line in text.lines() {
+                match line.strip_prefix("RESULT ") {
+                    Some(row) => rows.push(serde_json::from_str::<Value>(row)?),
+                    None => println!("{line}"),
+                }
+            }
+            if !out.status.success() {
+                bail!("the run with {n} subscribers on {backend} failed");
+            }
         }
-        if !run.status()?.success() {
-            bail!("the run with {n} subscribers failed");
-        }
+    }
+    println!();
+    println!("| subscribers | backend | delivered | p50 | p99 | max | server CPU (task process) |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    for r in rows {
+        println!(
+            "| {} | {} | {} / {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} s |",
+            r["subscribers"],
+            r["backend"].as_str().unwrap_or_default(),
+            r["delivered"],
+            r["expected"],
+            r["p50_ms"].as_f64().unwrap_or(0.0),
+            r["p99_ms"].as_f64().unwrap_or(0.0),
+            r["max_ms"].as_f64().unwrap_or(0.0),
+            r["server_cpu_s"].as_f64().unwrap_or(0.0),
+        );
     }
     Ok(())
 }
 
-async fn run(args: &Args, subscribers: usize) -> anyhow::Result<()> {
-    let dir =
-        std::env::temp_dir().join(format!("brainstem-bench-{}", uuid::Uuid::now_v7().simple()));
-    std::fs::create_dir_all(&dir)?;
-    let database_url = match &args.database_url {
-        Some(url) => url.clone(),
-        None => format!("sqlite://{}", dir.join("bench.db").display()),
-    };
-    let config = Config {
+/// The server configuration of a run: `workers` executor workers on
+/// `database_url`, tokens signed with `jwt_secret`.
+fn server_config(database_url: String, jwt_secret: &str, workers: usize) -> Config {
+    Config {
         bind: "127.0.0.1:0".into(),
         // 32 zero bytes: a throwaway key for a throwaway database.
         connection_encryption_key: Some(secrecy::SecretString::from(
             "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
         )),
         database_url,
-        jwt_secret: Some(secrecy::SecretString::from(
-            uuid::Uuid::now_v7().to_string(),
-        )),
-        workers: args.tasks + 2,
+        jwt_secret: Some(secrecy::SecretString::from(jwt_secret.to_owned())),
+        workers,
         max_subscriptions_per_connection: 10,
         rate_limit_per_key_rps: 0.0,
         rate_limit_per_tenant_rps: 0.0,
@@ -189,14 +239,51 @@ async fn run(args: &Args, subscribers: usize) -> anyhow::Result<()> {
         llm_provider: LlmProvider::Offline,
         embedding_provider: EmbeddingProvider::Offline,
         ..Config::default()
+    }
+}
+
+/// The second server of `postgres-2`: serves subscribers and runs no
+/// tasks; prints its WebSocket URL, and ends when its stdin closes.
+async fn serve(args: Args) -> anyhow::Result<()> {
+    let url = args.database_url.clone().context("--database-url")?;
+    let config = server_config(url, &args.jwt_secret, 0);
+    brainstem::telemetry::init(&config);
+    // The same tools: a server checks the stored plans against its own.
+    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Stream {
+        rate: args.rate,
+        seconds: args.seconds,
+    })];
+    let app = Application::build_with_tools(&config, tools).await?;
+    println!("LISTENING ws://{}/graphql/ws", app.local_addr());
+    std::io::stdout().flush()?;
+    tokio::spawn(app.run_until(std::future::pending()));
+    tokio::task::spawn_blocking(|| {
+        let mut rest = String::new();
+        let _ = std::io::stdin().read_line(&mut rest);
+    })
+    .await?;
+    Ok(())
+}
+
+async fn run(args: &Args, subscribers: usize, backend: &str) -> anyhow::Result<()> {
+    let dir =
+        std::env::temp_dir().join(format!("brainstem-bench-{}", uuid::Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir)?;
+    let database_url = match (backend, &args.database_url) {
+        ("sqlite", _) => format!("sqlite://{}", dir.join("bench.db").display()),
+        ("postgres" | "postgres-2", Some(url)) => url.clone(),
+        ("postgres" | "postgres-2", None) => bail!("{backend} needs --database-url"),
+        _ => bail!("unknown backend {backend} (sqlite, postgres, postgres-2)"),
     };
+    let jwt_secret = uuid::Uuid::now_v7().to_string();
+    let config = server_config(database_url.clone(), &jwt_secret, args.tasks + 2);
     brainstem::telemetry::init(&config);
     let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Stream {
         rate: args.rate,
         seconds: args.seconds,
     })];
     let app = Application::build_with_tools(&config, tools).await?;
-    let url = format!("ws://{}/graphql/ws", app.local_addr());
+    let mut url = format!("ws://{}/graphql/ws", app.local_addr());
     let domain = app.domain().clone();
     let auth = brainstem::startup::auth_config(&config, &domain).await?;
     tokio::spawn(app.run_until(std::future::pending()));
@@ -286,8 +373,29 @@ async fn run(args: &Args, subscribers: usize) -> anyhow::Result<()> {
             ttl: chrono::Duration::hours(2),
         },
     )?;
-    let before = rss_kib();
+    // Two processes: the subscribers connect to another server.
     let exe = std::env::current_exe()?;
+    let mut other = None;
+    if backend == "postgres-2" {
+        let mut server = Command::new(&exe)
+            .args(["--serve", "--database-url", &database_url])
+            .args(["--jwt-secret", &jwt_secret])
+            .args(["--rate", &args.rate.to_string()])
+            .args(["--seconds", &args.seconds.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let mut out = BufReader::new(server.stdout.take().context("server stdout")?);
+        let mut line = String::new();
+        out.read_line(&mut line)?;
+        url = line
+            .trim()
+            .strip_prefix("LISTENING ")
+            .with_context(|| format!("second server failed to start: {line}"))?
+            .to_owned();
+        other = Some(server);
+    }
+    let before = rss_kib();
     let mut child = Command::new(exe)
         .args(["--client", "--url", &url, "--token", &token])
         .arg("--task-ids")
@@ -337,13 +445,24 @@ async fn run(args: &Args, subscribers: usize) -> anyhow::Result<()> {
     stdout.read_line(&mut line)?;
     let _ = child.wait();
     let server_cpu = cpu_seconds() - cpu_before;
+    if let Some(mut server) = other {
+        drop(server.stdin.take());
+        let _ = server.wait();
+    }
     let result: Value = serde_json::from_str(line.trim()).context("client result")?;
+    let expected = subscribers as u64 * args.rate * args.seconds;
     println!(
-        "{subscribers:>6} subscribers on {} tasks ({} deltas/s each): delivered {} of {} deltas ({} connections failed), latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; server memory {:.1} KiB per idle subscription ({} -> {} KiB RSS); CPU while streaming: server {:.1} s, client {:.1} s",
+        "RESULT {}",
+        json!({"subscribers": subscribers, "backend": backend, "delivered": result["count"],
+            "expected": expected, "p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"],
+            "max_ms": result["max_ms"], "server_cpu_s": server_cpu})
+    );
+    println!(
+        "{subscribers:>6} subscribers on {backend}, {} tasks ({} deltas/s each): delivered {} of {} deltas ({} connections failed), latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; server memory {:.1} KiB per idle subscription ({} -> {} KiB RSS); CPU while streaming: server {:.1} s, client {:.1} s",
         args.tasks,
         args.rate,
         result["count"],
-        subscribers as u64 * args.rate * args.seconds,
+        expected,
         result["failed"],
         result["p50_ms"].as_f64().unwrap_or(0.0),
         result["p99_ms"].as_f64().unwrap_or(0.0),

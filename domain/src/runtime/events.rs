@@ -1,25 +1,28 @@
-//! The event bus: how committed task events reach live subscribers.
+//! The event bus: how committed task events and live token deltas reach
+//! subscribers.
 //!
 //! The bus is injected into [`crate::Domain`] and bounded: a tokio
-//! broadcast channel of [`CAPACITY`] events per process. Publishing never
-//! waits for subscribers; a subscriber that falls behind loses its place in
-//! the channel and catches up from the event store by sequence number, so it
-//! still receives every stored event, in order.
+//! broadcast channel of [`CAPACITY`] events per process (and one per
+//! watched task). Publishing never waits for subscribers; a subscriber
+//! that falls behind loses its place in the channel and catches up from
+//! the event store by sequence number, so it still receives every stored
+//! event, in order.
 //!
-//! Two transports feed it:
-//! - **in-process** (SQLite, or a single server): events are delivered to
-//!   the local channel right after their transaction commits;
-//! - **PostgreSQL `LISTEN/NOTIFY`**: stored events are sent with `pg_notify`
-//!   on the `brainstem_events` channel inside the transaction that stores
-//!   them (so they leave exactly when, and only if, it commits, at no extra
-//!   commit); live-only token deltas go through one ordered sender per
-//!   process, which the executor flushes before committing a step. Every
-//!   process's listener delivers what arrives to its local channel, so a
-//!   subscriber on one replica sees a task run by a worker on another.
-//!   The same listener hears revoked credentials (`identity::revocations`)
-//!   and hands them to the process's [`Revocations`]; each time it
-//!   (re)starts listening it announces [`Revoked::Unknown`], since what was
-//!   sent while it was away is lost.
+//! What a process publishes reaches its own subscribers from memory, on
+//! every backend, with no database round trip: stored events right after
+//! their transaction commits, token deltas as the tool produces them. So a
+//! task's events reach this process's subscribers in the order the
+//! process produced them. On PostgreSQL the other processes sharing the
+//! database hear them through `LISTEN/NOTIFY` ([`postgres`]): stored
+//! events are notified inside the transaction that stores them, token
+//! deltas travel batched, several per notification, and never on a commit
+//! path. A stored event can then reach a process twice (its own publish
+//! and its own listener): [`EventBus::deliver`] hands each stored event to
+//! subscribers once, whichever path brings it first. The same listener
+//! hears revoked credentials (`identity::revocations`) and hands them to
+//! the process's [`Revocations`]; each time it (re)starts listening it
+//! announces [`Revoked::Unknown`], since what was sent while it was away
+//! is lost.
 //!
 //! Token deltas are not stored one by one. The bus keeps each running
 //! step's text so far (from the deltas it has seen), so a subscriber joining
@@ -34,23 +37,29 @@
 //! live subscriber receives alike ([`Delivery::Shared`]), so a transport can
 //! render each event once.
 
+mod postgres;
+
 use std::{
-    collections::{HashMap, VecDeque},
-    sync::{Arc, Mutex},
+    collections::{HashMap, HashSet, VecDeque},
+    sync::{Arc, Mutex, OnceLock},
+    time::Duration,
 };
 
 use brainstem_entity::{TaskId, TenantScope};
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use futures_util::Stream;
 use futures_util::future::BoxFuture;
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
-use serde_json::{Value, json};
-use tokio::sync::{broadcast, mpsc, oneshot};
+use sea_orm::DatabaseConnection;
+use serde_json::json;
+use tokio::sync::{broadcast, mpsc};
 use uuid::Uuid;
+
+pub use postgres::CHANNEL;
+pub(crate) use postgres::{notification_payloads, notify};
 
 use crate::{
     Result,
-    identity::revocations::{self, Revocations, Revoked},
+    identity::revocations::Revocations,
     kernel::row_security,
     runtime::tasks::{EventKind, EventSink, TaskEvent, Tasks},
 };
@@ -58,11 +67,13 @@ use crate::{
 /// Events buffered per process before a slow subscriber must catch up from
 /// the store.
 pub const CAPACITY: usize = 4096;
-/// The PostgreSQL notification channel.
-pub const CHANNEL: &str = "brainstem_events";
-/// Notification payloads above this size carry only a reference; listeners
-/// read the event from the store (PostgreSQL's limit is 8000 bytes).
-const MAX_PAYLOAD: usize = 7000;
+/// How long, by default, a token delta waits for others to share its
+/// notification to the other processes.
+pub const NOTIFY_LINGER: Duration = Duration::from_millis(5);
+/// Stored events remembered as delivered, so a second arrival is dropped.
+/// The two arrivals of an event are milliseconds apart; this is many
+/// seconds of events at any rate a process can commit.
+const REMEMBERED: usize = 16_384;
 
 pub struct EventBus {
     /// Every event (for `taskUpdates`).
@@ -73,17 +84,14 @@ pub struct EventBus {
     capacity: usize,
     /// The text so far of each step that is streaming tokens.
     live_text: Mutex<HashMap<TaskId, (String, String)>>,
-    /// When set, events go out through PostgreSQL instead of straight to
-    /// the local channel.
-    notifier: Mutex<Option<mpsc::Sender<Outgoing>>>,
-}
-
-/// What the ordered sender sends.
-enum Outgoing {
-    /// An encoded live-only event.
-    Event(String),
-    /// Answered once everything queued before it has been sent.
-    Flush(oneshot::Sender<()>),
+    /// Ids of the stored events delivered lately, oldest first.
+    delivered: Mutex<(HashSet<Uuid>, VecDeque<Uuid>)>,
+    /// This bus among the processes sharing a database: its own deltas
+    /// coming back from PostgreSQL are recognised by it.
+    origin: Uuid,
+    /// Set when connected to PostgreSQL: carries this process's token
+    /// deltas to the other processes.
+    outbox: OnceLock<postgres::Outbox>,
 }
 
 impl EventBus {
@@ -99,7 +107,9 @@ impl EventBus {
             per_task: Mutex::new(HashMap::new()),
             capacity: capacity.max(1),
             live_text: Mutex::new(HashMap::new()),
-            notifier: Mutex::new(None),
+            delivered: Mutex::new((HashSet::new(), VecDeque::new())),
+            origin: Uuid::now_v7(),
+            outbox: OnceLock::new(),
         })
     }
 
@@ -120,9 +130,13 @@ impl EventBus {
         }
     }
 
-    /// Hand events to this process's subscribers.
+    /// Hand events to this process's subscribers. A stored event already
+    /// delivered (it came by the other path) is skipped.
     pub fn deliver(&self, events: &[TaskEvent]) {
         for event in events {
+            if event.kind != EventKind::TokenDelta && !self.first_delivery(event.id) {
+                continue;
+            }
             self.track_text(event);
             let event = Arc::new(event.clone());
             if let Ok(mut map) = self.per_task.lock()
@@ -135,6 +149,24 @@ impl EventBus {
             // No receivers is fine: nobody is watching.
             let _ = self.tx.send(event);
         }
+    }
+
+    /// Remember the stored event `id` as delivered; false if it already was.
+    fn first_delivery(&self, id: Uuid) -> bool {
+        let Ok(mut guard) = self.delivered.lock() else {
+            return true;
+        };
+        let (seen, order) = &mut *guard;
+        if !seen.insert(id) {
+            return false;
+        }
+        order.push_back(id);
+        if order.len() > REMEMBERED
+            && let Some(old) = order.pop_front()
+        {
+            seen.remove(&old);
+        }
+        true
     }
 
     fn track_text(&self, event: &TaskEvent) {
@@ -171,278 +203,44 @@ impl EventBus {
             .and_then(|l| l.get(&task).cloned())
     }
 
-    /// Send events through PostgreSQL from now on, and deliver what the
-    /// `LISTEN` side receives: task events to this bus, revoked
-    /// credentials to `revocations`. Runs until the process ends.
+    /// Share events with the other processes on the PostgreSQL database at
+    /// `url` from now on, and deliver theirs here; token deltas wait up to
+    /// `linger` for others to share their notification; revoked
+    /// credentials go to `revocations`. Runs until the process ends; a
+    /// second call does nothing.
     pub fn connect_postgres(
         self: &Arc<Self>,
         db: DatabaseConnection,
         url: String,
+        linger: Duration,
         revocations: Revocations,
     ) {
-        let (tx, mut rx) = mpsc::channel::<Outgoing>(CAPACITY);
-        if let Ok(mut notifier) = self.notifier.lock() {
-            *notifier = Some(tx);
-        }
-        // One sender, so a task's events leave in commit order. It sends
-        // what queued up meanwhile together: events packed into as few
-        // payloads as fit, all in one transaction (each `pg_notify`
-        // transaction is a commit of its own).
-        let sender_db = db.clone();
-        tokio::spawn(async move {
-            let mut queued = Vec::new();
-            while rx.recv_many(&mut queued, MAX_BATCH).await > 0 {
-                let mut encoded = Vec::new();
-                let mut flushes = Vec::new();
-                for item in queued.drain(..) {
-                    match item {
-                        Outgoing::Event(e) => encoded.push(e),
-                        Outgoing::Flush(ack) => flushes.push(ack),
-                    }
-                }
-                if !encoded.is_empty()
-                    && let Err(err) = notify_all(&sender_db, pack(encoded.into_iter())).await
-                {
-                    tracing::warn!(%err, "could not publish live events");
-                }
-                for ack in flushes {
-                    let _ = ack.send(());
-                }
-            }
-        });
-        let bus = self.clone();
-        tokio::spawn(async move { bus.listen(db, url, revocations).await });
-    }
-
-    async fn listen(
-        self: Arc<Self>,
-        db: DatabaseConnection,
-        url: String,
-        revocations: Revocations,
-    ) {
-        use sea_orm::sqlx::postgres::PgListener;
-        loop {
-            let mut listener = match PgListener::connect(&url).await {
-                Ok(l) => l,
-                Err(err) => {
-                    tracing::error!(%err, "event listener cannot connect; retrying");
-                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                    continue;
-                }
-            };
-            if let Err(err) = listener.listen_all([CHANNEL, revocations::CHANNEL]).await {
-                tracing::error!(%err, "event listener cannot LISTEN; retrying");
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                continue;
-            }
-            // Revocations sent before now were not heard here.
-            revocations.deliver(Revoked::Unknown);
-            loop {
-                match listener.recv().await {
-                    Ok(note) if note.channel() == revocations::CHANNEL => {
-                        revocations.deliver(Revoked::decode(note.payload()));
-                    }
-                    Ok(note) => {
-                        let events = decode_all(note.payload(), &db).await;
-                        if !events.is_empty() {
-                            self.deliver(&events);
-                        }
-                    }
-                    Err(err) => {
-                        tracing::warn!(%err, "event listener lost its connection; reconnecting");
-                        break;
-                    }
-                }
-            }
+        if self.outbox.get().is_none() {
+            let _ = self
+                .outbox
+                .set(postgres::connect(self, db, url, linger, revocations));
         }
     }
 }
 
 impl EventSink for EventBus {
     fn publish(&self, events: &[TaskEvent]) {
-        let notifier = self.notifier.lock().ok().and_then(|n| n.clone());
-        match notifier {
-            Some(tx) => {
-                // Stored events went out with their transaction.
-                for event in events.iter().filter(|e| e.kind == EventKind::TokenDelta) {
-                    // A full queue drops the delta: the executor never waits
-                    // on subscribers, and the step's output keeps the text.
-                    let _ = tx.try_send(Outgoing::Event(encode(event)));
-                }
+        // This process's subscribers, from memory.
+        self.deliver(events);
+        // The other processes: stored events went with their transaction.
+        if let Some(outbox) = self.outbox.get() {
+            for delta in events.iter().filter(|e| e.kind == EventKind::TokenDelta) {
+                outbox.push(delta);
             }
-            None => self.deliver(events),
         }
     }
 
     fn flush(&self) -> BoxFuture<'static, ()> {
-        let notifier = self.notifier.lock().ok().and_then(|n| n.clone());
-        Box::pin(async move {
-            let Some(tx) = notifier else { return };
-            let (ack, acked) = oneshot::channel();
-            let flushed = async move {
-                if tx.send(Outgoing::Flush(ack)).await.is_ok() {
-                    let _ = acked.await;
-                }
-            };
-            // A stuck sender must not stall the executor: after this long
-            // the deltas are late, never the step.
-            let _ = tokio::time::timeout(FLUSH_TIMEOUT, flushed).await;
-        })
-    }
-}
-
-/// How long [`EventSink::flush`] waits for the sender at most.
-const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// The `pg_notify` payloads announcing stored `events` to listeners: none
-/// except on PostgreSQL. Sent inside the transaction that stores the
-/// events, they are delivered at its commit, in commit order, and not at
-/// all on rollback; elsewhere the bus delivers in-process after commit.
-pub(crate) fn notification_payloads(backend: DbBackend, events: &[TaskEvent]) -> Vec<String> {
-    if backend != DbBackend::Postgres || events.is_empty() {
-        return Vec::new();
-    }
-    pack(events.iter().map(encode))
-}
-
-/// Send `payloads` through `db` (a transaction, usually).
-pub(crate) async fn notify<C: ConnectionTrait>(db: &C, payloads: Vec<String>) -> Result<()> {
-    for payload in payloads {
-        db.execute_raw(notify_statement(payload)).await?;
-    }
-    Ok(())
-}
-
-fn notify_statement(payload: String) -> Statement {
-    Statement::from_sql_and_values(
-        DbBackend::Postgres,
-        "SELECT pg_notify($1, $2)",
-        [CHANNEL.into(), payload.into()],
-    )
-}
-
-fn encode(event: &TaskEvent) -> String {
-    let full = json!({
-        "id": event.id,
-        "tenant": event.tenant.to_string(),
-        "task": event.task_id.to_string(),
-        "seq": event.seq,
-        "kind": event.kind.as_str(),
-        "step_id": event.step_id,
-        "tool": event.tool,
-        "status": event.status,
-        "summary": event.summary,
-        "error": event.error,
-        "data_keys": event.data_keys,
-        "data": event.data,
-        "created_at": event.created_at,
-    })
-    .to_string();
-    if full.len() <= MAX_PAYLOAD || event.kind == EventKind::TokenDelta {
-        full
-    } else {
-        json!({"ref": true, "tenant": event.tenant.to_string(), "task": event.task_id.to_string(), "seq": event.seq})
-            .to_string()
-    }
-}
-
-/// Events sent by one `pg_notify` round at most.
-const MAX_BATCH: usize = 512;
-
-/// Join encoded events into JSON arrays of at most [`MAX_PAYLOAD`] bytes
-/// (an event longer than that travels alone), keeping their order.
-fn pack(encoded: impl Iterator<Item = String>) -> Vec<String> {
-    let mut payloads = Vec::new();
-    let mut current = String::new();
-    for event in encoded {
-        if !current.is_empty() && current.len() + event.len() + 2 > MAX_PAYLOAD {
-            current.push(']');
-            payloads.push(std::mem::take(&mut current));
-        }
-        current.push(if current.is_empty() { '[' } else { ',' });
-        current.push_str(&event);
-    }
-    if !current.is_empty() {
-        current.push(']');
-        payloads.push(current);
-    }
-    payloads
-}
-
-/// Send `payloads` in order, in one transaction: one commit for the lot.
-async fn notify_all(db: &DatabaseConnection, payloads: Vec<String>) -> Result<()> {
-    use sea_orm::TransactionTrait;
-    if payloads.len() == 1 {
-        return notify(db, payloads).await;
-    }
-    let txn = db.begin().await?;
-    notify(&txn, payloads).await?;
-    txn.commit().await?;
-    Ok(())
-}
-
-/// The events of one notification: a JSON array of encoded events (a
-/// single encoded event is accepted too).
-async fn decode_all(payload: &str, db: &DatabaseConnection) -> Vec<TaskEvent> {
-    let values = match serde_json::from_str::<Value>(payload) {
-        Ok(Value::Array(values)) => values,
-        Ok(value) => vec![value],
-        Err(err) => {
-            tracing::warn!(%err, "undecodable event notification");
-            return Vec::new();
-        }
-    };
-    let mut events = Vec::with_capacity(values.len());
-    for v in values {
-        if let Some(event) = decode(v, db).await {
-            events.push(event);
+        match self.outbox.get() {
+            Some(outbox) => outbox.flush(),
+            None => Box::pin(async {}),
         }
     }
-    events
-}
-
-async fn decode(v: Value, db: &DatabaseConnection) -> Option<TaskEvent> {
-    let tenant = v["tenant"].as_str()?.parse().ok()?;
-    let task_id: TaskId = v["task"].as_str()?.parse().ok()?;
-    if v["ref"] == json!(true) {
-        let seq = v["seq"].as_i64()?;
-        let stored =
-            crate::runtime::tasks::events_after(db, TenantScope::new(tenant), task_id, seq - 1, 1);
-        return row_security::as_tenant(tenant, stored)
-            .await
-            .ok()?
-            .into_iter()
-            .next();
-    }
-    let strings = |k: &str| -> Vec<String> {
-        v[k].as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|s| s.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let opt = |k: &str| v[k].as_str().map(str::to_owned);
-    Some(TaskEvent {
-        id: v["id"]
-            .as_str()
-            .and_then(|s| Uuid::parse_str(s).ok())
-            .unwrap_or_else(Uuid::now_v7),
-        tenant,
-        task_id,
-        seq: v["seq"].as_i64()?,
-        kind: v["kind"].as_str()?.parse().ok()?,
-        step_id: opt("step_id"),
-        tool: opt("tool"),
-        status: opt("status"),
-        summary: v["summary"].as_str().unwrap_or_default().to_owned(),
-        error: opt("error"),
-        data_keys: strings("data_keys"),
-        data: v["data"].clone(),
-        created_at: serde_json::from_value::<DateTime<Utc>>(v["created_at"].clone())
-            .unwrap_or_else(|_| Utc::now()),
-    })
 }
 
 fn is_terminal(event: &TaskEvent) -> bool {
@@ -785,30 +583,4 @@ pub fn task_updates(
         }
     });
     futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{MAX_PAYLOAD, pack};
-
-    #[test]
-    fn packing_keeps_order_and_stays_under_the_payload_limit() {
-        let events: Vec<String> = (0..2000).map(|i| format!("{{\"seq\":{i}}}")).collect();
-        let payloads = pack(events.clone().into_iter());
-        assert!(payloads.len() > 1);
-        assert!(payloads.iter().all(|p| p.len() <= MAX_PAYLOAD));
-        let back: Vec<String> = payloads
-            .iter()
-            .flat_map(|p| serde_json::from_str::<Vec<serde_json::Value>>(p).unwrap())
-            .map(|v| v.to_string())
-            .collect();
-        assert_eq!(back, events);
-        // An event longer than the limit travels alone.
-        let big = format!("\"{}\"", "x".repeat(MAX_PAYLOAD + 10));
-        let payloads = pack(vec!["1".to_owned(), big.clone(), "2".to_owned()].into_iter());
-        assert_eq!(
-            payloads,
-            vec!["[1]".to_owned(), format!("[{big}]"), "[2]".to_owned()]
-        );
-    }
 }
