@@ -265,11 +265,18 @@ pub fn executor(
         llm: model_client(config)?,
         policy: Default::default(),
     };
+    if config.workers > 0 {
+        tracing::warn!(
+            workers = config.workers,
+            "`workers` is deprecated: it now sets `executor_slots` (tasks driven at once); \
+             set BRAINSTEM_EXECUTOR_SLOTS instead"
+        );
+    }
     Ok(Executor::new(
         domain.clone(),
         settings,
         ExecutorConfig {
-            workers: config.workers,
+            slots: config.slots(),
             lease: Duration::from_secs(config.executor_lease_secs),
             poll: Duration::from_millis(config.executor_poll_ms.max(1)),
             reap_every: Duration::from_secs(config.executor_lease_secs.clamp(1, 30)),
@@ -398,7 +405,7 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         tracing::info!(
-            workers = self.executor.config().workers,
+            slots = self.executor.config().slots,
             "Brainstem listening on http://{addr} (GraphiQL at http://{addr}/graphql)",
             addr = self.addr
         );
@@ -455,8 +462,8 @@ pub async fn run_workers(
     let (stop, stopping) = watch::channel(false);
     let executor = executor(config, &domain, stopping)?;
     tracing::info!(
-        workers = executor.config().workers,
-        "Brainstem workers running"
+        slots = executor.config().slots,
+        "Brainstem executor running"
     );
     let handles = executor.spawn();
     shutdown.await;

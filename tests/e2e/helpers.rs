@@ -151,6 +151,7 @@ impl TestApp {
             jwt_secret: Some(SecretString::from(uuid::Uuid::now_v7().to_string())),
             jwt_leeway_secs: 0,
             workers: 0,
+            executor_slots: 0,
             http_allowed_hosts: vec!["127.0.0.1".into()],
             connection_encryption_key,
             log: "warn".into(),

@@ -19,6 +19,7 @@ mod conversations;
 mod dataloader;
 mod durability;
 mod executor;
+mod fair_queue;
 mod fanout;
 mod fuzz;
 mod graph;

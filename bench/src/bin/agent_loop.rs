@@ -117,7 +117,7 @@ async fn main() -> anyhow::Result<()> {
         domain.clone(),
         ToolSettings::default(),
         ExecutorConfig {
-            workers: 1,
+            slots: 1,
             poll: Duration::from_millis(100),
             ..ExecutorConfig::default()
         },

@@ -142,7 +142,7 @@ async fn main() -> anyhow::Result<()> {
             domain.clone(),
             ToolSettings::default(),
             ExecutorConfig {
-                workers: c,
+                slots: c,
                 poll: Duration::from_millis(100),
                 ..ExecutorConfig::default()
             },

@@ -180,7 +180,7 @@ async fn run(args: &Args, subscribers: usize) -> anyhow::Result<()> {
         jwt_secret: Some(secrecy::SecretString::from(
             uuid::Uuid::now_v7().to_string(),
         )),
-        workers: args.tasks + 2,
+        executor_slots: args.tasks + 2,
         max_subscriptions_per_connection: 10,
         rate_limit_per_key_rps: 0.0,
         rate_limit_per_tenant_rps: 0.0,

@@ -184,10 +184,21 @@ impl ModelClient {
     /// [`Self::start`]'s attempts.
     async fn start_attempts(&self, request: CompletionRequest) -> Result<Generation, LlmError> {
         let s = &self.inner.settings;
+        // A model with a queue of its own is waited for first, outside
+        // the call's timeouts; the place is kept until the call ends.
+        let mut place = match self.inner.model.queue() {
+            Some(queue) => Some(queue.enter().await.ok_or_else(|| {
+                LlmError::new(ErrorKind::Unavailable, "the model's queue is closed")
+            })?),
+            None => None,
+        };
         let mut attempt = 1;
         loop {
             let result = match self.inner.breaker.admit(Instant::now()) {
-                Ok(()) => self.open(&request).await,
+                Ok(()) => self.open(&request).await.map(|mut g| {
+                    g.place = place.take();
+                    g
+                }),
                 Err(wait) => Err(LlmError::new(
                     ErrorKind::CircuitOpen,
                     format!(
@@ -262,6 +273,7 @@ impl ModelClient {
             finish: None,
             usage: None,
             ended: false,
+            place: None,
         })
     }
 
@@ -288,6 +300,8 @@ pub struct Generation {
     finish: Option<FinishReason>,
     usage: Option<TokenUsage>,
     ended: bool,
+    /// The call's place in its model's queue, if it has one.
+    place: Option<super::QueuePlace>,
 }
 
 impl Generation {
