@@ -86,6 +86,15 @@ pub struct Config {
     /// no executor here. A slot waiting on a tool holds no database
     /// connection and no thread, so this is far above the pool's size.
     pub executor_slots: usize,
+    /// Tasks of one tenant running at once across every process, unless
+    /// the tenant has its own limit (`setTenantQueue`); 0: no limit.
+    pub tenant_max_running: u32,
+    /// Model calls per minute, for every tenant together (0: no budget);
+    /// a call over it waits its turn.
+    pub llm_rpm: u32,
+    /// Model tokens (estimated before the call) per minute, for every
+    /// tenant together (0: no budget).
+    pub llm_tpm: u32,
     /// Deprecated alias of `executor_slots` (its old name, when a slot was
     /// a worker): a value above 0 sets the slots, with a warning.
     pub workers: usize,
@@ -284,6 +293,9 @@ impl Default for Config {
             event_bus_capacity: brainstem_domain::events::CAPACITY,
             graphql_batch_delay_ms: limits.batch_delay.as_millis() as u64,
             executor_slots: 256,
+            tenant_max_running: 0,
+            llm_rpm: 0,
+            llm_tpm: 0,
             workers: 0,
             audit_tool_calls: false,
             task_timeout_secs: 120,

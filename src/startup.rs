@@ -277,6 +277,7 @@ pub fn executor(
         settings,
         ExecutorConfig {
             slots: config.slots(),
+            tenant_max_running: config.tenant_max_running,
             lease: Duration::from_secs(config.executor_lease_secs),
             poll: Duration::from_millis(config.executor_poll_ms.max(1)),
             reap_every: Duration::from_secs(config.executor_lease_secs.clamp(1, 30)),
@@ -299,6 +300,7 @@ async fn prepare(config: &Config, extra: Vec<Arc<dyn Tool>>) -> anyhow::Result<D
     let keyring = connection_keyring(config, &domain).await?;
     let domain = domain
         .with_connection_keys(keyring)
+        .with_tenant_max_running(config.tenant_max_running)
         .with_webhook_config(WebhookConfig {
             allowed_hosts: config.http_allowed_hosts.clone(),
             retry_base: Duration::from_secs(config.webhook_retry_base_secs.max(1)),

@@ -176,6 +176,15 @@ impl TestApp {
         Self::launch(backend, config, Vec::new(), tempdir).await
     }
 
+    /// Another process on this app's database, with its configuration
+    /// (keys, secrets) adjusted by `tweak`: a second replica.
+    pub async fn another_process(&self, tweak: impl FnOnce(&mut Config)) -> Self {
+        let mut config = self.config.clone();
+        config.bind = "127.0.0.1:0".into();
+        tweak(&mut config);
+        Self::launch(self.backend, config, Vec::new(), None).await
+    }
+
     async fn launch(
         backend: Backend,
         config: Config,

@@ -157,6 +157,7 @@ async fn main() -> anyhow::Result<()> {
                         priority: 0,
                         patterns: vec![],
                         steps,
+                        max_concurrent: None,
                     },
                 )
                 .await?;

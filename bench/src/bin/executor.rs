@@ -118,6 +118,7 @@ async fn main() -> anyhow::Result<()> {
             priority: 0,
             patterns: vec![],
             steps: vec![step("a"), step("b"), step("c")],
+            max_concurrent: None,
         },
     );
     row_security::as_tenant(tenant, publish).await?;

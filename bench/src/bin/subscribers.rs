@@ -245,6 +245,7 @@ async fn run(args: &Args, subscribers: usize) -> anyhow::Result<()> {
                 priority: 0,
                 patterns: vec![],
                 steps: vec![step],
+                max_concurrent: None,
             },
         )
         .await?;

@@ -18,7 +18,7 @@ use crate::{
         row_security,
     },
     memory::{self, graph},
-    runtime::{conversations, events, schedules, tasks, webhooks},
+    runtime::{conversations, events, queue, schedules, tasks, webhooks},
 };
 
 /// Every service of the domain, sharing one connection pool. Cheap to clone.
@@ -48,6 +48,8 @@ pub struct Domain {
     pub schedules: schedules::Schedules,
     /// Tenants' endpoints for task events, and their outbox.
     pub webhooks: webhooks::Webhooks,
+    /// The fair queue: tenants' settings and statistics.
+    pub queue: queue::Queue,
 }
 
 impl Domain {
@@ -102,6 +104,7 @@ impl Domain {
             audit: audit::AuditLog::new(db.clone()),
             schedules: schedules::Schedules::new(db.clone(), tasks.clone()),
             webhooks: webhooks::Webhooks::new(db.clone()),
+            queue: queue::Queue::new(db.clone()),
             tasks,
             plans,
             connections: connections::Connections::new(db.clone(), None),
@@ -126,6 +129,12 @@ impl Domain {
         self.connections = connections::Connections::new(self.db.clone(), Some(keyring.clone()));
         self.capabilities = self.capabilities.with_keyring(keyring.clone());
         self.webhooks = self.webhooks.with_keyring(keyring);
+        self
+    }
+
+    /// Every tenant's running limit unless it has its own (0: none).
+    pub fn with_tenant_max_running(mut self, max_running: u32) -> Self {
+        self.queue = self.queue.with_default_max_running(max_running);
         self
     }
 

@@ -55,7 +55,7 @@ use crate::{
     kernel::{
         audit::{self, sha256_hex},
         json_schema::{self, Mode},
-        metrics::{StepLabels, TaskLabels, ToolLabels, metrics, seconds_between},
+        metrics::{StepLabels, TaskLabels, TenantLabels, ToolLabels, metrics, seconds_between},
         origin::{self, Origin},
         redact::redact,
         row_security::{self, Bypass, as_platform, as_tenant},
@@ -91,6 +91,9 @@ pub struct ExecutorConfig {
     /// Tasks driven at once in this process (0: none; tests drive
     /// `run_once`).
     pub slots: usize,
+    /// Tasks of one tenant running at once across every process, unless
+    /// the tenant has its own limit (0: no limit).
+    pub tenant_max_running: u32,
     /// How long a claim lasts without a heartbeat.
     pub lease: Duration,
     /// How often an idle worker looks for work from other processes.
@@ -115,6 +118,7 @@ impl Default for ExecutorConfig {
         Self {
             worker_id: format!("worker-{}", Uuid::now_v7().simple()),
             slots: 256,
+            tenant_max_running: 0,
             lease: Duration::from_secs(30),
             poll: Duration::from_millis(500),
             reap_every: Duration::from_secs(5),
@@ -258,16 +262,25 @@ impl Executor {
 
     /// Drive a claimed task as its tenant, under its trace.
     async fn drive_claimed(&self, claimed: Claimed) -> Result<()> {
-        let Claimed { task, held } = claimed;
+        let Claimed { task, held, at } = claimed;
         let tenant = task.scope().tenant_id();
+        let waited = seconds_between(task.run_after, at);
         // Boxed: the driving future is large, and a debug build's stack is
         // not.
         let origin = Origin::of_trace(&task.trace_id);
-        as_tenant(
+        let driven = as_tenant(
             tenant,
             origin::within(origin, Box::pin(self.drive(task, held))),
         )
-        .await
+        .await;
+        // By now the tenant's slug is known without a read.
+        if let Some(slug) = self.slugs.get(&tenant) {
+            metrics()
+                .queue_wait
+                .get_or_create(&TenantLabels::of(&slug))
+                .observe(waited);
+        }
+        driven
     }
 
     /// Run until no task is runnable; returns how many were driven.
