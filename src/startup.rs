@@ -262,7 +262,13 @@ pub fn executor(
         http_allowed_hosts: config.http_allowed_hosts.clone(),
         public_url: config.public_url(),
         http: http_client::client(Duration::from_secs(10)),
-        llm: model_client(config)?,
+        llm: model_client(config)?.with_pace(Arc::new(llm::Pace::new(
+            llm::PerMinute {
+                requests: config.llm_rpm,
+                tokens: config.llm_tpm,
+            },
+            Some(domain.db.clone()),
+        ))),
         policy: Default::default(),
     };
     if config.workers > 0 {

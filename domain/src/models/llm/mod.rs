@@ -19,6 +19,8 @@
 //! - [`prompt`]: the layers of a prompt, in the specification's order.
 //! - [`budget`]: per-task token budgets and per-tenant daily quotas,
 //!   checked *before* a call, from an estimate (prompt + `max_tokens`).
+//! - [`pace`]: requests- and tokens-per-minute budgets (the process's and
+//!   each tenant's) a call *waits* for before it is sent.
 //!
 //! **Usage.** Providers report input and output tokens; when one does not
 //! (an OpenAI-compatible server that ignores `include_usage`),
@@ -35,6 +37,7 @@ mod client;
 pub mod frames;
 pub mod offline;
 pub mod openai;
+pub mod pace;
 mod pricing;
 pub mod prompt;
 pub mod sse;
@@ -47,6 +50,7 @@ use futures_util::Stream;
 pub use breaker::{Breaker, BreakerConfig, BreakerState};
 pub use budget::Budgets;
 pub use client::{CallRetry, Completion, Generation, LlmSettings, ModelClient};
+pub use pace::{Pace, PerMinute};
 pub use pricing::{Price, Prices};
 
 /// Who said a message.
