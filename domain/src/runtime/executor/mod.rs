@@ -1,15 +1,28 @@
-//! The executor: one shared engine that moves tasks forward, durably.
+//! The executor: one shared engine that moves tasks forward, durably,
+//! fairly between tenants and many tasks at a time.
 //!
-//! **Who runs tasks.** Any number of workers, in any number of processes
-//! (`brainstem serve` runs some beside the API, `brainstem worker` runs only
-//! workers), share one database. A worker *claims* a runnable task (status
-//! `PENDING`, no lease, `run_after` passed) by setting a lease on it —
-//! `FOR UPDATE SKIP LOCKED` on PostgreSQL, SQLite's single writer elsewhere —
-//! and then *drives* it: planning, then one step after another. While it
-//! drives, a heartbeat extends the lease; every write is guarded by the lease
-//! owner, so a worker that lost its lease can never commit. The reaper
-//! returns tasks whose lease expired (a crashed or frozen worker) to the
-//! queue with an event; they resume at the first step not settled.
+//! **Who runs tasks.** Any number of processes (`brainstem serve` runs an
+//! executor beside the API, `brainstem worker` runs only the executor)
+//! share one database. Each has `slots` (`executor_slots`, default 256):
+//! one claiming loop (`slots`) fills every free slot by *claiming* a
+//! runnable task (status `PENDING`, no lease, `run_after` passed) with a
+//! lease, and spawns its *drive*: planning, then one step after another,
+//! on its own async task. A slot waiting on a tool holds no database
+//! connection and no thread; the pool is taken only by the claim and by
+//! each commit. While a drive runs, a heartbeat extends its lease; every
+//! write is guarded by the lease owner, so a drive that lost its lease can
+//! never commit. The reaper returns tasks whose lease expired (a crashed or
+//! frozen process) to the queue with an event; they resume at the first
+//! step not settled.
+//!
+//! **Which task next** (`claim`). Among tenants with ready work under
+//! their running limit (`tenant_max_running`, or the tenant's own), the one
+//! with the fewest running tasks for its weight, then the one served least
+//! recently; within it, the highest `priority`, then the longest wait; a
+//! task whose concurrency key runs its plan's `max_concurrent` waits. The
+//! rule reads only the database, so it holds across processes (`FOR
+//! UPDATE SKIP LOCKED` and a per-tenant advisory lock on PostgreSQL,
+//! SQLite's single writer elsewhere).
 //!
 //! **Check-execute-commit.** For each step: check (skip settled steps,
 //! honour cancellation, the step cap, conditions and review gates), run the
@@ -18,8 +31,13 @@
 //! The tool gets the idempotency key `<task id>:<step id>`, the same on every
 //! attempt, so a step repeated after a crash does not repeat its effect.
 //!
-//! **What wakes workers.** A task becoming runnable in this process
-//! (`Tasks::wake_signal`), or the poll interval for work from elsewhere.
+//! **What wakes the claiming loop.** A task becoming runnable in this
+//! process (`Tasks::wake_signal`), a drive ending (a free slot, perhaps an
+//! eased limit), or the poll interval for work from elsewhere.
+//!
+//! **Waiting is not running.** A tool's wait for admission (a local
+//! model's bounded queue, a per-minute model budget; `kernel::waiting`)
+//! extends its step's timeout and is not counted as running time.
 //!
 //! [`Executor::run_once`] is the step function: tests call it directly.
 
