@@ -85,7 +85,21 @@ pub struct Config {
     pub event_notify_linger_ms: u64,
     /// Milliseconds the DataLoader gathers keys before one batched query.
     pub graphql_batch_delay_ms: u64,
-    /// Executor workers in this process (`serve` and `worker`).
+    /// Tasks this process drives at once (`serve` and `worker`); 0 runs
+    /// no executor here. A slot waiting on a tool holds no database
+    /// connection and no thread, so this is far above the pool's size.
+    pub executor_slots: usize,
+    /// Tasks of one tenant running at once across every process, unless
+    /// the tenant has its own limit (`setTenantQueue`); 0: no limit.
+    pub tenant_max_running: u32,
+    /// Model calls per minute, for every tenant together (0: no budget);
+    /// a call over it waits its turn.
+    pub llm_rpm: u32,
+    /// Model tokens (estimated before the call) per minute, for every
+    /// tenant together (0: no budget).
+    pub llm_tpm: u32,
+    /// Deprecated alias of `executor_slots` (its old name, when a slot was
+    /// a worker): a value above 0 sets the slots, with a warning.
     pub workers: usize,
     /// Seconds a worker's claim on a task lasts without a heartbeat.
     pub executor_lease_secs: u64,
@@ -311,7 +325,11 @@ impl Default for Config {
             event_bus_capacity: brainstem_domain::events::CAPACITY,
             event_notify_linger_ms: brainstem_domain::events::NOTIFY_LINGER.as_millis() as u64,
             graphql_batch_delay_ms: limits.batch_delay.as_millis() as u64,
-            workers: 4,
+            executor_slots: 256,
+            tenant_max_running: 0,
+            llm_rpm: 0,
+            llm_tpm: 0,
+            workers: 0,
             audit_tool_calls: false,
             task_timeout_secs: 120,
             executor_lease_secs: 30,
@@ -497,6 +515,9 @@ impl Config {
         if self.executor_lease_secs < 1 {
             bail!("executor_lease_secs must be at least 1");
         }
+        if self.slots() > 10_000 {
+            bail!("executor_slots must be at most 10000");
+        }
         self.validate_llm()?;
         for (name, rps) in [
             ("rate_limit_per_key_rps", self.rate_limit_per_key_rps),
@@ -525,6 +546,16 @@ impl Config {
         }
         self.memory_config()?;
         Ok(())
+    }
+
+    /// Tasks this process drives at once: `executor_slots`, or `workers`
+    /// when the old name is still set.
+    pub fn slots(&self) -> usize {
+        if self.workers > 0 {
+            self.workers
+        } else {
+            self.executor_slots
+        }
     }
 
     /// The complete local models directory, if this build has local models

@@ -323,14 +323,28 @@ pub fn executor(
     let settings = ToolSettings {
         outbound: domain.outbound.clone(),
         public_url: config.public_url(),
-        llm: model_client(config)?,
+        llm: model_client(config)?.with_pace(Arc::new(llm::Pace::new(
+            llm::PerMinute {
+                requests: config.llm_rpm,
+                tokens: config.llm_tpm,
+            },
+            Some(domain.db.clone()),
+        ))),
         policy: Default::default(),
     };
+    if config.workers > 0 {
+        tracing::warn!(
+            workers = config.workers,
+            "`workers` is deprecated: it now sets `executor_slots` (tasks driven at once); \
+             set BRAINSTEM_EXECUTOR_SLOTS instead"
+        );
+    }
     Ok(Executor::new(
         domain.clone(),
         settings,
         ExecutorConfig {
-            workers: config.workers,
+            slots: config.slots(),
+            tenant_max_running: config.tenant_max_running,
             lease: Duration::from_secs(config.executor_lease_secs),
             poll: Duration::from_millis(config.executor_poll_ms.max(1)),
             reap_every: Duration::from_secs(config.executor_lease_secs.clamp(1, 30)),
@@ -365,6 +379,7 @@ async fn prepare(config: &Config, extra: Vec<Arc<dyn Tool>>) -> anyhow::Result<D
     let domain = domain
         .with_connection_keys(keyring)
         .with_outbound(outbound(config)?)
+        .with_tenant_max_running(config.tenant_max_running)
         .with_webhook_config(WebhookConfig {
             retry_base: Duration::from_secs(config.webhook_retry_base_secs.max(1)),
             max_attempts: config.webhook_max_attempts as i32,
@@ -494,7 +509,7 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         tracing::info!(
-            workers = self.executor.config().workers,
+            slots = self.executor.config().slots,
             "Brainstem listening on http://{addr} (GraphiQL at http://{addr}/graphql)",
             addr = self.addr
         );
@@ -545,8 +560,8 @@ pub async fn run_workers(
     let (stop, stopping) = watch::channel(false);
     let executor = executor(config, &domain, stopping)?;
     tracing::info!(
-        workers = executor.config().workers,
-        "Brainstem workers running"
+        slots = executor.config().slots,
+        "Brainstem executor running"
     );
     let handles = executor.spawn();
     shutdown.await;

@@ -50,7 +50,7 @@ pub use kernel::{
 pub use memory::graph;
 pub use models::llm;
 pub use runtime::{
-    conversations, events, executor, hooks, intent, schedules, tasks, usage, webhooks,
+    conversations, events, executor, hooks, intent, queue, schedules, tasks, usage, webhooks,
 };
 
 pub use brainstem_entity::{

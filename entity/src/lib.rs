@@ -44,6 +44,7 @@ pub mod task;
 pub mod task_event;
 pub mod task_step;
 pub mod tenant;
+pub mod tenant_queue_setting;
 pub mod webhook_delivery;
 pub mod webhook_endpoint;
 

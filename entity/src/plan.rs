@@ -25,6 +25,9 @@ pub struct Model {
     /// When the plan's key was archived (on every version); `None` while
     /// the plan may start tasks.
     pub archived_at: Option<DateTimeUtc>,
+    /// Tasks of this plan with the same concurrency key running at once
+    /// (`None`: no limit).
+    pub max_concurrent: Option<i32>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

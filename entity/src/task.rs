@@ -58,6 +58,14 @@ pub struct Model {
     pub running_ms: i64,
     /// What an agent step concluded (see the runtime's `TaskResult`).
     pub result: Option<Json>,
+    /// Higher runs first among the tenant's runnable tasks.
+    pub priority: i32,
+    /// Tasks with the same key share `max_concurrent` running places.
+    pub concurrency_key: Option<String>,
+    /// Running tasks of `concurrency_key` at most (from the plan).
+    pub max_concurrent: Option<i32>,
+    /// When a slot last claimed the task.
+    pub claimed_at: Option<DateTimeUtc>,
     pub created_by: String,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,

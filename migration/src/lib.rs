@@ -29,6 +29,7 @@ mod m20261126_140000_plan_archive;
 mod m20261126_150000_capability_archive;
 mod m20261127_090000_webhooks;
 mod m20261127_100000_entity_bin;
+mod m20261128_090000_fair_queue;
 
 pub struct Migrator;
 
@@ -60,6 +61,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261126_150000_capability_archive::Migration),
             Box::new(m20261127_090000_webhooks::Migration),
             Box::new(m20261127_100000_entity_bin::Migration),
+            Box::new(m20261128_090000_fair_queue::Migration),
         ]
     }
 }

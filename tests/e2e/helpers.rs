@@ -168,6 +168,7 @@ impl TestApp {
             jwt_secret: Some(SecretString::from(uuid::Uuid::now_v7().to_string())),
             jwt_leeway_secs: 0,
             workers: 0,
+            executor_slots: 0,
             // The fake servers tests stand up listen on loopback, on any
             // port; production refuses loopback unless the operator lists it.
             http_allowed_hosts: vec!["127.0.0.1:*".into()],
@@ -200,6 +201,15 @@ impl TestApp {
         let (backend, config) = (self.backend, self.config.clone());
         drop(self);
         Self::launch(backend, config, Vec::new(), tempdir).await
+    }
+
+    /// Another process on this app's database, with its configuration
+    /// (keys, secrets) adjusted by `tweak`: a second replica.
+    pub async fn another_process(&self, tweak: impl FnOnce(&mut Config)) -> Self {
+        let mut config = self.config.clone();
+        config.bind = "127.0.0.1:0".into();
+        tweak(&mut config);
+        Self::launch(self.backend, config, Vec::new(), None).await
     }
 
     async fn launch(

@@ -57,6 +57,7 @@ const API: &[&[&str]] = &[
         "schema::schedules",
         "schema::usage",
         "schema::webhooks",
+        "schema::queue",
     ],
     // The roots, assembled from the areas.
     &["schema::node", "schema::subscription"],

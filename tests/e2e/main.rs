@@ -24,6 +24,7 @@ mod edges;
 mod executor;
 mod exposure;
 mod failed_auth;
+mod fair_queue;
 mod fanout;
 mod fuzz;
 mod graph;

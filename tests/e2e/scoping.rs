@@ -45,13 +45,14 @@ const UNSCOPED: &[(&str, &str, &str)] = &[
          match the token's tenant before anything is changed",
     ),
     (
-        "runtime/executor/mod.rs",
-        "claim_in",
+        "runtime/executor/claim.rs",
+        "claimed",
         "the work queue is shared by every tenant: the claim takes the next runnable task \
-         of any tenant, and the claimed task's tenant then scopes everything done with it",
+         of any tenant (choosing fairly between tenants), and the claimed task's tenant then \
+         scopes everything done with it",
     ),
     (
-        "runtime/executor/mod.rs",
+        "runtime/executor/claim.rs",
         "expired_leases",
         "the reaper returns every tenant's expired leases to the queue; it reads only ids, \
          tenants and lease owners, and each task is then changed under its own tenant's scope",

@@ -15,7 +15,8 @@
 //! 3. [`plans`] (plans and tools) and [`graph`] (the knowledge graph).
 //! 4. [`tasks`]: tasks, their steps, reviews, artifacts and events.
 //! 5. [`memory`], [`capabilities`] and [`admin`] (audit log, connections,
-//!    API keys' rate limits).
+//!    API keys' rate limits), [`queue`] (the fair queue's statistics and
+//!    tenants' settings in it).
 //! 6. The assembly: [`node`] (the `Node` interface and `node(id:)`),
 //!    [`subscription`], and here the `Query` and `Mutation` roots merged
 //!    from the areas' objects, and [`build`].
@@ -45,6 +46,7 @@ pub mod plain_list;
 pub mod plans;
 pub mod policy;
 pub mod prompts;
+pub mod queue;
 pub mod schedules;
 pub mod subscription;
 pub mod tasks;
@@ -85,6 +87,7 @@ pub struct Query(
     schedules::ScheduleQuery,
     usage::UsageQuery,
     webhooks::WebhookQuery,
+    queue::QueueQuery,
 );
 
 // The mutation root, merged like `Query`.
@@ -103,6 +106,7 @@ pub struct Mutation(
     guardrails::GuardrailMutation,
     schedules::ScheduleMutation,
     webhooks::WebhookMutation,
+    queue::QueueMutation,
 );
 
 /// The schema and what runs around each of its operations

@@ -202,6 +202,9 @@ pub struct PublishPlanInput {
     #[graphql(default)]
     pub patterns: Vec<String>,
     pub steps: Vec<PlanStepInput>,
+    /// Tasks of this plan with the same `concurrencyKey` that may run at
+    /// once (default: no limit).
+    pub max_concurrent: Option<u32>,
 }
 
 impl From<PlanStepInput> for StepDef {
@@ -236,6 +239,7 @@ impl From<PublishPlanInput> for PlanDef {
             priority: input.priority,
             patterns: input.patterns,
             steps,
+            max_concurrent: input.max_concurrent,
         }
     }
 }

@@ -123,7 +123,7 @@ async fn main() -> anyhow::Result<()> {
         domain.clone(),
         ToolSettings::default(),
         ExecutorConfig {
-            workers: 1,
+            slots: 1,
             poll: Duration::from_millis(100),
             ..ExecutorConfig::default()
         },
@@ -163,6 +163,7 @@ async fn main() -> anyhow::Result<()> {
                         priority: 0,
                         patterns: vec![],
                         steps,
+                        max_concurrent: None,
                     },
                 )
                 .await?;

@@ -253,7 +253,7 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
         bind: "127.0.0.1:0".into(),
         database_url: database_url.to_owned(),
         jwt_secret: Some(SecretString::from(uuid::Uuid::now_v7().to_string())),
-        workers: 0,
+        executor_slots: 0,
         rate_limit_per_key_rps: 0.0,
         rate_limit_per_tenant_rps: 0.0,
         log: "warn".into(),

@@ -124,6 +124,7 @@ async fn main() -> anyhow::Result<()> {
             priority: 0,
             patterns: vec![],
             steps: vec![step("a"), step("b"), step("c")],
+            max_concurrent: None,
         },
     );
     row_security::as_tenant(tenant, publish).await?;
@@ -148,7 +149,7 @@ async fn main() -> anyhow::Result<()> {
             domain.clone(),
             ToolSettings::default(),
             ExecutorConfig {
-                workers: c,
+                slots: c,
                 poll: Duration::from_millis(100),
                 ..ExecutorConfig::default()
             },

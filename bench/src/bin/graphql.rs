@@ -86,7 +86,7 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
         database_max_connections: args.pool,
         jwt_secret: Some(SecretString::from(uuid::Uuid::now_v7().to_string())),
         connection_encryption_key: Some(SecretString::from(EncryptionKey::generate_base64())),
-        workers: 0,
+        executor_slots: 0,
         rate_limit_per_key_rps: 0.0,
         rate_limit_per_tenant_rps: 0.0,
         log: "warn".into(),

@@ -219,9 +219,9 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The server configuration of a run: `workers` executor workers on
+/// The server configuration of a run: `slots` executor slots on
 /// `database_url`, tokens signed with `jwt_secret`.
-fn server_config(database_url: String, jwt_secret: &str, workers: usize) -> Config {
+fn server_config(database_url: String, jwt_secret: &str, slots: usize) -> Config {
     Config {
         bind: "127.0.0.1:0".into(),
         // 32 zero bytes: a throwaway key for a throwaway database.
@@ -230,7 +230,7 @@ fn server_config(database_url: String, jwt_secret: &str, workers: usize) -> Conf
         )),
         database_url,
         jwt_secret: Some(secrecy::SecretString::from(jwt_secret.to_owned())),
-        workers,
+        executor_slots: slots,
         max_subscriptions_per_connection: 10,
         rate_limit_per_key_rps: 0.0,
         rate_limit_per_tenant_rps: 0.0,
@@ -332,6 +332,7 @@ async fn run(args: &Args, subscribers: usize, backend: &str) -> anyhow::Result<(
                 priority: 0,
                 patterns: vec![],
                 steps: vec![step],
+                max_concurrent: None,
             },
         )
         .await?;

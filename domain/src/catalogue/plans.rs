@@ -155,6 +155,9 @@ pub struct PlanDef {
     pub priority: i32,
     pub patterns: Vec<String>,
     pub steps: Vec<StepDef>,
+    /// Tasks of the plan sharing a concurrency key that may run at once
+    /// (`None`: no limit).
+    pub max_concurrent: Option<u32>,
 }
 
 /// A stored plan version.
@@ -291,6 +294,18 @@ pub fn check_plan(def: &PlanDef, registry: &ToolRegistry) -> Result<()> {
     }
 }
 
+/// The concurrency limit of a tenant's plan version `id` (`None`: none).
+pub async fn max_concurrent<C: ConnectionTrait>(
+    db: &C,
+    scope: TenantScope,
+    id: PlanId,
+) -> Result<Option<i32>> {
+    Ok(plan::Entity::find_by_id_in(scope, id.uuid())
+        .one(db)
+        .await?
+        .and_then(|p| p.max_concurrent))
+}
+
 #[derive(Clone)]
 pub struct Plans {
     db: DatabaseConnection,
@@ -343,6 +358,9 @@ impl Plans {
             created_by: Set(principal.actor.to_string()),
             created_at: Set(Utc::now()),
             archived_at: Set(None),
+            max_concurrent: Set(def
+                .max_concurrent
+                .map(|n| i32::try_from(n).unwrap_or(i32::MAX))),
         }
         .insert(&txn)
         .await

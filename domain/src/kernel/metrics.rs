@@ -84,6 +84,36 @@ pub struct OutcomeLabels {
     pub outcome: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TenantLabels {
+    /// The tenant's slug; past [`TENANT_LABELS`] distinct tenants, `other`.
+    pub tenant: String,
+}
+
+/// How many tenants get a label of their own in a process's metrics.
+pub const TENANT_LABELS: usize = 100;
+
+static LABELLED_TENANTS: LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+    LazyLock::new(Default::default);
+
+impl TenantLabels {
+    /// The label of the tenant `slug`: its own for the first
+    /// [`TENANT_LABELS`] tenants this process labels, `other` after, so a
+    /// platform with many tenants keeps a bounded number of series.
+    pub fn of(slug: &str) -> Self {
+        let mut seen = LABELLED_TENANTS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let tenant = if seen.contains(slug) || seen.len() < TENANT_LABELS {
+            seen.insert(slug.to_owned());
+            slug.to_owned()
+        } else {
+            "other".to_owned()
+        };
+        Self { tenant }
+    }
+}
+
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Seconds, from 1 ms to about 9 hours.
@@ -104,6 +134,10 @@ pub struct DomainMetrics {
     /// Runnable tasks waiting for a worker; set when `/metrics` is read.
     pub queue_depth: Gauge,
     pub claim_latency: Histogram,
+    /// Time a task waited in the queue before a slot took it, by tenant.
+    pub queue_wait: Histograms<TenantLabels>,
+    /// Executor slots of this process driving a task now.
+    pub slots_in_use: Gauge,
     pub step_duration: Histograms<StepLabels>,
     pub step_retries: Family<ToolLabels, Counter>,
     pub lease_expiries: Counter,
@@ -127,6 +161,8 @@ static METRICS: LazyLock<DomainMetrics> = LazyLock::new(|| DomainMetrics {
     task_duration: Family::new_with_constructor(long_durations),
     queue_depth: Gauge::default(),
     claim_latency: long_durations(),
+    queue_wait: Family::new_with_constructor(long_durations),
+    slots_in_use: Gauge::default(),
     step_duration: Family::new_with_constructor(short_durations),
     step_retries: Family::default(),
     lease_expiries: Counter::default(),
@@ -177,6 +213,16 @@ pub fn register(registry: &mut Registry) {
         "claim_latency_seconds",
         "Time a runnable task waited before a worker claimed it",
         m.claim_latency.clone(),
+    );
+    registry.register(
+        "queue_wait_seconds",
+        "Time a runnable task waited before a slot took it, by tenant",
+        m.queue_wait.clone(),
+    );
+    registry.register(
+        "slots_in_use",
+        "Executor slots of this process driving a task",
+        m.slots_in_use.clone(),
     );
     registry.register(
         "step_duration_seconds",

@@ -30,3 +30,4 @@ pub mod redact;
 pub mod row_security;
 pub mod settings;
 pub mod template;
+pub mod waiting;

@@ -18,7 +18,7 @@ use crate::{
         row_security,
     },
     memory::{self, graph},
-    runtime::{conversations, events, schedules, tasks, webhooks},
+    runtime::{conversations, events, queue, schedules, tasks, webhooks},
 };
 
 /// Every service of the domain, sharing one connection pool. Cheap to clone.
@@ -54,6 +54,8 @@ pub struct Domain {
     /// The client every outbound call a tenant's work can steer goes
     /// through (tools, partner tools, webhooks).
     pub outbound: outbound::Outbound,
+    /// The fair queue: tenants' settings and statistics.
+    pub queue: queue::Queue,
 }
 
 impl Domain {
@@ -110,6 +112,7 @@ impl Domain {
             audit: audit::AuditLog::new(db.clone()),
             schedules: schedules::Schedules::new(db.clone(), tasks.clone()),
             webhooks: webhooks::Webhooks::new(db.clone()),
+            queue: queue::Queue::new(db.clone()),
             tasks,
             plans,
             connections: connections::Connections::new(db.clone(), None),
@@ -143,6 +146,12 @@ impl Domain {
     pub fn with_outbound(mut self, outbound: outbound::Outbound) -> Self {
         self.webhooks = self.webhooks.with_outbound(outbound.clone());
         self.outbound = outbound;
+        self
+    }
+
+    /// Every tenant's running limit unless it has its own (0: none).
+    pub fn with_tenant_max_running(mut self, max_running: u32) -> Self {
+        self.queue = self.queue.with_default_max_running(max_running);
         self
     }
 

@@ -1,7 +1,8 @@
 //! The runtime: durable task execution. The task record and its event log
 //! ([`tasks`]), the event bus and resumable streams ([`events`]), intent
-//! detection ([`intent`]), the [`executor`], [`conversations`] (threads of
-//! tasks), and [`domain::Domain`], which bundles every service.
+//! detection ([`intent`]), the [`executor`], the fair [`queue`] seen from
+//! outside (settings, statistics), [`conversations`] (threads of tasks),
+//! and [`domain::Domain`], which bundles every service.
 //!
 //! Invariants:
 //! - Every change of a task is written together with its events in one
@@ -15,6 +16,7 @@ pub mod events;
 pub mod executor;
 pub mod hooks;
 pub mod intent;
+pub mod queue;
 pub mod schedules;
 pub mod tasks;
 pub mod usage;

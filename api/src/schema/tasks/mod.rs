@@ -132,6 +132,30 @@ impl Task {
     }
 }
 
+/// Why a `PENDING` task is not running yet.
+#[derive(Enum, Copy, Clone, Eq, PartialEq)]
+pub enum WaitingReason {
+    /// Ready: the next free slot takes it, in the fair order.
+    WaitingForSlot,
+    /// Its tenant runs its `maxRunning` tasks already.
+    TenantMaxRunning,
+    /// Its concurrency key runs the plan's `maxConcurrent` already.
+    MaxConcurrent,
+    /// Its retry's back-off has not passed yet.
+    RetryBackoff,
+}
+
+impl From<brainstem_domain::queue::WaitingReason> for WaitingReason {
+    fn from(r: brainstem_domain::queue::WaitingReason) -> Self {
+        match r {
+            brainstem_domain::queue::WaitingReason::WaitingForSlot => Self::WaitingForSlot,
+            brainstem_domain::queue::WaitingReason::TenantMaxRunning => Self::TenantMaxRunning,
+            brainstem_domain::queue::WaitingReason::MaxConcurrent => Self::MaxConcurrent,
+            brainstem_domain::queue::WaitingReason::RetryBackoff => Self::RetryBackoff,
+        }
+    }
+}
+
 #[Object]
 impl Task {
     pub async fn id(&self) -> ID {
@@ -139,6 +163,23 @@ impl Task {
     }
     async fn status(&self) -> TaskStatus {
         self.0.status.into()
+    }
+    /// Why a `PENDING` task is not running yet (null for any other):
+    /// `WAITING_FOR_SLOT`, or the limit that holds it back.
+    async fn waiting_reason(
+        &self,
+        ctx: &Context<'_>,
+    ) -> async_graphql::Result<Option<WaitingReason>> {
+        if self.0.status != tasks::TaskStatus::Pending {
+            return Ok(None);
+        }
+        let scope = require_scope(ctx, "tasks:read")?;
+        Ok(domain(ctx)
+            .queue
+            .waiting_reason(scope, self.0.id, Utc::now())
+            .await
+            .gql()?
+            .map(WaitingReason::from))
     }
     /// How the client asked it to run.
     async fn mode(&self) -> TaskMode {

@@ -55,6 +55,13 @@ pub struct StartTaskInput {
     /// milliseconds (capped just below the request timeout).
     #[graphql(default = 30000)]
     pub wait_timeout_ms: u32,
+    /// Among the tenant's runnable tasks, higher runs first (default 0);
+    /// equal priorities run oldest first.
+    #[graphql(default)]
+    pub priority: i32,
+    /// Tasks with the same key (a conversation, a customer id) run at most
+    /// the plan's `maxConcurrent` at once; the others wait, in order.
+    pub concurrency_key: Option<String>,
 }
 
 #[derive(SimpleObject)]
@@ -157,6 +164,8 @@ impl TaskMutation {
                     },
                     max_steps: input.max_steps,
                     confidence_threshold: input.confidence_threshold,
+                    priority: input.priority,
+                    concurrency_key: input.concurrency_key,
                 },
             )
             .await

@@ -315,7 +315,7 @@ async fn seed(
         database_max_connections: args.pool,
         jwt_secret: Some(SecretString::from(jwt_secret.to_owned())),
         connection_encryption_key: Some(SecretString::from(encryption_key.to_owned())),
-        workers: 0,
+        executor_slots: 0,
         rate_limit_per_key_rps: 0.0,
         rate_limit_per_tenant_rps: 0.0,
         log: "warn".into(),

@@ -465,6 +465,7 @@ mod tests {
                 priority: 0,
                 patterns: vec!["quote".into()],
                 steps: vec![step("partner.acme.rate")],
+                max_concurrent: None,
             }],
             tools: vec![tool("partner.acme.rate")],
             limits: Limits::default(),

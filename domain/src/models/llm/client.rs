@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use super::{
     Breaker, BreakerConfig, BreakerState, Budgets, Chunk, ChunkStream, CompletionRequest,
-    ErrorKind, FinishReason, LanguageModel, LlmError, Message, Prices, TokenUsage, ToolCall,
+    ErrorKind, FinishReason, LanguageModel, LlmError, Message, Pace, Prices, TokenUsage, ToolCall,
     ToolCallDelta, estimate_tokens, offline,
 };
 use crate::{
@@ -114,6 +114,8 @@ struct Inner {
     model: Arc<dyn LanguageModel>,
     settings: LlmSettings,
     breaker: Breaker,
+    /// Per-minute budgets a call waits for before it is sent.
+    pace: Arc<Pace>,
 }
 
 impl fmt::Debug for ModelClient {
@@ -139,6 +141,20 @@ impl ModelClient {
                 model,
                 breaker: Breaker::new(settings.breaker),
                 settings,
+                pace: Arc::default(),
+            }),
+        }
+    }
+
+    /// This client with `pace`'s per-minute budgets (`llm_rpm`, `llm_tpm`,
+    /// and tenants' own).
+    pub fn with_pace(self, pace: Arc<Pace>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                model: self.inner.model.clone(),
+                settings: self.inner.settings.clone(),
+                breaker: Breaker::new(self.inner.settings.breaker),
+                pace,
             }),
         }
     }
@@ -184,10 +200,23 @@ impl ModelClient {
     /// [`Self::start`]'s attempts.
     async fn start_attempts(&self, request: CompletionRequest) -> Result<Generation, LlmError> {
         let s = &self.inner.settings;
+        // The per-minute budgets first, then a model with a queue of its
+        // own; both waits are outside the call's timeouts, and the place
+        // is kept until the call ends.
+        self.inner.pace.admit(request.estimated_max_tokens()).await;
+        let mut place = match self.inner.model.queue() {
+            Some(queue) => Some(queue.enter().await.ok_or_else(|| {
+                LlmError::new(ErrorKind::Unavailable, "the model's queue is closed")
+            })?),
+            None => None,
+        };
         let mut attempt = 1;
         loop {
             let result = match self.inner.breaker.admit(Instant::now()) {
-                Ok(()) => self.open(&request).await,
+                Ok(()) => self.open(&request).await.map(|mut g| {
+                    g.place = place.take();
+                    g
+                }),
                 Err(wait) => Err(LlmError::new(
                     ErrorKind::CircuitOpen,
                     format!(
@@ -262,6 +291,7 @@ impl ModelClient {
             finish: None,
             usage: None,
             ended: false,
+            place: None,
         })
     }
 
@@ -288,6 +318,8 @@ pub struct Generation {
     finish: Option<FinishReason>,
     usage: Option<TokenUsage>,
     ended: bool,
+    /// The call's place in its model's queue, if it has one.
+    place: Option<super::QueuePlace>,
 }
 
 impl Generation {

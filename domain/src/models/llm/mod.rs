@@ -19,6 +19,8 @@
 //! - [`prompt`]: the layers of a prompt, in the specification's order.
 //! - [`budget`]: per-task token budgets and per-tenant daily quotas,
 //!   checked *before* a call, from an estimate (prompt + `max_tokens`).
+//! - [`pace`]: requests- and tokens-per-minute budgets (the process's and
+//!   each tenant's) a call *waits* for before it is sent.
 //!
 //! **Usage.** Providers report input and output tokens; when one does not
 //! (an OpenAI-compatible server that ignores `include_usage`),
@@ -35,6 +37,7 @@ mod client;
 pub mod frames;
 pub mod offline;
 pub mod openai;
+pub mod pace;
 mod pricing;
 pub mod prompt;
 pub mod sse;
@@ -47,6 +50,7 @@ use futures_util::Stream;
 pub use breaker::{Breaker, BreakerConfig, BreakerState};
 pub use budget::Budgets;
 pub use client::{CallRetry, Completion, Generation, LlmSettings, ModelClient};
+pub use pace::{Pace, PerMinute};
 pub use pricing::{Price, Prices};
 
 /// Who said a message.
@@ -239,11 +243,47 @@ pub enum Chunk {
 
 pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<Chunk, LlmError>> + Send>>;
 
+/// The bounded queue in front of a model that works through one request
+/// at a time on threads of its own (the local models): at most `bound`
+/// calls are handed to it at once, and the others wait their turn here,
+/// as admission (`kernel::waiting`), so a step's timeout does not run out
+/// while it waits.
+#[derive(Clone, Debug)]
+pub struct ModelQueue(std::sync::Arc<tokio::sync::Semaphore>);
+
+/// A place in a [`ModelQueue`], held until the call's stream is dropped.
+pub type QueuePlace = tokio::sync::OwnedSemaphorePermit;
+
+impl ModelQueue {
+    pub fn new(bound: usize) -> Self {
+        Self(std::sync::Arc::new(tokio::sync::Semaphore::new(
+            bound.max(1),
+        )))
+    }
+
+    /// Wait for a place (`None` only if the queue was closed).
+    pub async fn enter(&self) -> Option<QueuePlace> {
+        crate::kernel::waiting::admission(self.0.clone().acquire_owned())
+            .await
+            .ok()
+    }
+
+    /// Places free now.
+    pub fn free(&self) -> usize {
+        self.0.available_permits()
+    }
+}
+
 /// A streaming language model.
 #[async_trait]
 pub trait LanguageModel: Send + Sync + 'static {
     /// The provider's name, for logs and error messages.
     fn provider(&self) -> &str;
+    /// The queue calls wait in before they are sent, for a model that
+    /// runs one request at a time in this process; `None` for the rest.
+    fn queue(&self) -> Option<&ModelQueue> {
+        None
+    }
     /// Send `request`; resolves once the provider accepted it, then the
     /// stream yields text deltas and (at most once) the usage. A stream
     /// error ends the stream.

@@ -12,7 +12,10 @@
 //! Invariants:
 //! - The model runs on its own OS thread, one request at a time (the KV
 //!   cache is the model's); requests queue on a channel and never block an
-//!   async worker. A caller that drops the stream stops its generation at
+//!   async worker. At most [`QUEUE_BOUND`] are handed to the thread at
+//!   once; more callers wait in the model's [`ModelQueue`], outside their
+//!   timeouts, so hundreds of concurrent model steps take turns instead of
+//!   timing out. A caller that drops the stream stops its generation at
 //!   the next token.
 //! - A delta is sent only when it decodes to whole characters (a byte-level
 //!   BPE token may hold half of one); the deltas concatenate to the answer.
@@ -39,7 +42,8 @@ use super::{
 use crate::{
     Error, Result,
     models::llm::{
-        Chunk, ChunkStream, CompletionRequest, ErrorKind, LanguageModel, LlmError, Role, TokenUsage,
+        Chunk, ChunkStream, CompletionRequest, ErrorKind, LanguageModel, LlmError, ModelQueue,
+        Role, TokenUsage,
     },
 };
 
@@ -53,6 +57,9 @@ const REPEAT_PENALTY: f32 = 1.1;
 const REPEAT_WINDOW: usize = 64;
 /// Chunks buffered between the model's thread and the caller.
 const CHANNEL: usize = 64;
+/// Requests handed to the model's thread at once: the one it runs and a
+/// few ready behind it.
+pub const QUEUE_BOUND: usize = 4;
 
 type Sender = async_mpsc::Sender<std::result::Result<Chunk, LlmError>>;
 
@@ -67,6 +74,7 @@ struct Job {
 /// handle stops its thread.
 pub struct SmolLm {
     jobs: mpsc::Sender<Job>,
+    queue: ModelQueue,
 }
 
 impl SmolLm {
@@ -79,7 +87,10 @@ impl SmolLm {
             .name("smollm".into())
             .spawn(move || serve(model, &queue))
             .map_err(|e| Error::internal(format!("cannot start the model thread: {e}")))?;
-        Ok(Self { jobs })
+        Ok(Self {
+            jobs,
+            queue: ModelQueue::new(QUEUE_BOUND),
+        })
     }
 
     /// The model's name, the default of steps that name none.
@@ -113,6 +124,10 @@ pub fn chat_prompt(request: &CompletionRequest) -> String {
 impl LanguageModel for SmolLm {
     fn provider(&self) -> &str {
         PROVIDER
+    }
+
+    fn queue(&self) -> Option<&ModelQueue> {
+        Some(&self.queue)
     }
 
     async fn stream(

@@ -1,15 +1,28 @@
-//! The executor: one shared engine that moves tasks forward, durably.
+//! The executor: one shared engine that moves tasks forward, durably,
+//! fairly between tenants and many tasks at a time.
 //!
-//! **Who runs tasks.** Any number of workers, in any number of processes
-//! (`brainstem serve` runs some beside the API, `brainstem worker` runs only
-//! workers), share one database. A worker *claims* a runnable task (status
-//! `PENDING`, no lease, `run_after` passed) by setting a lease on it —
-//! `FOR UPDATE SKIP LOCKED` on PostgreSQL, SQLite's single writer elsewhere —
-//! and then *drives* it: planning, then one step after another. While it
-//! drives, a heartbeat extends the lease; every write is guarded by the lease
-//! owner, so a worker that lost its lease can never commit. The reaper
-//! returns tasks whose lease expired (a crashed or frozen worker) to the
-//! queue with an event; they resume at the first step not settled.
+//! **Who runs tasks.** Any number of processes (`brainstem serve` runs an
+//! executor beside the API, `brainstem worker` runs only the executor)
+//! share one database. Each has `slots` (`executor_slots`, default 256):
+//! one claiming loop (`slots`) fills every free slot by *claiming* a
+//! runnable task (status `PENDING`, no lease, `run_after` passed) with a
+//! lease, and spawns its *drive*: planning, then one step after another,
+//! on its own async task. A slot waiting on a tool holds no database
+//! connection and no thread; the pool is taken only by the claim and by
+//! each commit. While a drive runs, a heartbeat extends its lease; every
+//! write is guarded by the lease owner, so a drive that lost its lease can
+//! never commit. The reaper returns tasks whose lease expired (a crashed or
+//! frozen process) to the queue with an event; they resume at the first
+//! step not settled.
+//!
+//! **Which task next** (`claim`). Among tenants with ready work under
+//! their running limit (`tenant_max_running`, or the tenant's own), the one
+//! with the fewest running tasks for its weight, then the one served least
+//! recently; within it, the highest `priority`, then the longest wait; a
+//! task whose concurrency key runs its plan's `max_concurrent` waits. The
+//! rule reads only the database, so it holds across processes (`FOR
+//! UPDATE SKIP LOCKED` and a per-tenant advisory lock on PostgreSQL,
+//! SQLite's single writer elsewhere).
 //!
 //! **Check-execute-commit.** For each step: check (skip settled steps,
 //! honour cancellation, the step cap, conditions and review gates), run the
@@ -18,8 +31,13 @@
 //! The tool gets the idempotency key `<task id>:<step id>`, the same on every
 //! attempt, so a step repeated after a crash does not repeat its effect.
 //!
-//! **What wakes workers.** A task becoming runnable in this process
-//! (`Tasks::wake_signal`), or the poll interval for work from elsewhere.
+//! **What wakes the claiming loop.** A task becoming runnable in this
+//! process (`Tasks::wake_signal`), a drive ending (a free slot, perhaps an
+//! eased limit), or the poll interval for work from elsewhere.
+//!
+//! **Waiting is not running.** A tool's wait for admission (a local
+//! model's bounded queue, a per-minute model budget; `kernel::waiting`)
+//! extends its step's timeout and is not counted as running time.
 //!
 //! [`Executor::run_once`] is the step function: tests call it directly.
 
@@ -56,11 +74,11 @@ use crate::{
     kernel::{
         audit::{self, sha256_hex},
         json_schema::{self, Mode},
-        metrics::{StepLabels, TaskLabels, ToolLabels, metrics, seconds_between},
+        metrics::{StepLabels, TaskLabels, TenantLabels, ToolLabels, metrics, seconds_between},
         origin::{self, Origin},
         redact::redact,
         row_security::{self, Bypass, as_platform, as_tenant},
-        template,
+        template, waiting,
     },
     models::{
         llm::{Message, budget, prompt},
@@ -75,18 +93,26 @@ use crate::{
     },
 };
 
+mod claim;
 mod planning;
+mod slots;
 mod step;
+
+use claim::Claimed;
 
 use step::{fold_next, next_after};
 
 /// How workers behave.
 #[derive(Clone, Debug)]
 pub struct ExecutorConfig {
-    /// Identifies this process's workers in leases.
+    /// Identifies this process's executor in leases.
     pub worker_id: String,
-    /// Workers in this process (0: none; tests drive `run_once`).
-    pub workers: usize,
+    /// Tasks driven at once in this process (0: none; tests drive
+    /// `run_once`).
+    pub slots: usize,
+    /// Tasks of one tenant running at once across every process, unless
+    /// the tenant has its own limit (0: no limit).
+    pub tenant_max_running: u32,
     /// How long a claim lasts without a heartbeat.
     pub lease: Duration,
     /// How often an idle worker looks for work from other processes.
@@ -110,7 +136,8 @@ impl Default for ExecutorConfig {
     fn default() -> Self {
         Self {
             worker_id: format!("worker-{}", Uuid::now_v7().simple()),
-            workers: 4,
+            slots: 256,
+            tenant_max_running: 0,
             lease: Duration::from_secs(30),
             poll: Duration::from_millis(500),
             reap_every: Duration::from_secs(5),
@@ -244,46 +271,35 @@ impl Executor {
     /// Claim one runnable task and drive it until it finishes, pauses or
     /// backs off. Returns the task, or `None` when nothing was runnable.
     pub async fn run_once(&self) -> Result<Option<TaskId>> {
-        let Some((task, held)) = as_platform(Bypass::Queue, self.claim_next()).await? else {
+        let Some(claimed) = self.claim_one().await? else {
             return Ok(None);
         };
-        let id = task.id;
-        let tenant = task.scope().tenant_id();
-        // Boxed: the driving future is large, and a debug build's stack is
-        // not.
-        let origin = Origin::of_trace(&task.trace_id);
-        as_tenant(
-            tenant,
-            origin::within(origin, Box::pin(self.drive(task, held))),
-        )
-        .await?;
+        let id = claimed.task.id;
+        self.drive_claimed(claimed).await?;
         Ok(Some(id))
     }
 
-    /// Claim the next runnable task, with the claim's transaction still
-    /// open when the task is to be planned in it.
-    async fn claim_next(&self) -> Result<Option<(Task, Option<DatabaseTransaction>)>> {
-        let txn = self.domain.db.begin_write().await?;
-        let Some(task) = self.claim_in(&txn, Utc::now()).await? else {
-            txn.commit().await?;
-            return Ok(None);
-        };
-        // A task that named its plan is planned in the claim's own
-        // transaction (one commit fewer), reading through it: planning then
-        // reads only that plan, and no second pooled connection is needed
-        // while this one is held. Otherwise the claim commits first.
-        let held = if task.plan_key.is_none()
-            && !task.cancel_requested
-            && task.mode != TaskMode::Answer
-            && task.intent.is_some()
-            && task.plan_id.is_some()
-        {
-            Some(txn)
-        } else {
-            txn.commit().await?;
-            None
-        };
-        Ok(Some((task, held)))
+    /// Drive a claimed task as its tenant, under its trace.
+    async fn drive_claimed(&self, claimed: Claimed) -> Result<()> {
+        let Claimed { task, held, at } = claimed;
+        let tenant = task.scope().tenant_id();
+        let waited = seconds_between(task.run_after, at);
+        // Boxed: the driving future is large, and a debug build's stack is
+        // not.
+        let origin = Origin::of_trace(&task.trace_id);
+        let driven = as_tenant(
+            tenant,
+            origin::within(origin, Box::pin(self.drive(task, held))),
+        )
+        .await;
+        // By now the tenant's slug is known without a read.
+        if let Some(slug) = self.slugs.get(&tenant) {
+            metrics()
+                .queue_wait
+                .get_or_create(&TenantLabels::of(&slug))
+                .observe(waited);
+        }
+        driven
     }
 
     /// Run until no task is runnable; returns how many were driven.
@@ -293,197 +309,6 @@ impl Executor {
             n += 1;
         }
         Ok(n)
-    }
-
-    /// Claim the oldest runnable task of any tenant.
-    pub async fn claim(&self, now: DateTime<Utc>) -> Result<Option<Task>> {
-        as_platform(Bypass::Queue, self.claim_in(&self.domain.db, now)).await
-    }
-
-    async fn claim_in<C: ConnectionTrait>(
-        &self,
-        db: &C,
-        now: DateTime<Utc>,
-    ) -> Result<Option<Task>> {
-        let backend = db.get_database_backend();
-        let sql = match backend {
-            DbBackend::Postgres => {
-                // The claim's transaction then sees only the claimed
-                // task's tenant (row security), at no extra round trip.
-                "UPDATE tasks SET lease_owner = $1, lease_expires_at = $2, updated_at = $3 \
-                 WHERE id = (SELECT id FROM tasks WHERE status = 'PENDING' AND lease_owner IS NULL \
-                 AND run_after <= $3 ORDER BY run_after, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
-                 RETURNING *, set_config('brainstem.tenant', tenant_id::text, true) AS row_access"
-            }
-            // SQLite has one writer at a time: the UPDATE itself is the claim.
-            _ => {
-                "UPDATE tasks SET lease_owner = ?1, lease_expires_at = ?2, updated_at = ?3 \
-                 WHERE id = (SELECT id FROM tasks WHERE status = 'PENDING' AND lease_owner IS NULL \
-                 AND run_after <= ?3 ORDER BY run_after, id LIMIT 1) \
-                 RETURNING *"
-            }
-        };
-        let statement = Statement::from_sql_and_values(
-            backend,
-            sql,
-            [
-                self.config.worker_id.clone().into(),
-                self.lease_until().into(),
-                now.into(),
-            ],
-        );
-        // unscoped: the shared work queue; the claimed task's tenant scopes
-        // everything done with it afterwards.
-        let row = task::Entity::find().from_raw_sql(statement).one(db).await?;
-        let task = row.map(Task::try_from).transpose()?;
-        if let Some(task) = &task {
-            metrics()
-                .claim_latency
-                .observe(seconds_between(task.run_after, now));
-        }
-        Ok(task)
-    }
-
-    /// Every tenant's tasks whose lease expired before `now`: id, tenant and
-    /// lease owner.
-    async fn expired_leases(&self, now: DateTime<Utc>) -> Result<Vec<sea_orm::QueryResult>> {
-        let db = &self.domain.db;
-        let backend = db.get_database_backend();
-        let sql = match backend {
-            DbBackend::Postgres => {
-                "SELECT id, tenant_id, lease_owner FROM tasks WHERE lease_expires_at < $1"
-            }
-            _ => "SELECT id, tenant_id, lease_owner FROM tasks WHERE lease_expires_at < ?1",
-        };
-        // unscoped: the reaper looks at every tenant's expired leases.
-        Ok(db
-            .query_all_raw(Statement::from_sql_and_values(backend, sql, [now.into()]))
-            .await?)
-    }
-
-    /// Return tasks whose lease expired before `now` to the queue.
-    pub async fn reap_expired(&self, now: DateTime<Utc>) -> Result<usize> {
-        let db = &self.domain.db;
-        let rows = as_platform(Bypass::Queue, self.expired_leases(now)).await?;
-        let mut reaped = 0;
-        for row in rows {
-            let id: Uuid = row.try_get("", "id")?;
-            let tenant: Uuid = row.try_get("", "tenant_id")?;
-            let owner: Option<String> = row.try_get("", "lease_owner")?;
-            let Some(owner) = owner else { continue };
-            let scope = TenantScope::new(tenant.into());
-            let returned = as_tenant(scope.tenant_id(), async {
-                let txn = db.begin_write().await?;
-                let done = mutate(
-                    &txn,
-                    scope,
-                    id.into(),
-                    &Guard::Expired(owner.clone(), now),
-                    TaskChanges {
-                        status: Some(TaskStatus::Pending),
-                        lease: Some(None),
-                        ..TaskChanges::default()
-                    },
-                    vec![
-                        NewEvent::status(TaskStatus::Pending, "lease expired; back in the queue")
-                            .data(json!({"reason": "lease_expired", "worker": owner})),
-                    ],
-                )
-                .await?;
-                txn.commit().await?;
-                Ok::<_, crate::Error>(done)
-            })
-            .await?;
-            if let Some((_, events)) = returned {
-                tracing::warn!(task = %id, worker = %owner, "reaped an expired lease");
-                self.domain.tasks.sink().publish(&events);
-                reaped += 1;
-                metrics().lease_expiries.inc();
-            }
-        }
-        if reaped > 0 {
-            self.domain.tasks.wake_signal().notify_waiters();
-        }
-        Ok(reaped)
-    }
-
-    /// Start the worker pool and the reaper; they stop when `stopping`
-    /// turns true, after committing the step in hand.
-    pub fn spawn(self) -> Vec<JoinHandle<()>> {
-        let mut handles = Vec::new();
-        for n in 0..self.config.workers {
-            let worker = self.clone();
-            handles.push(tokio::spawn(async move { worker.work(n).await }));
-        }
-        if self.config.workers > 0 {
-            let reaper = self.clone();
-            handles.push(tokio::spawn(async move { reaper.reap_loop().await }));
-            let courier = self.clone();
-            handles.push(tokio::spawn(async move { courier.deliver_loop().await }));
-        }
-        handles
-    }
-
-    async fn work(self, n: usize) {
-        let wake = self.domain.tasks.wake_signal();
-        let mut stopping = self.stopping.clone();
-        tracing::debug!(worker = %self.config.worker_id, n, "worker started");
-        while !self.is_stopping() {
-            let notified = wake.notified();
-            match self.run_once().await {
-                Ok(Some(_)) => continue,
-                Ok(None) => {}
-                Err(err) => tracing::error!(%err, "worker error"),
-            }
-            tokio::select! {
-                () = notified => {}
-                () = tokio::time::sleep(self.config.poll) => {}
-                _ = stopping.changed() => {}
-            }
-        }
-    }
-
-    async fn reap_loop(self) {
-        let mut stopping = self.stopping.clone();
-        while !self.is_stopping() {
-            if let Err(err) = self.reap_expired(Utc::now()).await {
-                tracing::error!(%err, "reaper error");
-            }
-            // The same housekeeping beat stores the end of ended trials
-            // and starts the schedules' due runs.
-            if let Err(err) = self.domain.capabilities.expire_trials(Utc::now()).await {
-                tracing::error!(%err, "trial expiry error");
-            }
-            match self.domain.schedules.run_due(Utc::now()).await {
-                Ok(0) => {}
-                Ok(n) => {
-                    tracing::info!(runs = n, "started scheduled runs");
-                    self.domain.tasks.wake_signal().notify_waiters();
-                }
-                Err(err) => tracing::error!(%err, "schedule error"),
-            }
-            tokio::select! {
-                () = tokio::time::sleep(self.config.reap_every) => {}
-                _ = stopping.changed() => {}
-            }
-        }
-    }
-
-    /// Send due webhook deliveries, apart from the workers so a slow
-    /// endpoint never holds up a step.
-    async fn deliver_loop(self) {
-        let mut stopping = self.stopping.clone();
-        while !self.is_stopping() {
-            match self.domain.webhooks.deliver_due(Utc::now()).await {
-                Ok(0) => {}
-                Ok(n) => tracing::debug!(delivered = n, "sent webhook deliveries"),
-                Err(err) => tracing::error!(%err, "webhook delivery error"),
-            }
-            tokio::select! {
-                () = tokio::time::sleep(self.config.deliver_every) => {}
-                _ = stopping.changed() => {}
-            }
-        }
     }
 
     /// Drive a claimed task until it stops.

@@ -212,20 +212,21 @@ impl Executor {
         origin::adopt(&span, &task.trace_id, None);
         // The span (with the task's trace id) covers the tool call, so the
         // tool's own logs carry it.
+        // Time the tool waits for admission (a local model's queue, a
+        // model budget) extends its timeout and is not running time.
         let call = async {
             tracing::debug!(attempt, "step started");
-            tokio::time::timeout(limit, tool.call(ctx, args.clone())).await
+            waiting::timeout(limit, tool.call(ctx, args.clone())).await
         };
-        let result = {
-            match tracing::Instrument::instrument(call, span).await {
-                Ok(r) => r,
-                Err(_) => Err(ToolError::retryable(format!(
-                    "timed out after {}s",
-                    limit.as_secs()
-                ))),
-            }
-        };
-        let finished = Utc::now();
+        let (result, waited) = tracing::Instrument::instrument(call, span).await;
+        let result = result.unwrap_or_else(|| {
+            Err(ToolError::retryable(format!(
+                "timed out after {}s",
+                limit.as_secs()
+            )))
+        });
+        let started = started + chrono::Duration::from_std(waited).unwrap_or_default();
+        let finished = Utc::now().max(started);
         // The step's token deltas leave before its result is committed.
         self.domain.tasks.sink().flush().await;
         match result {

@@ -212,6 +212,21 @@ impl Tasks {
         if let Some(plan) = &plan {
             crate::catalogue::capabilities::check_quota(&self.db, scope, plan, now).await?;
         }
+        if let Some(key) = &new.concurrency_key
+            && (key.is_empty() || key.len() > 255)
+        {
+            return Err(Error::validation(
+                "concurrencyKey must have 1-255 characters",
+            ));
+        }
+        // The key's limit is the named plan's (a tenant's own plan); a key
+        // without one limits nothing.
+        let max_concurrent = match (&new.concurrency_key, &plan) {
+            (Some(_), Some(p)) if p.capability.is_none() => {
+                crate::catalogue::plans::max_concurrent(&self.db, scope, p.id).await?
+            }
+            _ => None,
+        };
         let id = TaskId::new();
         let given_intent = intent.is_some();
         let model = task::ActiveModel {
@@ -258,6 +273,10 @@ impl Tasks {
             usage: Set(Usage::default().to_json()),
             running_ms: Set(0),
             result: Set(None),
+            priority: Set(new.priority),
+            concurrency_key: Set(new.concurrency_key),
+            max_concurrent: Set(max_concurrent),
+            claimed_at: Set(None),
             created_by: Set(created_by),
             created_at: Set(now),
             updated_at: Set(now),

@@ -330,6 +330,11 @@ pub struct NewTask {
     pub conversation: Option<ConversationId>,
     pub max_steps: Option<u32>,
     pub confidence_threshold: Option<f64>,
+    /// Higher runs first among the tenant's runnable tasks (default 0).
+    pub priority: i32,
+    /// Tasks sharing this key (a conversation, a customer) run at most
+    /// their plan's `max_concurrent` at once.
+    pub concurrency_key: Option<String>,
 }
 
 /// A child task started by a tool.

@@ -1,0 +1,340 @@
+//! Claiming: which runnable task a free slot takes next, and returning
+//! the tasks of lost leases to the queue.
+//!
+//! **The rule.** Among the tenants with runnable work (a `PENDING` task,
+//! unleased, `run_after` passed) that are under their running limit, the
+//! claim takes the tenant with the fewest running tasks for its weight
+//! (`running / weight`; weights default to 1), and among equals the one
+//! served least recently (its latest `claimed_at`): tenants share the slots
+//! in proportion to their weights, and take turns when nothing is running.
+//! Within the tenant: the highest `priority`, then the longest wait
+//! (`run_after`, then id). A task with a concurrency key and a
+//! `max_concurrent` is skipped while that many tasks of its key run; the
+//! next ones of the key wait in the same order.
+//!
+//! **Across processes.** Everything the rule reads is in the database
+//! (running means leased; served is `claimed_at`), so any number of
+//! processes claim by it with no bookkeeping of their own. On PostgreSQL the
+//! tenant is chosen first (one statement, walking the runnable index tenant
+//! by tenant), then its task is claimed with `FOR UPDATE SKIP LOCKED`; a
+//! tenant with a running limit or keyed tasks is claimed under a
+//! transaction-scoped advisory lock of its own, and the count is read after
+//! the lock, so two processes cannot both take the last place. SQLite has
+//! one writer at a time: there the whole choice is the claim's one
+//! `UPDATE`.
+
+use super::*;
+
+/// A claimed task and, when it is planned in it, the claim's transaction,
+/// still open.
+pub(super) struct Claimed {
+    pub(super) task: Task,
+    pub(super) held: Option<DatabaseTransaction>,
+    /// When the slot took it (its wait in the queue ended).
+    pub(super) at: DateTime<Utc>,
+}
+
+/// A tenant with runnable work, in the order the rule serves them.
+struct Candidate {
+    tenant: Uuid,
+    /// Its running limit (0: none).
+    max_running: i64,
+    /// Whether its claim must be serialised (a limit, or keyed tasks).
+    limited: bool,
+}
+
+/// PostgreSQL: the tenants with runnable work, under their running limit,
+/// in the rule's order. `$1`: the platform's default running limit.
+const CANDIDATES_PG: &str = "\
+WITH RECURSIVE active(tenant_id) AS ( \
+    (SELECT tenant_id FROM tasks WHERE status = 'PENDING' AND lease_owner IS NULL \
+     ORDER BY tenant_id LIMIT 1) \
+  UNION ALL \
+    SELECT (SELECT t.tenant_id FROM tasks t \
+            WHERE t.status = 'PENDING' AND t.lease_owner IS NULL AND t.tenant_id > a.tenant_id \
+            ORDER BY t.tenant_id LIMIT 1) \
+    FROM active a WHERE a.tenant_id IS NOT NULL \
+) \
+SELECT c.tenant_id, c.max_running, c.keyed FROM ( \
+  SELECT a.tenant_id, \
+    COALESCE(q.max_running, $1)::bigint AS max_running, \
+    COALESCE(q.weight, 1.0) AS weight, \
+    (SELECT count(*) FROM tasks r WHERE r.tenant_id = a.tenant_id AND r.lease_owner IS NOT NULL) AS running, \
+    (SELECT max(s.claimed_at) FROM tasks s WHERE s.tenant_id = a.tenant_id AND s.claimed_at IS NOT NULL) AS served, \
+    EXISTS (SELECT 1 FROM tasks k WHERE k.tenant_id = a.tenant_id AND k.status = 'PENDING' \
+            AND k.lease_owner IS NULL AND k.max_concurrent IS NOT NULL) AS keyed \
+  FROM active a LEFT JOIN tenant_queue_settings q ON q.tenant_id = a.tenant_id \
+  WHERE a.tenant_id IS NOT NULL \
+) c \
+WHERE c.max_running <= 0 OR c.running < c.max_running \
+ORDER BY c.running / c.weight, c.served NULLS FIRST, c.tenant_id \
+LIMIT 16";
+
+/// PostgreSQL: claim the tenant `$4`'s next task, if its running limit
+/// (`$5`, 0: none) and the task's key allow. The claim's transaction then
+/// sees only that tenant's rows (row security), at no extra round trip.
+const CLAIM_PG: &str = "\
+UPDATE tasks SET lease_owner = $1, lease_expires_at = $2, updated_at = $3, claimed_at = $3 \
+WHERE id = ( \
+  SELECT c.id FROM tasks c \
+  WHERE c.tenant_id = $4 AND c.status = 'PENDING' AND c.lease_owner IS NULL AND c.run_after <= $3 \
+    AND ($5 <= 0 OR (SELECT count(*) FROM tasks r \
+                     WHERE r.tenant_id = $4 AND r.lease_owner IS NOT NULL) < $5) \
+    AND (c.max_concurrent IS NULL OR c.concurrency_key IS NULL \
+         OR (SELECT count(*) FROM tasks k WHERE k.tenant_id = $4 \
+             AND k.concurrency_key = c.concurrency_key AND k.lease_owner IS NOT NULL) < c.max_concurrent) \
+  ORDER BY c.priority DESC, c.run_after, c.id \
+  LIMIT 1 FOR UPDATE SKIP LOCKED) \
+RETURNING *, set_config('brainstem.tenant', tenant_id::text, true) AS row_access";
+
+/// SQLite: the whole rule in the claim's one `UPDATE`. `?4`: the
+/// platform's default running limit.
+const CLAIM_SQLITE: &str = "\
+UPDATE tasks SET lease_owner = ?1, lease_expires_at = ?2, updated_at = ?3, claimed_at = ?3 \
+WHERE id = ( \
+  WITH ranked AS ( \
+    SELECT a.tenant_id, \
+      COALESCE(q.max_running, ?4) AS max_running, \
+      COALESCE(q.weight, 1.0) AS weight, \
+      (SELECT count(*) FROM tasks r WHERE r.tenant_id = a.tenant_id AND r.lease_owner IS NOT NULL) AS running, \
+      (SELECT max(s.claimed_at) FROM tasks s WHERE s.tenant_id = a.tenant_id AND s.claimed_at IS NOT NULL) AS served \
+    FROM (SELECT DISTINCT tenant_id FROM tasks \
+          WHERE status = 'PENDING' AND lease_owner IS NULL AND run_after <= ?3) a \
+    LEFT JOIN tenant_queue_settings q ON q.tenant_id = a.tenant_id \
+  ) \
+  SELECT c.id FROM tasks c JOIN ranked t ON t.tenant_id = c.tenant_id \
+  WHERE c.status = 'PENDING' AND c.lease_owner IS NULL AND c.run_after <= ?3 \
+    AND (t.max_running <= 0 OR t.running < t.max_running) \
+    AND (c.max_concurrent IS NULL OR c.concurrency_key IS NULL \
+         OR (SELECT count(*) FROM tasks k WHERE k.tenant_id = c.tenant_id \
+             AND k.concurrency_key = c.concurrency_key AND k.lease_owner IS NOT NULL) < c.max_concurrent) \
+  ORDER BY CAST(t.running AS REAL) / t.weight, t.served IS NOT NULL, t.served, t.tenant_id, \
+    c.priority DESC, c.run_after, c.id \
+  LIMIT 1) \
+RETURNING *";
+
+impl Executor {
+    /// [`Self::claim_next`] across tenants (the queue is shared).
+    pub(super) async fn claim_one(&self) -> Result<Option<Claimed>> {
+        as_platform(Bypass::Queue, self.claim_next(Utc::now(), true)).await
+    }
+
+    /// Claim the next runnable task by the rule, with the claim's
+    /// transaction still open when the task is to be planned in it.
+    /// `may_hold`: whether the transaction may stay open for planning.
+    async fn claim_next(&self, now: DateTime<Utc>, may_hold: bool) -> Result<Option<Claimed>> {
+        if self.domain.db.get_database_backend() != DbBackend::Postgres {
+            let txn = self.domain.db.begin_write().await?;
+            return match self.claim_sqlite(&txn, now).await? {
+                Some(task) => Ok(Some(self.hold_or_commit(txn, task, may_hold, now).await?)),
+                None => {
+                    txn.commit().await?;
+                    Ok(None)
+                }
+            };
+        }
+        for candidate in self.candidates().await? {
+            let txn = self.domain.db.begin_write().await?;
+            if candidate.limited {
+                // Serialise this tenant's claims across processes; the
+                // count in the claim is read after the lock is held.
+                txn.execute_raw(Statement::from_sql_and_values(
+                    DbBackend::Postgres,
+                    "SELECT pg_advisory_xact_lock(hashtextextended('brainstem.queue:' || $1::text, 0))",
+                    [candidate.tenant.into()],
+                ))
+                .await?;
+            }
+            let claimed = self
+                .claim_pg(&txn, candidate.tenant, candidate.max_running, now)
+                .await?;
+            match claimed {
+                // A limited tenant's lock is not kept while it plans.
+                Some(task) => {
+                    return Ok(Some(
+                        self.hold_or_commit(txn, task, may_hold && !candidate.limited, now)
+                            .await?,
+                    ));
+                }
+                None => txn.commit().await?,
+            }
+        }
+        Ok(None)
+    }
+
+    /// A task that named its plan is planned in the claim's own
+    /// transaction (one commit fewer), reading through it: planning then
+    /// reads only that plan, and no second pooled connection is needed
+    /// while this one is held. Otherwise (or when `may_hold` is false) the
+    /// claim commits first.
+    async fn hold_or_commit(
+        &self,
+        txn: DatabaseTransaction,
+        task: Task,
+        may_hold: bool,
+        at: DateTime<Utc>,
+    ) -> Result<Claimed> {
+        let held = if may_hold
+            && task.plan_key.is_none()
+            && !task.cancel_requested
+            && task.mode != TaskMode::Answer
+            && task.intent.is_some()
+            && task.plan_id.is_some()
+        {
+            Some(txn)
+        } else {
+            txn.commit().await?;
+            None
+        };
+        Ok(Claimed { task, held, at })
+    }
+
+    /// PostgreSQL: the tenants to try, in the rule's order.
+    async fn candidates(&self) -> Result<Vec<Candidate>> {
+        let statement = Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            CANDIDATES_PG,
+            [i64::from(self.config.tenant_max_running).into()],
+        );
+        // unscoped: the shared work queue.
+        let rows = self.domain.db.query_all_raw(statement).await?;
+        rows.iter()
+            .map(|row| {
+                let max_running: i64 = row.try_get("", "max_running")?;
+                let keyed: bool = row.try_get("", "keyed")?;
+                Ok(Candidate {
+                    tenant: row.try_get("", "tenant_id")?,
+                    max_running,
+                    limited: max_running > 0 || keyed,
+                })
+            })
+            .collect()
+    }
+
+    async fn claim_pg<C: ConnectionTrait>(
+        &self,
+        db: &C,
+        tenant: Uuid,
+        max_running: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Task>> {
+        let statement = Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            CLAIM_PG,
+            [
+                self.config.worker_id.clone().into(),
+                self.lease_until().into(),
+                now.into(),
+                tenant.into(),
+                max_running.into(),
+            ],
+        );
+        self.claimed(db, statement, now).await
+    }
+
+    async fn claim_sqlite<C: ConnectionTrait>(
+        &self,
+        db: &C,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Task>> {
+        let statement = Statement::from_sql_and_values(
+            DbBackend::Sqlite,
+            CLAIM_SQLITE,
+            [
+                self.config.worker_id.clone().into(),
+                self.lease_until().into(),
+                now.into(),
+                i64::from(self.config.tenant_max_running).into(),
+            ],
+        );
+        self.claimed(db, statement, now).await
+    }
+
+    /// Run a claim statement; the task it claimed, if any.
+    async fn claimed<C: ConnectionTrait>(
+        &self,
+        db: &C,
+        statement: Statement,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Task>> {
+        // unscoped: the shared work queue; the claimed task's tenant scopes
+        // everything done with it afterwards.
+        let row = task::Entity::find().from_raw_sql(statement).one(db).await?;
+        let task = row.map(Task::try_from).transpose()?;
+        if let Some(task) = &task {
+            metrics()
+                .claim_latency
+                .observe(seconds_between(task.run_after, now));
+        }
+        Ok(task)
+    }
+
+    /// Claim the next runnable task by the rule, committed at once.
+    pub async fn claim(&self, now: DateTime<Utc>) -> Result<Option<Task>> {
+        let claimed = as_platform(Bypass::Queue, self.claim_next(now, false)).await?;
+        Ok(claimed.map(|c| c.task))
+    }
+
+    /// Every tenant's tasks whose lease expired before `now`: id, tenant and
+    /// lease owner.
+    async fn expired_leases(&self, now: DateTime<Utc>) -> Result<Vec<sea_orm::QueryResult>> {
+        let db = &self.domain.db;
+        let backend = db.get_database_backend();
+        let sql = match backend {
+            DbBackend::Postgres => {
+                "SELECT id, tenant_id, lease_owner FROM tasks WHERE lease_expires_at < $1"
+            }
+            _ => "SELECT id, tenant_id, lease_owner FROM tasks WHERE lease_expires_at < ?1",
+        };
+        // unscoped: the reaper looks at every tenant's expired leases.
+        Ok(db
+            .query_all_raw(Statement::from_sql_and_values(backend, sql, [now.into()]))
+            .await?)
+    }
+
+    /// Return tasks whose lease expired before `now` to the queue.
+    pub async fn reap_expired(&self, now: DateTime<Utc>) -> Result<usize> {
+        let db = &self.domain.db;
+        let rows = as_platform(Bypass::Queue, self.expired_leases(now)).await?;
+        let mut reaped = 0;
+        for row in rows {
+            let id: Uuid = row.try_get("", "id")?;
+            let tenant: Uuid = row.try_get("", "tenant_id")?;
+            let owner: Option<String> = row.try_get("", "lease_owner")?;
+            let Some(owner) = owner else { continue };
+            let scope = TenantScope::new(tenant.into());
+            let returned = as_tenant(scope.tenant_id(), async {
+                let txn = db.begin_write().await?;
+                let done = mutate(
+                    &txn,
+                    scope,
+                    id.into(),
+                    &Guard::Expired(owner.clone(), now),
+                    TaskChanges {
+                        status: Some(TaskStatus::Pending),
+                        lease: Some(None),
+                        ..TaskChanges::default()
+                    },
+                    vec![
+                        NewEvent::status(TaskStatus::Pending, "lease expired; back in the queue")
+                            .data(json!({"reason": "lease_expired", "worker": owner})),
+                    ],
+                )
+                .await?;
+                txn.commit().await?;
+                Ok::<_, crate::Error>(done)
+            })
+            .await?;
+            if let Some((_, events)) = returned {
+                tracing::warn!(task = %id, worker = %owner, "reaped an expired lease");
+                self.domain.tasks.sink().publish(&events);
+                reaped += 1;
+                metrics().lease_expiries.inc();
+            }
+        }
+        if reaped > 0 {
+            self.domain.tasks.wake_signal().notify_waiters();
+        }
+        Ok(reaped)
+    }
+}
