@@ -27,6 +27,7 @@ mod failed_auth;
 mod fanout;
 mod fuzz;
 mod graph;
+mod graphiql;
 mod graphql_http_audit;
 mod guardrails;
 mod hook_security;
