@@ -26,6 +26,7 @@ fn main() {
     for input in [
         "console/src",
         "console/index.html",
+        "console/graphiql.html",
         "console/package.json",
         "console/package-lock.json",
         "console/vite.config.ts",

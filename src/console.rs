@@ -3,6 +3,12 @@
 //! single-page app and gets `index.html`; without an embedded console
 //! every path gets a page that says how to build it.
 //!
+//! GraphiQL is the build's second page, `GRAPHIQL_PAGE` (a browser's
+//! `GET /graphql` is redirected there): its scripts, styles, fonts and
+//! editor workers are embedded like the console's, so nothing comes from
+//! a CDN. A build without it answers that page with the not-built page,
+//! never with the console.
+//!
 //! Invariants:
 //! - Hashed assets (`assets/…`) are cached for a year, `index.html` never,
 //!   so a new build is picked up at once.
@@ -24,6 +30,7 @@ use axum::{
     response::{IntoResponse, Redirect, Response},
     routing::get,
 };
+use brainstem_api::http::GRAPHIQL_PAGE;
 
 /// One file of the console, as `build.rs` embedded it.
 pub struct EmbeddedFile {
@@ -58,13 +65,16 @@ pub fn routes() -> Router {
 }
 
 /// The headers of every console answer. Styles may be inline (React sets
-/// `style` attributes); scripts, fonts and connections are the origin's
-/// own (`'self'` covers the same origin's WebSocket).
+/// `style` attributes; GraphiQL's editor inserts `<style>` elements);
+/// scripts, workers (through `script-src`) and connections are the
+/// origin's own (`'self'` covers the same origin's WebSocket). Fonts are
+/// the origin's own or `data:` (GraphiQL's stylesheet carries its fonts
+/// inline; a font runs no code).
 pub const SECURITY_HEADERS: &[(&str, &str)] = &[
     (
         "content-security-policy",
         "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
-         img-src 'self' data:; font-src 'self'; connect-src 'self'; object-src 'none'; \
+         img-src 'self' data:; font-src 'self' data:; connect-src 'self'; object-src 'none'; \
          base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
     ),
     ("x-frame-options", "DENY"),
@@ -158,8 +168,10 @@ fn serve(path: &str, headers: &HeaderMap) -> Response {
         return StatusCode::NOT_FOUND.into_response();
     }
     match find("index.html") {
-        Some(index) => send(index, "no-cache", headers),
-        None => (
+        Some(index) if Some(path) != GRAPHIQL_PAGE.strip_prefix("/console/") => {
+            send(index, "no-cache", headers)
+        }
+        _ => (
             StatusCode::NOT_FOUND,
             [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
             NOT_BUILT,
@@ -182,7 +194,8 @@ fn content_type(path: &str) -> &'static str {
 }
 
 const NOT_BUILT: &str = "<!doctype html><html lang=\"en\"><head><title>Brainstem console</title></head>\
-<body><h1>The console is not in this build</h1><p>This binary was built without Node \
-(20.19 or later) and npm on the PATH, so the console in <code>console/</code> was not \
-built. Install them and build again (<code>cargo build --release</code>); the GraphQL API \
-at <a href=\"/graphql\">/graphql</a> works without it.</p></body></html>";
+<body><h1>The console and GraphiQL are not in this build</h1><p>This binary was built \
+without Node (20.19 or later) and npm on the PATH, so the console in <code>console/</code> \
+(which also holds GraphiQL) was not built. Install them and build again (<code>cargo build \
+--release</code>); the GraphQL API at <code>/graphql</code> works without it (POST, or GET \
+with <code>?query=</code>).</p></body></html>";

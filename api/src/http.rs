@@ -16,7 +16,10 @@
 //!   request that fails before execution (malformed, invalid, over a limit)
 //!   gets `400`; `application/json` (or no `Accept`) always gets `200` for a
 //!   well-formed request.
-//! - A browser (`Accept: text/html`) without a query gets GraphiQL.
+//! - A browser (`Accept: text/html`) without a query is redirected to
+//!   GraphiQL at [`GRAPHIQL_PAGE`], which the binary serves with the
+//!   console (no script from elsewhere); any other client is answered as
+//!   above.
 //! - A bad credential is `401` with code `UNAUTHENTICATED`, and counts as
 //!   a failed authentication of the client's address: past
 //!   `rate_limit_failed_auth_*`, the address's credentials are refused
@@ -40,7 +43,7 @@ use axum::{
     extract::{ConnectInfo, MatchedPath, RawQuery, Request, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
     middleware::{Next, from_fn_with_state},
-    response::{Html, IntoResponse, Response},
+    response::{IntoResponse, Redirect, Response},
     routing::{get, post},
 };
 use brainstem_domain::{
@@ -59,6 +62,10 @@ use crate::{
 };
 
 pub const GRAPHQL_RESPONSE_JSON: &str = "application/graphql-response+json";
+
+/// Where a browser's `GET /graphql` is sent: GraphiQL, a page of the
+/// console's build.
+pub const GRAPHIQL_PAGE: &str = "/console/graphiql.html";
 
 pub fn routes(state: ApiState) -> Router {
     Router::new()
@@ -130,24 +137,7 @@ async fn graphql_get(
         .is_some_and(|a| a.contains("text/html"));
     let query = query.unwrap_or_default();
     if wants_html && !query.split('&').any(|kv| kv.starts_with("query=")) {
-        let page = Html(
-            async_graphql::http::GraphiQLSource::build()
-                .endpoint("/graphql")
-                .subscription_endpoint("/graphql/ws")
-                .title("Brainstem")
-                .finish(),
-        );
-        // Never framed (clickjacking), never sniffed, no referrer sent on.
-        return (
-            [
-                (header::X_FRAME_OPTIONS, "DENY"),
-                (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-                (header::REFERRER_POLICY, "no-referrer"),
-                (header::CONTENT_SECURITY_POLICY, "frame-ancestors 'none'"),
-            ],
-            page,
-        )
-            .into_response();
+        return Redirect::to(GRAPHIQL_PAGE).into_response();
     }
     let Some(media) = Media::negotiate(&headers) else {
         return not_acceptable();

@@ -126,16 +126,18 @@ async fn get_and_post_follow_graphql_over_http(app: TestApp) {
         )
         .await;
     assert_client_error(&res);
-    // A browser gets GraphiQL.
-    let page = app
-        .http
+    // A browser is sent to GraphiQL (see graphiql.rs).
+    let page = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
         .get(app.url("/graphql"))
         .header("accept", "text/html")
         .send()
         .await
         .unwrap();
-    assert_eq!(page.status(), 200);
-    assert!(page.text().await.unwrap().contains("graphiql"));
+    assert!(page.status().is_redirection(), "{}", page.status());
+    assert_eq!(page.headers()["location"], "/console/graphiql.html");
 }
 
 async fn health_and_metrics_answer(app: TestApp) {

@@ -28,6 +28,7 @@ mod fair_queue;
 mod fanout;
 mod fuzz;
 mod graph;
+mod graphiql;
 mod graphql_http_audit;
 mod guardrails;
 mod hook_security;
