@@ -398,7 +398,8 @@ async fn serve_fetches_missing_models_first_and_starts_offline_when_it_cannot() 
             "{log}"
         );
         assert!(
-            log.contains("using the built-in offline embedder and language model"),
+            log.contains("language model: `offline`, built in and offline")
+                && log.contains("embedder: hashing, built in and offline"),
             "{log}"
         );
         assert!(!dir.path().join("models").join("COMPLETE").exists());

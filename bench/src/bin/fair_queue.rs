@@ -27,6 +27,7 @@ use brainstem_domain::{
     Domain, Principal, db,
     events::EventBus,
     executor::{Executor, ExecutorConfig},
+    kernel::outbound::{Outbound, OutboundSettings},
     plans::{PlanDef, StepDef},
     row_security,
     tasks::NewTask,
@@ -181,7 +182,13 @@ async fn main() -> anyhow::Result<()> {
     let completions = Arc::new(Completions::default());
     let bus = EventBus::new();
     if args.database_url.starts_with("postgres") {
-        bus.connect_postgres(conn.clone(), args.database_url.clone());
+        // No connection here holds a credential: revocations go unheard.
+        bus.connect_postgres(
+            conn.clone(),
+            args.database_url.clone(),
+            brainstem_domain::events::NOTIFY_LINGER,
+            Default::default(),
+        );
     }
     completions.watch(&bus);
     let domain = Domain::new(conn.clone(), registry, bus);
@@ -205,9 +212,14 @@ async fn main() -> anyhow::Result<()> {
     publish(&domain, &b, "noop3", noop()).await?;
 
     let (stop, stopping) = watch::channel(false);
+    // The slow endpoint listens on loopback, which only an operator's
+    // listing opens.
     let settings = ToolSettings {
-        http_allowed_hosts: vec!["127.0.0.1".into()],
-        http: brainstem_domain::http_client::client(Duration::from_secs(120)),
+        outbound: Outbound::new(&OutboundSettings {
+            allowed_hosts: vec!["127.0.0.1:*".into()],
+            allowed_private: vec!["127.0.0.1/32".into()],
+            ..OutboundSettings::default()
+        })?,
         ..ToolSettings::default()
     };
     let executor = Executor::new(

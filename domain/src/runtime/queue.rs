@@ -12,7 +12,6 @@ use brainstem_entity::{TaskId, TenantId, TenantOwned, TenantScope, tenant_queue_
 use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ConnectionTrait, DatabaseConnection, DbBackend, Statement,
-    TransactionTrait,
 };
 use serde_json::json;
 use uuid::Uuid;
