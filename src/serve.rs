@@ -86,9 +86,11 @@ pub async fn serve(
             tracing::debug!(%err, "could not set TCP_NODELAY");
         }
         let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::debug!(%peer, "connection refused: at http_max_connections");
             tokio::spawn(refuse_busy(tcp));
             continue;
         };
+        tracing::trace!(%peer, "connection accepted");
         let (router, mut stop, open) = (router.clone(), stop.clone(), open_tx.clone());
         tokio::spawn(async move {
             serve_connection(tcp, peer, router, limits, &mut stop).await;

@@ -3,6 +3,11 @@
 //! overridden by `BRAINSTEM_<KEY>` environment variables. Loaded once in
 //! `main` and passed down explicitly; secrets are `SecretString`s and never
 //! printed.
+//!
+//! `validate.rs` holds the checks a loaded configuration must pass;
+//! `tests.rs` its unit tests.
+
+mod validate;
 
 use std::{
     collections::BTreeMap,
@@ -11,18 +16,19 @@ use std::{
 
 use anyhow::{Context, bail};
 use brainstem_api::{GraphqlLimits, cost::DocumentLimits};
-use brainstem_domain::memory::{EmbedderConfig, MemoryConfig, vector::MAX_DIMENSION};
+use brainstem_domain::memory::{EmbedderConfig, MemoryConfig};
 use brainstem_domain::{
     intent::Detector,
-    llm::{Price, Prices},
+    llm::Price,
     rate_limit::{Rate, RateLimits},
 };
 use figment::{
     Figment,
     providers::{Env, Format, Toml},
 };
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 use serde::Deserialize;
+pub use validate::{MIN_JWT_SECRET_BYTES, check_jwt_secret};
 
 /// Where the file is looked for when none is named.
 pub const DEFAULT_CONFIG_FILE: &str = "brainstem.toml";
@@ -417,24 +423,6 @@ fn default_prices() -> BTreeMap<String, Price> {
     .collect()
 }
 
-/// The shortest HS256 secret accepted, in bytes: a shorter one can be
-/// found offline from a single token.
-pub const MIN_JWT_SECRET_BYTES: usize = 32;
-
-/// Refuse an HS256 secret shorter than [`MIN_JWT_SECRET_BYTES`].
-pub fn check_jwt_secret(secret: &SecretString) -> anyhow::Result<()> {
-    let len = secret.expose_secret().len();
-    if len < MIN_JWT_SECRET_BYTES {
-        bail!(
-            "jwt_secret is {len} bytes; it must be at least {MIN_JWT_SECRET_BYTES} (a short \
-             HS256 secret can be guessed offline from one token): generate one with \
-             `openssl rand -hex 32`, or leave it unset on an embedded install to have one \
-             generated"
-        );
-    }
-    Ok(())
-}
-
 impl Config {
     /// Load from `file` (if given it must exist; if not, `./brainstem.toml`
     /// is used when present) and the environment.
@@ -454,98 +442,6 @@ impl Config {
         let config: Config = figment.extract().context("invalid configuration")?;
         config.validate()?;
         Ok(config)
-    }
-
-    fn validate(&self) -> anyhow::Result<()> {
-        brainstem_domain::db::Backend::of_url(&self.database_url)
-            .map_err(|e| anyhow::anyhow!("database_url: {e}"))?;
-        if let Some(secret) = &self.jwt_secret {
-            check_jwt_secret(secret)?;
-        }
-        if self.http_max_connections == 0 {
-            bail!("http_max_connections must be at least 1");
-        }
-        if self.http_header_timeout_secs == 0
-            || self.http_body_timeout_secs == 0
-            || self.http_idle_timeout_secs == 0
-        {
-            bail!(
-                "http_header_timeout_secs, http_body_timeout_secs and http_idle_timeout_secs must be at least 1"
-            );
-        }
-        if self.database_max_connections == 0 {
-            bail!("database_max_connections must be at least 1");
-        }
-        let document = self.graphql_limits().document;
-        if self.graphql_max_depth == 0
-            || document.max_cost == 0
-            || document.max_cost_anonymous == 0
-            || document.max_bytes == 0
-            || document.max_tokens == 0
-            || document.max_nesting == 0
-            || self.graphql_request_timeout_ms == 0
-            || self.graphql_max_response_bytes == 0
-            || self.ws_init_timeout_ms == 0
-        {
-            bail!(
-                "graphql limits (depth, cost, anonymous cost, document bytes, tokens, nesting, \
-                 request timeout, response bytes, WebSocket init timeout) must be at least 1"
-            );
-        }
-        if self.graphql_batch_delay_ms > 1000 {
-            bail!("graphql_batch_delay_ms must be at most 1000");
-        }
-        if !(1..=3650).contains(&self.memory_purge_after_days) {
-            bail!("memory_purge_after_days must be 1-3650");
-        }
-        if self.http_max_response_bytes == 0 {
-            bail!("http_max_response_bytes must be at least 1");
-        }
-        brainstem_domain::outbound::Policy::new(
-            &self.http_allowed_hosts,
-            &self.http_allowed_private,
-        )
-        .map_err(|e| anyhow::anyhow!(e))?;
-        if self.webhook_max_attempts < 1 || self.webhook_max_attempts > 50 {
-            bail!("webhook_max_attempts must be 1-50");
-        }
-        if self.task_timeout_secs < 1 {
-            bail!("task_timeout_secs must be at least 1");
-        }
-        if self.executor_lease_secs < 1 {
-            bail!("executor_lease_secs must be at least 1");
-        }
-        if self.slots() > 10_000 {
-            bail!("executor_slots must be at most 10000");
-        }
-        self.validate_llm()?;
-        for (name, rps) in [
-            ("rate_limit_per_key_rps", self.rate_limit_per_key_rps),
-            ("rate_limit_per_tenant_rps", self.rate_limit_per_tenant_rps),
-            ("rate_limit_anonymous_rps", self.rate_limit_anonymous_rps),
-            (
-                "rate_limit_failed_auth_rps",
-                self.rate_limit_failed_auth_rps,
-            ),
-        ] {
-            if !(rps.is_finite() && rps >= 0.0) {
-                bail!("{name} must be a number of requests per second, 0 or more");
-            }
-        }
-        if self.embedding_dimension == 0 || self.embedding_dimension > MAX_DIMENSION {
-            bail!("embedding_dimension must be 1..={MAX_DIMENSION}");
-        }
-        if !(1..=1000).contains(&self.memory_hnsw_ef_search) {
-            bail!("memory_hnsw_ef_search must be 1..=1000");
-        }
-        if self.memory_tenant_index_rows == 0 {
-            bail!("memory_tenant_index_rows must be at least 1");
-        }
-        if !(0.0..=1.0).contains(&self.memory_dedup_threshold) {
-            bail!("memory_dedup_threshold must be between 0 and 1");
-        }
-        self.memory_config()?;
-        Ok(())
     }
 
     /// Tasks this process drives at once: `executor_slots`, or `workers`
@@ -601,39 +497,6 @@ impl Config {
                 self.models_dir.display()
             )
         })
-    }
-
-    fn validate_llm(&self) -> anyhow::Result<()> {
-        if self.llm_provider == LlmProvider::Local {
-            self.require_local_models()?;
-        }
-        if self.llm_provider == LlmProvider::Openai {
-            if self.llm_model.as_deref().is_none_or(str::is_empty) {
-                bail!("llm_model must name a model when llm_provider is `openai`");
-            }
-            let url = reqwest::Url::parse(&self.llm_base_url)
-                .map_err(|e| anyhow::anyhow!("llm_base_url: {e}"))?;
-            if !matches!(url.scheme(), "http" | "https") {
-                bail!("llm_base_url must be an http or https URL");
-            }
-        }
-        if self.llm_max_tokens == 0 {
-            bail!("llm_max_tokens must be at least 1");
-        }
-        if !(0.0..=2.0).contains(&self.llm_temperature) {
-            bail!("llm_temperature must be between 0 and 2");
-        }
-        if self.llm_call_timeout_secs == 0
-            || self.llm_stream_timeout_secs == 0
-            || self.llm_intent_timeout_secs == 0
-        {
-            bail!("llm timeouts must be at least 1 second");
-        }
-        if self.llm_retry_max_attempts == 0 {
-            bail!("llm_retry_max_attempts must be at least 1");
-        }
-        Prices::new(self.llm_prices.clone()).map_err(|e| anyhow::anyhow!("llm_prices: {e}"))?;
-        Ok(())
     }
 
     pub fn rate_limits(&self) -> RateLimits {
@@ -738,131 +601,4 @@ impl Config {
 }
 
 #[cfg(test)]
-#[allow(clippy::result_large_err)] // figment::Jail closures return figment::Error
-mod tests {
-    use std::io::Write;
-
-    use super::*;
-
-    #[test]
-    fn file_overrides_defaults_and_env_overrides_file() {
-        figment::Jail::expect_with(|jail| {
-            let mut file = std::fs::File::create(jail.directory().join("b.toml"))
-                .map_err(|e| e.to_string())?;
-            writeln!(
-                file,
-                "bind = \"0.0.0.0:9000\"\ngraphql_max_depth = 7\njwt_secret = \"from-file-0123456789abcdef0123456789\""
-            )
-            .map_err(|e| e.to_string())?;
-            jail.set_env("BRAINSTEM_GRAPHQL_MAX_DEPTH", "5");
-            let config =
-                Config::load(Some(&jail.directory().join("b.toml"))).map_err(|e| e.to_string())?;
-            assert_eq!(config.bind, "0.0.0.0:9000");
-            assert_eq!(config.graphql_max_depth, 5);
-            assert_eq!(
-                config
-                    .jwt_secret
-                    .as_ref()
-                    .map(|s| s.expose_secret().to_owned())
-                    .as_deref(),
-                Some("from-file-0123456789abcdef0123456789")
-            );
-            assert_eq!(config.database_url, "sqlite://brainstem.db");
-            assert_eq!(config.embedding_dimension, 256);
-            assert_eq!(config.memory_bank_capacity, 1000);
-            Ok(())
-        });
-    }
-
-    #[test]
-    fn a_named_file_must_exist_and_bad_values_are_refused() {
-        figment::Jail::expect_with(|jail| {
-            assert!(Config::load(Some(Path::new("/nonexistent/brainstem.toml"))).is_err());
-            jail.set_env("BRAINSTEM_DATABASE_URL", "mysql://x");
-            assert!(Config::load(None).is_err());
-            jail.set_env("BRAINSTEM_DATABASE_URL", "sqlite://x.db");
-            jail.set_env("BRAINSTEM_DATABASE_MAX_CONNECTIONS", "many");
-            assert!(Config::load(None).is_err());
-            jail.set_env("BRAINSTEM_DATABASE_MAX_CONNECTIONS", "4");
-            jail.set_env("BRAINSTEM_EMBEDDING_PROVIDER", "openai");
-            assert!(Config::load(None).is_err(), "openai needs a base URL");
-            jail.set_env("BRAINSTEM_EMBEDDING_BASE_URL", "http://127.0.0.1:9/v1");
-            assert!(Config::load(None).is_ok());
-            Ok(())
-        });
-    }
-
-    #[test]
-    fn llm_settings_come_from_the_environment_and_must_be_sane() {
-        figment::Jail::expect_with(|jail| {
-            let config = Config::load(None).map_err(|e| e.to_string())?;
-            assert_eq!(config.llm_provider, LlmProvider::Auto);
-            assert_eq!(config.intent_detector, Detector::Rules);
-            assert_eq!(config.llm_prices["gpt-4o"].output_per_million, 10.0);
-            jail.set_env("BRAINSTEM_LLM_PROVIDER", "openai");
-            // `openai` needs a model.
-            assert!(Config::load(None).is_err());
-            jail.set_env("BRAINSTEM_LLM_MODEL", "llama3");
-            jail.set_env("BRAINSTEM_INTENT_DETECTOR", "llm");
-            jail.set_env(
-                "BRAINSTEM_LLM_PRICES",
-                "{llama3 = {input_per_million = 0.5, output_per_million = 1.5}}",
-            );
-            let config = Config::load(None).map_err(|e| e.to_string())?;
-            assert_eq!(config.llm_provider, LlmProvider::Openai);
-            assert_eq!(config.intent_detector, Detector::Llm);
-            assert_eq!(config.llm_prices["llama3"].input_per_million, 0.5);
-            jail.set_env("BRAINSTEM_LLM_BASE_URL", "ftp://x");
-            assert!(Config::load(None).is_err());
-            jail.set_env("BRAINSTEM_LLM_BASE_URL", "http://127.0.0.1:11434/v1");
-            jail.set_env(
-                "BRAINSTEM_LLM_PRICES",
-                "{llama3 = {input_per_million = -1, output_per_million = 1}}",
-            );
-            assert!(Config::load(None).is_err());
-            Ok(())
-        });
-    }
-
-    #[test]
-    fn secrets_are_not_printed_by_debug() {
-        let config = Config {
-            llm_api_key: Some(SecretString::from("hunter5")),
-            jwt_secret: Some(SecretString::from("hunter2")),
-            connection_encryption_key: Some(SecretString::from("hunter3")),
-            connection_encryption_old_keys: vec![SecretString::from("hunter4")],
-            ..Config::default()
-        };
-        let printed = format!("{config:?}");
-        for secret in ["hunter2", "hunter3", "hunter4", "hunter5"] {
-            assert!(!printed.contains(secret));
-        }
-    }
-
-    #[test]
-    fn a_short_jwt_secret_is_refused_with_the_reason() {
-        figment::Jail::expect_with(|jail| {
-            jail.set_env("BRAINSTEM_JWT_SECRET", "x".repeat(MIN_JWT_SECRET_BYTES - 1));
-            let err = Config::load(None).unwrap_err().to_string();
-            assert!(err.contains("at least 32"), "{err}");
-            jail.set_env("BRAINSTEM_JWT_SECRET", "x".repeat(MIN_JWT_SECRET_BYTES));
-            assert!(Config::load(None).is_ok());
-            Ok(())
-        });
-    }
-
-    #[test]
-    fn rate_limits_come_from_the_environment_and_must_be_sane() {
-        figment::Jail::expect_with(|jail| {
-            jail.set_env("BRAINSTEM_RATE_LIMIT_PER_KEY_RPS", "2.5");
-            jail.set_env("BRAINSTEM_RATE_LIMIT_PER_TENANT_BURST", "9");
-            let config = Config::load(None).map_err(|e| e.to_string())?;
-            let rates = config.rate_limits();
-            assert_eq!(rates.per_key.per_second, 2.5);
-            assert_eq!(rates.per_tenant.burst, 9);
-            jail.set_env("BRAINSTEM_RATE_LIMIT_PER_TENANT_RPS", "-1");
-            assert!(Config::load(None).is_err());
-            Ok(())
-        });
-    }
-}
+mod tests;
