@@ -37,6 +37,7 @@ use axum::{
     http::StatusCode,
 };
 use brainstem_api::{edge::Departure, error};
+use futures_util::task::AtomicWaker;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::{
     io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf},
@@ -186,6 +187,11 @@ struct Shared {
     under_way: AtomicUsize,
     /// The connection became a WebSocket: no HTTP timeout applies.
     upgraded: AtomicBool,
+    /// The task reading the socket. The last answer finishing is a change
+    /// of phase that no read sees, so it wakes the reader to start the idle
+    /// timeout; without this a connection whose answer ends after hyper's
+    /// last read would stay open for ever.
+    reader: AtomicWaker,
 }
 
 /// A request under way on its connection, from its headers until its
@@ -205,7 +211,9 @@ impl UnderWay {
 
 impl Drop for UnderWay {
     fn drop(&mut self) {
-        self.0.under_way.fetch_sub(1, Ordering::AcqRel);
+        if self.0.under_way.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.reader.wake();
+        }
     }
 }
 
@@ -296,6 +304,7 @@ impl AsyncRead for Watched {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        self.shared.reader.register(cx.waker());
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.tcp).poll_read(cx, buf);
         let read = buf.filled().len() > before;
