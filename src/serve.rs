@@ -304,7 +304,9 @@ impl AsyncRead for Watched {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        self.shared.reader.register(cx.waker());
+        if !self.shared.upgraded.load(Ordering::Acquire) {
+            self.shared.reader.register(cx.waker());
+        }
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.tcp).poll_read(cx, buf);
         let read = buf.filled().len() > before;

@@ -15,10 +15,17 @@
 //! - `agent_loop`: what an agent loop's iteration costs beyond its model,
 //!   against a plain plan of as many steps.
 //!
+//! Every binary here runs with the allocator the `brainstem` binary ships
+//! with (mimalloc, `src/main.rs`), so a server measured in a benchmark's
+//! process allocates as a deployed one does.
+//!
 //! Shared here: [`call`] (one GraphQL operation over HTTP),
 //! [`seed_four_step_tasks`], and [`fresh_database`] / [`drop_database`].
 
 pub mod executor_run;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::time::Duration;
 

@@ -277,6 +277,7 @@ pub(super) async fn serve(
                 Reply::default()
             }
         };
+        let reply = connection.with_ready_progress(reply, &mut handovers);
         if write(&mut sink, reply).await.is_err() {
             break;
         }
@@ -284,16 +285,19 @@ pub(super) async fn serve(
     connection.state.metrics.websocket_connections.dec();
 }
 
-/// Write `reply`; `Err` when the socket is done (closed by this reply or
-/// gone).
+/// Write `reply` in one flush (one system call for a burst); `Err` when
+/// the socket is done (closed by this reply or gone).
 async fn write(
     sink: &mut futures_util::stream::SplitSink<WebSocket, Message>,
     reply: Reply,
 ) -> Result<(), ()> {
-    for frame in reply.frames {
-        sink.send(Message::Text(frame.into()))
-            .await
-            .map_err(|_| ())?;
+    if !reply.frames.is_empty() {
+        for frame in reply.frames {
+            sink.feed(Message::Text(frame.into()))
+                .await
+                .map_err(|_| ())?;
+        }
+        sink.flush().await.map_err(|_| ())?;
     }
     match reply.close {
         Some((code, reason)) => {
@@ -304,7 +308,33 @@ async fn write(
     }
 }
 
+/// The most frames one write gathers from subscriptions already ready.
+const MOST_FRAMES_PER_WRITE: usize = 64;
+
 impl Connection {
+    /// `reply` with the frames of the progress already waiting, so that a
+    /// burst (a step's end, its task's end, `complete`; many subscribers'
+    /// events at once) leaves in one write instead of one write each.
+    /// Nothing waits here: what is not ready is left for the next turn.
+    fn with_ready_progress(
+        &mut self,
+        mut reply: Reply,
+        handovers: &mut mpsc::UnboundedReceiver<Registration>,
+    ) -> Reply {
+        while reply.close.is_none() && reply.frames.len() < MOST_FRAMES_PER_WRITE {
+            let Some((id, progress)) = next_progress(&mut self.subscriptions).now_or_never() else {
+                break;
+            };
+            while let Ok(handover) = handovers.try_recv() {
+                self.hand_over(handover);
+            }
+            let more = self.on_progress(id, progress);
+            reply.frames.extend(more.frames);
+            reply.close = more.close;
+        }
+        reply
+    }
+
     fn on_message(&mut self, message: ClientMessage) -> Reply {
         match message {
             ClientMessage::Ping(payload) => Reply::frame(protocol::pong_frame(payload)),

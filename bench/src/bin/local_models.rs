@@ -8,6 +8,8 @@
 //!     --models-dir /var/tmp/brainstem-cache/models
 //! ```
 
+// The allocator the server ships with (see the crate's header).
+use brainstem_bench as _;
 use std::{
     path::PathBuf,
     time::{Duration, Instant},

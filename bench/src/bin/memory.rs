@@ -30,6 +30,8 @@
 //!     --tenants 100 --total 1000000 --target 100000
 //! ```
 
+// The allocator the server ships with (see the crate's header).
+use brainstem_bench as _;
 use std::{
     fmt::Write as _,
     path::PathBuf,

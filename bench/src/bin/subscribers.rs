@@ -20,6 +20,8 @@
 //! `cargo run --release -p brainstem-bench --bin subscribers -- --subscribers 1000,5000,10000`
 //! (SQLite only), or with `--database-url postgres://…` (all three).
 
+// The allocator the server ships with (see the crate's header).
+use brainstem_bench as _;
 use std::{
     io::{BufRead, BufReader, Write},
     process::{Command, Stdio},

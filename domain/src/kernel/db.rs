@@ -5,11 +5,11 @@
 //! PostgreSQL is chosen by a `postgres://` URL.
 //!
 //! Writers wait their turn: every transaction that writes begins with
-//! [`BeginWrite::begin_write`], which on SQLite takes the write lock at
-//! `BEGIN` (`IMMEDIATE`), under the busy timeout. A write that still cannot
-//! happen (the timeout passed, no pooled connection in time, a PostgreSQL
-//! deadlock or serialization failure) is [`Error::Unavailable`], which
-//! callers may retry, never an internal error.
+//! [`BeginWrite::begin_write`] (`db_write`: on SQLite, one writer of the
+//! process at a time, in order, holding the write lock from `BEGIN`). A
+//! write that still cannot happen (no turn or pooled connection in time, a
+//! PostgreSQL deadlock or serialization failure) is [`Error::Unavailable`],
+//! which callers may retry, never an internal error.
 
 use std::{
     sync::{
@@ -21,13 +21,14 @@ use std::{
 
 use brainstem_migration::{Migrator, MigratorTrait};
 use sea_orm::{
-    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend,
-    DbErr, SqliteTransactionMode, Statement, TransactionOptions, TransactionTrait,
+    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr, Statement,
     sqlx::{
         Connection,
         sqlite::{SqliteJournalMode, SqliteSynchronous},
     },
 };
+
+pub use super::db_write::{BeginWrite, WRITE_WAIT, WriteTransaction};
 
 use crate::{
     Error, Result,
@@ -64,47 +65,6 @@ impl Backend {
 
 /// How long one SQLite statement waits for a lock (its busy timeout).
 pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long a writer waits for its turn in all, over several busy
-/// timeouts, before its write is refused as [`Error::Unavailable`].
-pub const WRITE_WAIT: Duration = Duration::from_secs(30);
-
-/// Beginning a transaction that writes.
-///
-/// SQLite begins `IMMEDIATE`: the transaction takes the write lock before
-/// its first statement, waiting for it under the busy timeout. Its default,
-/// `DEFERRED`, takes the lock at the first write; a transaction that read
-/// first then fails at once with `database is locked` (no busy handler
-/// runs) whenever another writer committed since it read, which many
-/// concurrent writers make likely. A `BEGIN` refused for contention is
-/// tried again for up to [`WRITE_WAIT`]. PostgreSQL begins as usual.
-pub trait BeginWrite {
-    fn begin_write(
-        &self,
-    ) -> impl Future<Output = std::result::Result<DatabaseTransaction, DbErr>> + Send;
-}
-
-impl BeginWrite for DatabaseConnection {
-    async fn begin_write(&self) -> std::result::Result<DatabaseTransaction, DbErr> {
-        let options = TransactionOptions {
-            sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
-            ..TransactionOptions::default()
-        };
-        // SQLite's busy handler polls, so a writer is not served in turn: under
-        // many writers one may wait past the busy timeout while others pass.
-        // Nothing has happened before the `BEGIN` succeeds, so it is tried
-        // again, for up to `WRITE_WAIT` in all.
-        let started = tokio::time::Instant::now();
-        loop {
-            match self.begin_with_options(options).await {
-                Err(err) if is_contention(&err) && started.elapsed() < WRITE_WAIT => {
-                    tracing::debug!(%err, "waiting for the write lock");
-                }
-                other => return other,
-            }
-        }
-    }
-}
 
 /// Whether `err` says the store could not take the work now, for a reason
 /// that passes: SQLite busy or locked past the busy timeout, a PostgreSQL

@@ -17,6 +17,7 @@ pub mod columns;
 pub mod crypto;
 pub mod db;
 pub mod db_files;
+pub mod db_write;
 pub mod error;
 pub mod http_client;
 pub mod json_schema;

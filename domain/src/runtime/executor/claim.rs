@@ -29,7 +29,7 @@ use super::*;
 /// still open.
 pub(super) struct Claimed {
     pub(super) task: Task,
-    pub(super) held: Option<DatabaseTransaction>,
+    pub(super) held: Option<WriteTransaction>,
     /// When the slot took it (its wait in the queue ended).
     pub(super) at: DateTime<Utc>,
 }
@@ -169,7 +169,7 @@ impl Executor {
     /// claim commits first.
     async fn hold_or_commit(
         &self,
-        txn: DatabaseTransaction,
+        txn: WriteTransaction,
         task: Task,
         may_hold: bool,
         at: DateTime<Utc>,

@@ -41,7 +41,7 @@
 //!
 //! [`Executor::run_once`] is the step function: tests call it directly.
 
-use crate::kernel::db::BeginWrite;
+use crate::kernel::db::{BeginWrite, WriteTransaction};
 use std::{
     collections::{HashMap, HashSet},
     sync::Arc,
@@ -54,8 +54,8 @@ use brainstem_entity::{
 use chrono::{DateTime, Utc};
 use rand::{Rng, RngCore};
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ConnectionTrait, DatabaseTransaction, DbBackend,
-    EntityTrait, QueryTrait, Statement, sea_query::Expr,
+    ActiveModelTrait, ActiveValue::Set, ConnectionTrait, DbBackend, EntityTrait, QueryTrait,
+    Statement, sea_query::Expr,
 };
 use serde_json::{Map, Value, json};
 use tokio::{sync::watch, task::JoinHandle};
@@ -314,14 +314,14 @@ impl Executor {
     /// Drive a claimed task until it stops.
     /// `held`: the claim's transaction, still open, for planning to commit
     /// in.
-    async fn drive(&self, task: Task, held: Option<DatabaseTransaction>) -> Result<()> {
+    async fn drive(&self, task: Task, held: Option<WriteTransaction>) -> Result<()> {
         let heartbeat = self.heartbeat(task.scope(), task.id);
         let result = self.drive_leased(task, held).await;
         heartbeat.abort();
         result
     }
 
-    async fn drive_leased(&self, mut task: Task, held: Option<DatabaseTransaction>) -> Result<()> {
+    async fn drive_leased(&self, mut task: Task, held: Option<WriteTransaction>) -> Result<()> {
         if let Some(txn) = held {
             match self.plan(task, Some(txn)).await? {
                 Next::Continue(next) => task = *next,
@@ -384,7 +384,7 @@ impl Executor {
     /// [`Self::commit`], in `held` when given (a transaction already open).
     async fn commit_in(
         &self,
-        held: Option<DatabaseTransaction>,
+        held: Option<WriteTransaction>,
         task: &Task,
         changes: TaskChanges,
         events: Vec<NewEvent>,
@@ -501,7 +501,7 @@ impl Executor {
     /// Commit a decision (in `held` when given) and say what comes next.
     async fn settle(
         &self,
-        held: Option<DatabaseTransaction>,
+        held: Option<WriteTransaction>,
         task: &Task,
         decision: Decision,
     ) -> Result<Next> {

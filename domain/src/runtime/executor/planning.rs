@@ -14,7 +14,7 @@ use super::*;
 impl Executor {
     /// Detect the intent (unless given), apply the confidence gate, freeze
     /// the plan.
-    pub(super) async fn plan(&self, task: Task, held: Option<DatabaseTransaction>) -> Result<Next> {
+    pub(super) async fn plan(&self, task: Task, held: Option<WriteTransaction>) -> Result<Next> {
         let decision = match &held {
             Some(txn) => self.decide_plan(&task, txn).await?,
             None => self.decide_plan(&task, &self.domain.db).await?,
