@@ -2,7 +2,8 @@
 //! ([`tasks`]), the event bus and resumable streams ([`events`]), intent
 //! detection ([`intent`]), the [`executor`], the fair [`queue`] seen from
 //! outside (settings, statistics), [`conversations`] (threads of tasks),
-//! and [`domain::Domain`], which bundles every service.
+//! the runtime's side of the tools' ports ([`tool_ports`]), and
+//! [`domain::Domain`], which bundles every service.
 //!
 //! Invariants:
 //! - Every change of a task is written together with its events in one
@@ -19,5 +20,6 @@ pub mod intent;
 pub mod queue;
 pub mod schedules;
 pub mod tasks;
+pub mod tool_ports;
 pub mod usage;
 pub mod webhooks;

@@ -68,7 +68,8 @@ use crate::{
         guardrails::{self, Severity, StepFacts},
         plans::{self, FALLBACK_INTENT, StepDef},
         tool::{
-            ArtifactDef, Control, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSettings,
+            ArtifactDef, Control, ToolContext, ToolError, ToolOutput, ToolPorts, ToolRegistry,
+            ToolSettings,
         },
     },
     kernel::{
@@ -170,6 +171,8 @@ pub struct Executor {
     domain: Domain,
     registry: ToolRegistry,
     settings: Arc<ToolSettings>,
+    /// What a step's tool may use of the platform, lent to every step.
+    ports: Arc<ToolPorts>,
     config: ExecutorConfig,
     stopping: watch::Receiver<bool>,
     /// Tenant slugs (never change once created), so driving a task does
@@ -217,6 +220,7 @@ impl Executor {
     ) -> Self {
         Self {
             registry: domain.plans.registry().clone(),
+            ports: Arc::new(domain.tool_ports()),
             domain,
             settings: Arc::new(settings),
             config,
