@@ -92,17 +92,14 @@ impl Housekeeping {
         }
     }
 
-    pub fn config(&self) -> &HousekeepingConfig {
-        &self.config
-    }
-
     /// Start the loop; it ends when `stopping` turns true.
     pub fn spawn(self) -> JoinHandle<()> {
         tokio::spawn(self.run())
     }
 
     async fn run(self) {
-        // The first tick is at once: a process starting catches up.
+        // The first tick is at once: a process starting catches up. (A
+        // zero period is not a beat: `interval` refuses it.)
         let mut beat =
             tokio::time::interval(self.config.deliver_every.max(Duration::from_millis(1)));
         beat.set_missed_tick_behavior(MissedTickBehavior::Delay);
