@@ -1,5 +1,5 @@
-//! Building and running the application: the API, the executor's workers,
-//! or both.
+//! Building and running the application: the API, the executor's workers
+//! (with housekeeping beside them), or both.
 //!
 //! Stopping is bounded: once the shutdown signal comes, the server takes no
 //! new connections or work, and what is running (requests, steps) has the
@@ -20,6 +20,7 @@ use brainstem_domain::{
     db::{self, Backend},
     events::EventBus,
     executor::{Executor, ExecutorConfig},
+    housekeeping::{Housekeeping, HousekeepingConfig},
     http_client,
     llm::{
         self, BreakerConfig, Budgets, CallRetry, LanguageModel, LlmSettings, ModelClient, Prices,
@@ -347,7 +348,6 @@ pub fn executor(
             tenant_max_running: config.tenant_max_running,
             lease: Duration::from_secs(config.executor_lease_secs),
             poll: Duration::from_millis(config.executor_poll_ms.max(1)),
-            reap_every: Duration::from_secs(config.executor_lease_secs.clamp(1, 30)),
             intent_detector: config.intent_detector,
             task_timeout: Duration::from_secs(config.task_timeout_secs),
             audit_tool_calls: config.audit_tool_calls,
@@ -399,6 +399,7 @@ pub struct Application {
     router: axum::Router,
     domain: Domain,
     executor: Executor,
+    housekeeping: Housekeeping,
     stop: watch::Sender<bool>,
     addr: SocketAddr,
     grace: Duration,
@@ -465,12 +466,14 @@ impl Application {
         if config.public_url.is_none() {
             config.public_url = Some(format!("http://{addr}"));
         }
-        let executor = executor(&config, &domain, stopping)?;
+        let executor = executor(&config, &domain, stopping.clone())?;
+        let housekeeping = housekeeping(&config, &domain, stopping);
         Ok(Self {
             listener,
             router,
             domain,
             executor,
+            housekeeping,
             stop,
             addr,
             grace: Duration::from_secs(config.shutdown_grace_secs),
@@ -501,6 +504,11 @@ impl Application {
         &self.executor
     }
 
+    /// The upkeep beside the executor (tests run its reaper themselves).
+    pub fn housekeeping(&self) -> &Housekeeping {
+        &self.housekeeping
+    }
+
     /// Serve the API and run the workers until `shutdown` resolves; then
     /// stop taking work, and give running steps and requests the grace
     /// period to finish.
@@ -513,7 +521,7 @@ impl Application {
             "Brainstem listening on http://{addr} (GraphiQL at http://{addr}/graphql)",
             addr = self.addr
         );
-        let workers = self.executor.clone().spawn();
+        let workers = start_work(&self.executor, &self.housekeeping);
         let stop = self.stop;
         let (stopped_tx, stopped) = watch::channel(None);
         let serving = serve::serve(
@@ -558,17 +566,49 @@ pub async fn run_workers(
 ) -> anyhow::Result<()> {
     let domain = prepare(config, Vec::new()).await?;
     let (stop, stopping) = watch::channel(false);
-    let executor = executor(config, &domain, stopping)?;
+    let executor = executor(config, &domain, stopping.clone())?;
+    let housekeeping = housekeeping(config, &domain, stopping);
     tracing::info!(
         slots = executor.config().slots,
         "Brainstem executor running"
     );
-    let handles = executor.spawn();
+    let handles = start_work(&executor, &housekeeping);
     shutdown.await;
     let _ = stop.send(true);
     let grace = Duration::from_secs(config.shutdown_grace_secs);
     join_workers(handles, tokio::time::Instant::now() + grace).await;
     Ok(())
+}
+
+/// The upkeep beside this process's executor, with `stopping` as its off
+/// switch: the reaper runs every lease (1 to 30 s), webhook deliveries on
+/// the default beat.
+pub fn housekeeping(
+    config: &Config,
+    domain: &Domain,
+    stopping: watch::Receiver<bool>,
+) -> Housekeeping {
+    Housekeeping::new(
+        domain.clone(),
+        HousekeepingConfig {
+            reap_every: Duration::from_secs(config.executor_lease_secs.clamp(1, 30)),
+            ..HousekeepingConfig::default()
+        },
+        stopping,
+    )
+}
+
+/// Start the executor's slots and housekeeping beside them; neither in a
+/// process with no slots, which leaves the work, and the upkeep, to the
+/// processes that run them.
+fn start_work(
+    executor: &Executor,
+    housekeeping: &Housekeeping,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    match executor.clone().spawn() {
+        Some(slots) => vec![slots, housekeeping.clone().spawn()],
+        None => Vec::new(),
+    }
 }
 
 /// Waits for the workers to stop, until `deadline`.

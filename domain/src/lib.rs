@@ -7,8 +7,9 @@
 //!
 //! ```text
 //! tools       the built-in tools (memory, generate, http, delegate, …)
-//! runtime     tasks, events, intent detection, the executor, Domain
-//! catalogue   plans, capabilities, connections, the tool contract
+//! runtime     tasks, events, intent detection, the executor, housekeeping,
+//!             the tools' ports, Domain
+//! catalogue   plans, capabilities, connections, the tool contract and ports
 //! memory      memories, hybrid search, maintenance, the knowledge graph
 //! models      language models and embedders, budgets, usage
 //! identity    tenants, API keys, acting in a tenant
@@ -25,9 +26,10 @@
 //!   their lifecycle, and the knowledge graph.
 //! - [`catalogue`]: what a tenant can run: plans as data, the capability
 //!   catalogue and subscriptions, connections to external systems, and the
-//!   [`Tool`](tools::Tool) contract with its registry.
+//!   [`Tool`](tools::Tool) contract with its registry and typed ports.
 //! - [`runtime`]: durable task execution: the task record and its event
-//!   log, the event bus, intent detection, the executor, and [`Domain`].
+//!   log, the event bus, intent detection, the executor and its
+//!   housekeeping, and [`Domain`].
 //! - [`tools`]: the built-in tool implementations.
 //!
 //! The short paths of the modules (`brainstem_domain::tasks`, `::plans`, …)
@@ -50,7 +52,8 @@ pub use kernel::{
 pub use memory::graph;
 pub use models::llm;
 pub use runtime::{
-    conversations, events, executor, hooks, intent, queue, schedules, tasks, usage, webhooks,
+    conversations, events, executor, hooks, housekeeping, intent, queue, schedules, tasks, usage,
+    webhooks,
 };
 
 pub use brainstem_entity::{

@@ -9,6 +9,8 @@
 //!   with an extension.
 //! - Outbound calls a tenant's work can steer go through one client,
 //!   `kernel::outbound`.
+//! - No service is lent as an untyped value (`dyn Any`) to be downcast
+//!   back: a dependency the layers test could not see.
 //!
 //! Tenant scoping is checked in `scoping.rs`, the layers in `layers.rs`.
 
@@ -103,5 +105,51 @@ fn outbound_calls_go_through_the_one_client() {
     assert!(
         found.is_empty(),
         "outbound calls must go through kernel::outbound: {found:#?}"
+    );
+}
+
+/// A tool reaches the platform through typed ports (`catalogue::ports`),
+/// never through a service lent as `dyn Any` and downcast back: the layers
+/// test reads imports, and a downcast to a higher area's type hides one.
+#[test]
+fn no_service_is_lent_as_an_untyped_value() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    let mut dirs: Vec<_> = ["domain/src", "api/src", "src"]
+        .iter()
+        .map(|d| root.join(d))
+        .collect();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let file = path.strip_prefix(root).unwrap().display().to_string();
+            let source = std::fs::read_to_string(&path).unwrap();
+            let code = source.split("#[cfg(test)]").next().unwrap_or_default();
+            for (n, line) in code.lines().enumerate() {
+                let line = line.split("//").next().unwrap_or_default();
+                // A panic's payload is `Box<dyn Any>` by the standard
+                // library's choice; a shared (`Arc`) one is lent.
+                if [
+                    "Arc<dyn Any",
+                    "Arc<dyn std::any::Any",
+                    "Arc<dyn core::any::Any",
+                    "downcast_ref::<Domain>",
+                    "downcast_ref::<crate::Domain>",
+                ]
+                .iter()
+                .any(|needle| line.contains(needle))
+                {
+                    found.push(format!("{file}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "lend a typed port instead of an untyped value: {found:#?}"
     );
 }

@@ -19,7 +19,7 @@ use brainstem_api::{
 };
 use std::sync::Arc;
 
-use brainstem_domain::{Domain, Role, executor::Executor, tools::Tool};
+use brainstem_domain::{Domain, Role, executor::Executor, housekeeping::Housekeeping, tools::Tool};
 use futures_util::{SinkExt, StreamExt};
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection};
 use secrecy::SecretString;
@@ -116,6 +116,9 @@ pub struct TestApp {
     /// The app's executor; tests drive it with `run_once` (the app runs
     /// no background workers unless the config asks for them).
     pub executor: Executor,
+    /// The upkeep beside the executor; tests run its reaper themselves
+    /// (it runs in the background only with the executor's slots).
+    pub housekeeping: Housekeeping,
     pub http: reqwest::Client,
     _tempdir: Option<tempfile::TempDir>,
     shutdown: Option<oneshot::Sender<()>>,
@@ -223,6 +226,7 @@ impl TestApp {
             .await
             .expect("application builds");
         let executor = app.executor().clone();
+        let housekeeping = app.housekeeping().clone();
         let address = format!("127.0.0.1:{}", app.port());
         let domain = app.domain().clone();
         let auth = brainstem::startup::auth_config(&config, &domain)
@@ -239,6 +243,7 @@ impl TestApp {
             auth,
             domain,
             executor,
+            housekeeping,
             http: http_client(),
             _tempdir: tempdir,
             shutdown: Some(tx),

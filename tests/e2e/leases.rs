@@ -136,7 +136,7 @@ async fn a_step_that_outlives_its_lease_keeps_it_and_runs_once(backend: Backend)
     assert_eq!(held.calls.lock().unwrap().len(), 1, "the step runs once");
     // Neither the reaper nor another worker takes the task.
     assert_eq!(
-        app.executor.reap_expired(Utc::now()).await.unwrap(),
+        app.housekeeping.reap_expired(Utc::now()).await.unwrap(),
         0,
         "a heartbeaten lease is not reaped"
     );

@@ -34,6 +34,7 @@ mod guardrails;
 mod hook_security;
 mod hooks;
 mod hostile;
+mod housekeeping;
 mod http;
 mod layers;
 mod leases;

@@ -223,7 +223,7 @@ async fn each_metric_family_moves_when_its_event_happens(backend: Backend) {
     let now = Utc::now();
     assert!(app.executor.claim(now).await.unwrap().is_some());
     assert_eq!(
-        app.executor
+        app.housekeeping
             .reap_expired(now + Duration::hours(1))
             .await
             .unwrap(),

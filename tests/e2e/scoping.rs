@@ -52,7 +52,7 @@ const UNSCOPED: &[(&str, &str, &str)] = &[
          scopes everything done with it",
     ),
     (
-        "runtime/executor/claim.rs",
+        "runtime/housekeeping.rs",
         "expired_leases",
         "the reaper returns every tenant's expired leases to the queue; it reads only ids, \
          tenants and lease owners, and each task is then changed under its own tenant's scope",

@@ -212,8 +212,8 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let _ = stop.send(true);
-    for w in workers {
-        let _ = w.await;
+    if let Some(slots) = workers {
+        let _ = slots.await;
     }
     Ok(())
 }

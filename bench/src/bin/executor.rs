@@ -189,8 +189,8 @@ async fn main() -> anyhow::Result<()> {
         }
         let elapsed = started.elapsed();
         let _ = stop.send(true);
-        for w in workers {
-            let _ = w.await;
+        if let Some(slots) = workers {
+            let _ = slots.await;
         }
         latencies.sort();
         let tasks_per_s = latencies.len() as f64 / elapsed.as_secs_f64();

@@ -303,8 +303,8 @@ async fn main() -> anyhow::Result<()> {
     );
 
     let _ = stop.send(true);
-    for h in handles {
-        let _ = h.await;
+    if let Some(slots) = handles {
+        let _ = slots.await;
     }
     Ok(())
 }

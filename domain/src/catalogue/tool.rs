@@ -2,7 +2,8 @@
 //!
 //! A [`Tool`] declares a key, a description and the JSON Schema of its input,
 //! and is called with a [`ToolContext`] (tenant, task, step, idempotency key
-//! `<task id>:<step id>`, trace id, state and earlier outputs) and the step's
+//! `<task id>:<step id>`, trace id, state and earlier outputs, and the typed
+//! [`ToolPorts`] through which it reaches the platform) and the step's
 //! rendered arguments. It returns a [`ToolOutput`] (output, state changes,
 //! summary, new steps, artifacts, usage, the memories it used, and
 //! optionally a request to pause for review or to delegate), or a
@@ -19,19 +20,19 @@
 //! live in the capability catalogue instead and are looked up when a plan
 //! is checked or a step runs (see [`crate::catalogue::capabilities::partner`]).
 
-use std::{any::Any, collections::BTreeMap, fmt, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, fmt, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use brainstem_entity::{MemoryId, TaskId, TenantId};
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
+pub use crate::catalogue::ports::{
+    AttemptView, LiveEvents, NewChildTask, TaskPort, TaskView, ToolPorts,
+};
 use crate::{
     Error, Result,
-    catalogue::{
-        capabilities::Capabilities,
-        plans::{RetryPolicy, StepDef},
-    },
+    catalogue::plans::{RetryPolicy, StepDef},
     models::{llm::LlmError, usage::Usage},
 };
 
@@ -58,31 +59,9 @@ pub struct ToolContext {
     pub delegation_token: String,
     /// The path the external system calls back, relative to the public URL.
     pub callback_path: String,
-    /// The platform the step runs in, lent by the runtime (it is the
-    /// runtime's `Domain`). This contract sits below the runtime and cannot
-    /// name its type; the tools, which sit above it, take it back with
-    /// `tools::platform`.
-    pub platform: Arc<dyn Any + Send + Sync>,
-    /// Where the step's live-only events go.
-    pub live: Arc<dyn LiveEvents>,
-    /// The capability catalogue: partner tools sign their calls with their
-    /// capability's secret.
-    pub capabilities: Capabilities,
+    /// What of the platform the tool may use (see [`ToolPorts`]).
+    pub ports: Arc<ToolPorts>,
     pub settings: Arc<ToolSettings>,
-}
-
-/// Publishes a step's live-only events. The runtime implements it.
-pub trait LiveEvents: Send + Sync {
-    /// `delta` extends the text the step has generated so far, starting at
-    /// character `offset`.
-    fn token_delta(
-        &self,
-        tenant: TenantId,
-        task: TaskId,
-        step_id: &str,
-        offset: usize,
-        delta: &str,
-    );
 }
 
 impl ToolContext {
@@ -92,7 +71,8 @@ impl ToolContext {
     /// final output is); subscribers receive them live, and one joining
     /// mid-step first gets the text so far as one delta.
     pub fn token_delta(&self, offset: usize, delta: &str) {
-        self.live
+        self.ports
+            .live
             .token_delta(self.tenant, self.task_id, &self.step_id, offset, delta);
     }
 }

@@ -27,7 +27,7 @@ pub struct Dossier {
     /// Entities one hop away.
     pub neighborhood: Neighborhood,
     // The subject's recent tasks and pending work come from the tasks
-    // table (`Tasks::of_subject`); the `memory.dossier` tool adds them.
+    // table (`Tasks::recent_of_subject`); the `memory.dossier` tool adds them.
 }
 
 impl Memories {

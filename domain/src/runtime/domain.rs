@@ -1,8 +1,8 @@
 //! [`Domain`]: every service of the platform, built once and shared.
 //!
 //! It sits in the runtime area because it bundles the runtime's services
-//! with those of every area below; the tools above take it from a step's
-//! context (see `tools::platform`).
+//! with those of every area below. Tools never see it: a step lends its
+//! tool the typed ports `Domain::tool_ports` builds (`runtime::tool_ports`).
 
 use std::sync::Arc;
 
@@ -18,7 +18,7 @@ use crate::{
         row_security,
     },
     memory::{self, graph},
-    runtime::{conversations, events, queue, schedules, tasks, webhooks},
+    runtime::{conversations, events, queue, schedules, tasks, tool_ports, webhooks},
 };
 
 /// Every service of the domain, sharing one connection pool. Cheap to clone.
@@ -168,31 +168,16 @@ impl Domain {
     }
 
     /// Wait until the task settles (see `TaskStatus::is_settled`) or
-    /// `limit` passes; the task as it is then. Follows the task's events,
-    /// subscribed before the first read so no change falls in between.
+    /// `limit` passes; the task as it is then.
     pub async fn wait_until_settled(
         &self,
         scope: TenantScope,
         id: TaskId,
         limit: std::time::Duration,
     ) -> Result<tasks::Task> {
-        use tokio::sync::broadcast::error::RecvError;
-        let mut events = self.events.subscribe_task(id);
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            let task = self.tasks.get(scope, id).await?;
-            if task.status.is_settled() {
-                return Ok(task);
-            }
-            loop {
-                match tokio::time::timeout_at(deadline, events.recv()).await {
-                    Err(_) | Ok(Err(RecvError::Closed)) => return Ok(task),
-                    Ok(Ok(e)) if e.kind != tasks::EventKind::StatusChanged => continue,
-                    // A status change, or missed events: read the task again.
-                    Ok(Ok(_)) | Ok(Err(RecvError::Lagged(_))) => break,
-                }
-            }
-        }
+        tool_ports::TaskAccess::new(self.tasks.clone(), self.events.clone())
+            .wait_until_settled(scope, id, limit)
+            .await
     }
 
     /// Whether the database answers; used by `/readyz`.

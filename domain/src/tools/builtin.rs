@@ -8,8 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
-use super::{Control, Tool, ToolContext, ToolError, ToolOutput, platform};
-use crate::runtime::tasks::NewChildTask;
+use super::{Control, NewChildTask, Tool, ToolContext, ToolError, ToolOutput};
 
 pub fn all() -> Vec<Arc<dyn Tool>> {
     let tools: Vec<Arc<dyn Tool>> = vec![
@@ -144,7 +143,8 @@ impl Tool for SpawnTask {
     }
     async fn call(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let text = |key: &str| args.get(key).and_then(Value::as_str).map(str::to_owned);
-        let child = platform(&ctx)?
+        let child = ctx
+            .ports
             .tasks
             .start_child(child_task(&ctx, &args, text("plan_key"), text("intent")))
             .await

@@ -23,8 +23,8 @@ use async_trait::async_trait;
 use brainstem_entity::TenantScope;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolContext, ToolError, ToolOutput, platform};
-use crate::models::llm::{Message, budget, frames};
+use super::{Tool, ToolContext, ToolError, ToolOutput};
+use crate::models::llm::{Message, frames};
 
 /// How often, at most, text is published while it streams.
 pub const FRAME_INTERVAL: Duration = Duration::from_millis(50);
@@ -40,19 +40,20 @@ pub(super) async fn check_budget(
     max_task_tokens: Option<u64>,
 ) -> Result<(), ToolError> {
     let scope = TenantScope::new(ctx.tenant);
-    let domain = platform(ctx)?;
-    let task_usage = async { Ok(domain.tasks.get(scope, ctx.task_id).await?.usage) };
-    budget::check(
-        &domain.db,
-        ctx.settings.llm.settings().budgets,
-        scope,
-        task_usage,
-        max_task_tokens,
-        estimate,
-    )
-    .await
-    .map_err(|e| ToolError::retryable(format!("cannot check the token budget: {e}")))?
-    .map_err(ToolError::fatal)
+    let ports = &ctx.ports;
+    let task_usage = async { Ok(ports.tasks.get(scope, ctx.task_id).await?.usage) };
+    ports
+        .ledger
+        .check(
+            ctx.settings.llm.settings().budgets,
+            scope,
+            task_usage,
+            max_task_tokens,
+            estimate,
+        )
+        .await
+        .map_err(|e| ToolError::retryable(format!("cannot check the token budget: {e}")))?
+        .map_err(ToolError::fatal)
 }
 
 pub(super) fn arg_u64(args: &Value, key: &str) -> Option<u64> {

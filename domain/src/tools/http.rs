@@ -26,7 +26,7 @@ use brainstem_entity::TenantScope;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use super::{Control, Tool, ToolContext, ToolError, ToolOutput, platform};
+use super::{Control, Tool, ToolContext, ToolError, ToolOutput};
 use crate::kernel::{
     origin,
     outbound::{self, policy},
@@ -94,7 +94,7 @@ async fn connection_headers(
     else {
         return Ok((Vec::new(), Vec::new()));
     };
-    let connections = &platform(ctx)?.connections;
+    let connections = &ctx.ports.connections;
     let scope = TenantScope::new(ctx.tenant);
     let parsed_url = ctx.settings.outbound.check(url)?;
     let mut headers = Vec::new();

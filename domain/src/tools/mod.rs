@@ -2,13 +2,16 @@
 //!
 //! Each tool implements the contract of [`crate::catalogue::tool`] (which
 //! this module re-exports, so `tools::Tool` names it). The tools sit above
-//! every other area: they use memory, the models and the runtime, and are
-//! registered into the catalogue's registry at start-up
-//! ([`WithBuiltins::with_builtins`]).
+//! every other area and are registered into the catalogue's registry at
+//! start-up ([`WithBuiltins::with_builtins`]).
 //!
 //! Invariants:
 //! - Nothing below this area imports it: the runtime runs tools only
 //!   through the [`Tool`] trait, never a tool implementation.
+//! - A tool reaches the platform only through its context's typed ports
+//!   (`ctx.ports`: memory, the graph, connections, plans, prompts,
+//!   policies, the token ledger, the runtime's tasks), never through a
+//!   service it takes from elsewhere.
 //! - A tool reaches tenant data only through the scope of the task it runs
 //!   for (`TenantScope::new(ctx.tenant)`).
 
@@ -44,11 +47,4 @@ pub(crate) fn string_list(args: &serde_json::Value, key: &str) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// The platform a step runs in (see [`ToolContext::platform`]).
-pub fn platform(ctx: &ToolContext) -> Result<&crate::Domain, ToolError> {
-    ctx.platform
-        .downcast_ref::<crate::Domain>()
-        .ok_or_else(|| ToolError::fatal("the step runs outside the platform"))
 }

@@ -16,7 +16,7 @@ use brainstem_entity::TenantScope;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::{Tool, ToolContext, ToolError, ToolOutput, builtin::child_task, platform};
+use super::{Tool, ToolContext, ToolError, ToolOutput, builtin::child_task};
 
 pub const KEY: &str = "plan.run";
 
@@ -50,15 +50,14 @@ impl Tool for PlanRun {
 
     async fn call(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let started = Instant::now();
-        let domain = platform(&ctx)?;
+        let tasks = &ctx.ports.tasks;
         let scope = TenantScope::new(ctx.tenant);
         let plan = args
             .get("plan")
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        let child = domain
-            .tasks
+        let child = tasks
             .start_child(child_task(&ctx, &args, Some(plan.clone()), None))
             .await
             .map_err(|e| ToolError::fatal(format!("cannot run the plan `{plan}`: {e}")))?;
@@ -66,15 +65,15 @@ impl Tool for PlanRun {
             .timeout()
             .saturating_sub(MARGIN)
             .saturating_sub(started.elapsed());
-        let task = domain
+        let task = tasks
             .wait_until_settled(scope, child, limit)
             .await
             .map_err(|e| ToolError::retryable(format!("cannot read the child task: {e}")))?;
-        let settled = task.status.is_settled();
+        let settled = task.settled;
         let output = json!({
             "task_id": child.to_string(),
             "plan": plan,
-            "status": task.status.as_str(),
+            "status": task.status,
             "settled": settled,
             "state": task.state,
             "result": task.result,

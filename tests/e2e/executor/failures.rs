@@ -150,11 +150,14 @@ async fn expired_lease_is_reaped_and_the_task_finishes(backend: Backend) {
     );
     // Before the lease ends nothing is reaped; after, the task is back.
     assert_eq!(
-        app.executor.reap_expired(chrono::Utc::now()).await.unwrap(),
+        app.housekeeping
+            .reap_expired(chrono::Utc::now())
+            .await
+            .unwrap(),
         0
     );
     let later = chrono::Utc::now() + chrono::Duration::hours(1);
-    assert_eq!(app.executor.reap_expired(later).await.unwrap(), 1);
+    assert_eq!(app.housekeeping.reap_expired(later).await.unwrap(), 1);
     let task = app.task("acme", &id).await;
     assert_eq!(task["status"], "PENDING");
     let reaped = task["events"].as_array().unwrap().last().unwrap().clone();

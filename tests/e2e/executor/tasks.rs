@@ -87,7 +87,7 @@ async fn cancel_stops_idle_and_running_tasks(backend: Backend) {
         "still leased by the worker"
     );
     // The worker's lease expires; the next worker sees the request.
-    app.executor
+    app.housekeeping
         .reap_expired(chrono::Utc::now() + chrono::Duration::hours(1))
         .await
         .unwrap();

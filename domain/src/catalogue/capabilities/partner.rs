@@ -135,6 +135,7 @@ impl Tool for PartnerTool {
             )));
         };
         let secret = ctx
+            .ports
             .capabilities
             .signing_secret(*capability)
             .await

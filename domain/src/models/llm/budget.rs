@@ -64,6 +64,32 @@ pub fn refusal(what: &str, limit: u64, used: u64, estimate: u64) -> Option<Strin
     ))
 }
 
+/// What tenants have spent, read for [`check`]: lent to the tools, which
+/// check a budget before each model call and may read nothing else
+/// through it. Cheap to clone.
+#[derive(Clone)]
+pub struct Ledger {
+    db: DatabaseConnection,
+}
+
+impl Ledger {
+    pub fn new(db: DatabaseConnection) -> Self {
+        Self { db }
+    }
+
+    /// [`check`], against this ledger.
+    pub async fn check(
+        &self,
+        budgets: Budgets,
+        scope: TenantScope,
+        task_usage: impl Future<Output = Result<Usage>>,
+        step_limit: Option<u64>,
+        estimate: u64,
+    ) -> Result<std::result::Result<(), String>> {
+        check(&self.db, budgets, scope, task_usage, step_limit, estimate).await
+    }
+}
+
 /// Check both limits for a call of `estimate` tokens by a step of a task
 /// whose usage so far `task_usage` reads (only when a task limit applies).
 /// `Ok(Err(reason))` when a limit refuses it.

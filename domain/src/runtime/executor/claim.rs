@@ -1,5 +1,6 @@
-//! Claiming: which runnable task a free slot takes next, and returning
-//! the tasks of lost leases to the queue.
+//! Claiming: which runnable task a free slot takes next (the tasks of
+//! lost leases come back to the queue through housekeeping's reaper,
+//! [`crate::runtime::housekeeping`]).
 //!
 //! **The rule.** Among the tenants with runnable work (a `PENDING` task,
 //! unleased, `run_after` passed) that are under their running limit, the
@@ -273,68 +274,5 @@ impl Executor {
     pub async fn claim(&self, now: DateTime<Utc>) -> Result<Option<Task>> {
         let claimed = as_platform(Bypass::Queue, self.claim_next(now, false)).await?;
         Ok(claimed.map(|c| c.task))
-    }
-
-    /// Every tenant's tasks whose lease expired before `now`: id, tenant and
-    /// lease owner.
-    async fn expired_leases(&self, now: DateTime<Utc>) -> Result<Vec<sea_orm::QueryResult>> {
-        let db = &self.domain.db;
-        let backend = db.get_database_backend();
-        let sql = match backend {
-            DbBackend::Postgres => {
-                "SELECT id, tenant_id, lease_owner FROM tasks WHERE lease_expires_at < $1"
-            }
-            _ => "SELECT id, tenant_id, lease_owner FROM tasks WHERE lease_expires_at < ?1",
-        };
-        // unscoped: the reaper looks at every tenant's expired leases.
-        Ok(db
-            .query_all_raw(Statement::from_sql_and_values(backend, sql, [now.into()]))
-            .await?)
-    }
-
-    /// Return tasks whose lease expired before `now` to the queue.
-    pub async fn reap_expired(&self, now: DateTime<Utc>) -> Result<usize> {
-        let db = &self.domain.db;
-        let rows = as_platform(Bypass::Queue, self.expired_leases(now)).await?;
-        let mut reaped = 0;
-        for row in rows {
-            let id: Uuid = row.try_get("", "id")?;
-            let tenant: Uuid = row.try_get("", "tenant_id")?;
-            let owner: Option<String> = row.try_get("", "lease_owner")?;
-            let Some(owner) = owner else { continue };
-            let scope = TenantScope::new(tenant.into());
-            let returned = as_tenant(scope.tenant_id(), async {
-                let txn = db.begin_write().await?;
-                let done = mutate(
-                    &txn,
-                    scope,
-                    id.into(),
-                    &Guard::Expired(owner.clone(), now),
-                    TaskChanges {
-                        status: Some(TaskStatus::Pending),
-                        lease: Some(None),
-                        ..TaskChanges::default()
-                    },
-                    vec![
-                        NewEvent::status(TaskStatus::Pending, "lease expired; back in the queue")
-                            .data(json!({"reason": "lease_expired", "worker": owner})),
-                    ],
-                )
-                .await?;
-                txn.commit().await?;
-                Ok::<_, crate::Error>(done)
-            })
-            .await?;
-            if let Some((_, events)) = returned {
-                tracing::warn!(task = %id, worker = %owner, "reaped an expired lease");
-                self.domain.tasks.sink().publish(&events);
-                reaped += 1;
-                metrics().lease_expiries.inc();
-            }
-        }
-        if reaped > 0 {
-            self.domain.tasks.wake_signal().notify_waiters();
-        }
-        Ok(reaped)
     }
 }

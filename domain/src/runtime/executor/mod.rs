@@ -11,9 +11,10 @@
 //! connection and no thread; the pool is taken only by the claim and by
 //! each commit. While a drive runs, a heartbeat extends its lease; every
 //! write is guarded by the lease owner, so a drive that lost its lease can
-//! never commit. The reaper returns tasks whose lease expired (a crashed or
-//! frozen process) to the queue with an event; they resume at the first
-//! step not settled.
+//! never commit. Housekeeping's reaper, beside the executor
+//! ([`crate::runtime::housekeeping`]), returns tasks whose lease expired (a
+//! crashed or frozen process) to the queue with an event; they resume at
+//! the first step not settled. The executor itself only claims and drives.
 //!
 //! **Which task next** (`claim`). Among tenants with ready work under
 //! their running limit (`tenant_max_running`, or the tenant's own), the one
@@ -68,7 +69,8 @@ use crate::{
         guardrails::{self, Severity, StepFacts},
         plans::{self, FALLBACK_INTENT, StepDef},
         tool::{
-            ArtifactDef, Control, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSettings,
+            ArtifactDef, Control, ToolContext, ToolError, ToolOutput, ToolPorts, ToolRegistry,
+            ToolSettings,
         },
     },
     kernel::{
@@ -88,7 +90,7 @@ use crate::{
         intent,
         tasks::{
             EventKind, Guard, INTENT_REVIEW_STEP, NewEvent, PLAN_REVIEW_STEP, Task, TaskChanges,
-            TaskEvent, TaskMode, TaskStatus, mutate, mutate_with,
+            TaskEvent, TaskMode, TaskStatus, mutate_with,
         },
     },
 };
@@ -117,10 +119,6 @@ pub struct ExecutorConfig {
     pub lease: Duration,
     /// How often an idle worker looks for work from other processes.
     pub poll: Duration,
-    /// How often expired leases are reaped.
-    pub reap_every: Duration,
-    /// How often due webhook deliveries are sent.
-    pub deliver_every: Duration,
     /// How intents are detected when a task names none.
     pub intent_detector: intent::Detector,
     /// The most running time (its steps' tool calls) a task may use; a
@@ -140,8 +138,6 @@ impl Default for ExecutorConfig {
             tenant_max_running: 0,
             lease: Duration::from_secs(30),
             poll: Duration::from_millis(500),
-            reap_every: Duration::from_secs(5),
-            deliver_every: Duration::from_secs(1),
             intent_detector: intent::Detector::Rules,
             task_timeout: Duration::from_secs(120),
             audit_tool_calls: false,
@@ -170,6 +166,8 @@ pub struct Executor {
     domain: Domain,
     registry: ToolRegistry,
     settings: Arc<ToolSettings>,
+    /// What a step's tool may use of the platform, lent to every step.
+    ports: Arc<ToolPorts>,
     config: ExecutorConfig,
     stopping: watch::Receiver<bool>,
     /// Tenant slugs (never change once created), so driving a task does
@@ -217,6 +215,7 @@ impl Executor {
     ) -> Self {
         Self {
             registry: domain.plans.registry().clone(),
+            ports: Arc::new(domain.tool_ports()),
             domain,
             settings: Arc::new(settings),
             config,

@@ -24,20 +24,10 @@ use tokio::{sync::Semaphore, task::JoinSet};
 use super::*;
 
 impl Executor {
-    /// Start the claiming loop, the reaper and the webhook courier; they
-    /// stop when `stopping` turns true, after the steps in hand commit.
-    pub fn spawn(self) -> Vec<JoinHandle<()>> {
-        let mut handles = Vec::new();
-        if self.config.slots == 0 {
-            return handles;
-        }
-        let filler = self.clone();
-        handles.push(tokio::spawn(async move { filler.fill_slots().await }));
-        let reaper = self.clone();
-        handles.push(tokio::spawn(async move { reaper.reap_loop().await }));
-        let courier = self.clone();
-        handles.push(tokio::spawn(async move { courier.deliver_loop().await }));
-        handles
+    /// Start the claiming loop (none with no slots); it stops when
+    /// `stopping` turns true, after the steps in hand commit.
+    pub fn spawn(self) -> Option<JoinHandle<()>> {
+        (self.config.slots > 0).then(|| tokio::spawn(self.fill_slots()))
     }
 
     /// The claiming loop: keep every free slot driving a claimed task.
@@ -93,49 +83,6 @@ impl Executor {
         while let Some(ended) = driving.join_next().await {
             if let Err(err) = ended {
                 tracing::error!(%err, "a task's drive panicked");
-            }
-        }
-    }
-
-    async fn reap_loop(self) {
-        let mut stopping = self.stopping.clone();
-        while !self.is_stopping() {
-            if let Err(err) = self.reap_expired(Utc::now()).await {
-                tracing::error!(%err, "reaper error");
-            }
-            // The same housekeeping beat stores the end of ended trials
-            // and starts the schedules' due runs.
-            if let Err(err) = self.domain.capabilities.expire_trials(Utc::now()).await {
-                tracing::error!(%err, "trial expiry error");
-            }
-            match self.domain.schedules.run_due(Utc::now()).await {
-                Ok(0) => {}
-                Ok(n) => {
-                    tracing::info!(runs = n, "started scheduled runs");
-                    self.domain.tasks.wake_signal().notify_waiters();
-                }
-                Err(err) => tracing::error!(%err, "schedule error"),
-            }
-            tokio::select! {
-                () = tokio::time::sleep(self.config.reap_every) => {}
-                _ = stopping.changed() => {}
-            }
-        }
-    }
-
-    /// Send due webhook deliveries, apart from the workers so a slow
-    /// endpoint never holds up a step.
-    async fn deliver_loop(self) {
-        let mut stopping = self.stopping.clone();
-        while !self.is_stopping() {
-            match self.domain.webhooks.deliver_due(Utc::now()).await {
-                Ok(0) => {}
-                Ok(n) => tracing::debug!(delivered = n, "sent webhook deliveries"),
-                Err(err) => tracing::error!(%err, "webhook delivery error"),
-            }
-            tokio::select! {
-                () = tokio::time::sleep(self.config.deliver_every) => {}
-                _ = stopping.changed() => {}
             }
         }
     }

@@ -185,9 +185,7 @@ impl Executor {
             steps: context["steps"].clone(),
             delegation_token: token.clone(),
             callback_path: format!("/callbacks/tasks/{}", task.id),
-            platform: Arc::new(self.domain.clone()),
-            live: Arc::new(self.domain.tasks.clone()),
-            capabilities: self.domain.capabilities.clone(),
+            ports: self.ports.clone(),
             settings: self.settings.clone(),
         };
         // The task's running time left bounds the step's own timeout.

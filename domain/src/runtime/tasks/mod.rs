@@ -333,7 +333,7 @@ impl Tasks {
 
 /// Token deltas are published on the bus only: the step's final text is
 /// stored as its output.
-impl crate::catalogue::tool::LiveEvents for Tasks {
+impl crate::catalogue::ports::LiveEvents for Tasks {
     fn token_delta(
         &self,
         tenant: TenantId,

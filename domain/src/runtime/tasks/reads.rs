@@ -286,24 +286,6 @@ impl Tasks {
         events_after(&self.db, scope, task_id, after, limit).await
     }
 
-    /// A subject's tasks for its dossier: the newest `limit` and how many
-    /// are not finished (its pending work), leaving out `except` (the task
-    /// asking).
-    pub async fn of_subject(
-        &self,
-        scope: TenantScope,
-        subject: Uuid,
-        except: Option<TaskId>,
-        limit: u64,
-    ) -> Result<SubjectTasks> {
-        Ok(SubjectTasks {
-            recent: self
-                .recent_of_subject(scope, subject, except, limit)
-                .await?,
-            open: self.open_of_subject(scope, subject, except).await?,
-        })
-    }
-
     /// Up to `limit` of a subject's tasks (not `except`), newest first.
     pub async fn recent_of_subject(
         &self,

@@ -337,26 +337,8 @@ pub struct NewTask {
     pub concurrency_key: Option<String>,
 }
 
-/// A child task started by a tool.
-#[derive(Clone, Debug)]
-pub struct NewChildTask {
-    pub tenant: TenantId,
-    pub parent: TaskId,
-    pub idempotency_key: String,
-    pub input: String,
-    pub payload: Value,
-    pub plan_key: Option<String>,
-    pub intent: Option<String>,
-}
-
-/// A subject's tasks, from [`Tasks::of_subject`](super::Tasks::of_subject).
-#[derive(Clone, Debug, Default)]
-pub struct SubjectTasks {
-    /// Newest first.
-    pub recent: Vec<Task>,
-    /// Tasks not finished (any status but COMPLETED, FAILED, CANCELLED).
-    pub open: u64,
-}
+/// A child task started by a tool (declared with the tools' ports).
+pub use crate::catalogue::ports::NewChildTask;
 
 /// Filter for listing tasks.
 #[derive(Clone, Debug, Default)]

@@ -14,9 +14,9 @@
 use brainstem_entity::{EntityId, MemoryId, TenantScope};
 use serde_json::Value;
 
-use super::super::{ToolContext, ToolError, platform};
+use super::super::{ToolContext, ToolError};
 use crate::{
-    memory::SearchQuery,
+    memory::{SearchQuery, graph::Graph},
     models::llm::{
         Message,
         prompt::{Layers, Preferences},
@@ -43,20 +43,20 @@ pub async fn gather(
     instructions: Option<&str>,
     prompt: &str,
 ) -> Result<Gathered, ToolError> {
-    let domain = platform(ctx)?;
+    let ports = &ctx.ports;
     let scope = TenantScope::new(ctx.tenant);
-    let task = domain
+    let task = ports
         .tasks
         .get(scope, ctx.task_id)
         .await
         .map_err(retryable("the task"))?;
-    let system_prompt = domain
+    let system_prompt = ports
         .prompts
         .active(scope)
         .await
         .map_err(retryable("the system prompt"))?
         .map(|p| p.content);
-    let preferences = domain
+    let preferences = ports
         .prompts
         .preferences(scope, &task.created_by)
         .await
@@ -66,7 +66,7 @@ pub async fn gather(
             formality: p.formality,
             custom_instructions: p.custom_instructions,
         });
-    let search = domain
+    let search = ports
         .memory
         .search(
             scope,
@@ -92,11 +92,11 @@ pub async fn gather(
     let recalled = hits.iter().map(|h| h.memory.id).collect();
     let memories = hits.into_iter().map(|h| h.memory.content).collect();
     let knowledge = match task.subject_id {
-        Some(subject) => knowledge(domain, scope, EntityId::from(subject)).await,
+        Some(subject) => knowledge(&ports.graph, scope, EntityId::from(subject)).await,
         None => Vec::new(),
     };
     let conversation = match task.conversation {
-        Some(id) => domain
+        Some(id) => ports
             .tasks
             .earlier_turns(scope, id, task.id, TURNS)
             .await
@@ -130,13 +130,8 @@ pub async fn gather(
 
 /// The subject's entry, then its neighbours' (nearest first): a title and
 /// what is known. A graph that cannot be read leaves knowledge out.
-async fn knowledge(
-    domain: &crate::Domain,
-    scope: TenantScope,
-    subject: EntityId,
-) -> Vec<(String, String)> {
-    let around = match domain
-        .graph
+async fn knowledge(graph: &Graph, scope: TenantScope, subject: EntityId) -> Vec<(String, String)> {
+    let around = match graph
         .neighborhood(scope, subject, 1, &[], chrono::Utc::now())
         .await
     {

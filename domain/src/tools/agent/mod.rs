@@ -60,7 +60,6 @@ use serde_json::{Value, json};
 use super::{
     Tool, ToolContext, ToolError, ToolOutput,
     generate::{FRAME_INTERVAL, arg_u64, check_budget},
-    platform,
 };
 use crate::{
     catalogue::{plans::StepDef, policy::ExecutorPolicy},
@@ -114,7 +113,8 @@ impl Tool for Agent {
             None => {
                 // The platform's policy for this process, tightened by the
                 // tenant's overrides.
-                let overrides = platform(&ctx)?
+                let overrides = ctx
+                    .ports
                     .policies
                     .overrides(TenantScope::new(ctx.tenant))
                     .await
@@ -141,7 +141,7 @@ impl Tool for Agent {
             )));
         }
 
-        let domain = platform(&ctx)?;
+        let ports = &ctx.ports;
         let scope = TenantScope::new(ctx.tenant);
         let menu = if state.tool_calls_made >= state.limits.max_tool_calls {
             calls::Menu::new(Vec::new(), None)
@@ -149,16 +149,16 @@ impl Tool for Agent {
             let now = Utc::now();
             let listing =
                 |e: crate::Error| ToolError::retryable(format!("cannot list the tools: {e}"));
-            let tools = domain
+            let tools = ports
                 .plans
                 .tools_of_tenant(scope, now)
                 .await
                 .map_err(listing)?;
             let allowed = state.allowed.as_deref();
             let menu = calls::Menu::new(tools, allowed);
-            match domain.plans.registry().get(crate::tools::plan_run::KEY) {
+            match ports.plans.registry().get(crate::tools::plan_run::KEY) {
                 Some(runner) => {
-                    let plans = domain.plans.available(scope, now).await.map_err(listing)?;
+                    let plans = ports.plans.available(scope, now).await.map_err(listing)?;
                     menu.with_plans(&plans, runner, allowed)
                 }
                 None => menu,
@@ -324,9 +324,9 @@ async fn resume(ctx: &ToolContext, previous: &str) -> Result<LoopState, ToolErro
         })
     });
     let attempts = if unanswered {
-        platform(ctx)?
+        ctx.ports
             .tasks
-            .steps(TenantScope::new(ctx.tenant), ctx.task_id)
+            .attempts(TenantScope::new(ctx.tenant), ctx.task_id)
             .await
             .map_err(|e| ToolError::retryable(format!("cannot read the calls' errors: {e}")))?
     } else {

@@ -11,9 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::{
-    catalogue::guardrails,
+    catalogue::{guardrails, ports::AttemptView},
     models::llm::{Message, Role, ToolCall},
-    runtime::tasks::StepAttempt,
 };
 
 /// How much of a tool's output the model is shown, in characters.
@@ -184,7 +183,7 @@ impl LoopState {
     /// with the call step's output (from `outputs`, the task's
     /// `steps.<id>.output`) or its error (from `attempts`, the task's step
     /// rows), or the refusal.
-    pub fn answer_calls(&mut self, outputs: &Value, attempts: &[StepAttempt]) {
+    pub fn answer_calls(&mut self, outputs: &Value, attempts: &[AttemptView]) {
         let answers: Vec<StoredMessage> = self
             .calls
             .iter()
@@ -203,7 +202,7 @@ impl LoopState {
 }
 
 /// What a call step left: its output, or the error of its last attempt.
-fn step_result(step: &str, outputs: &Value, attempts: &[StepAttempt]) -> String {
+fn step_result(step: &str, outputs: &Value, attempts: &[AttemptView]) -> String {
     let output = outputs.get(step).and_then(|s| s.get("output"));
     if let Some(output) = output.filter(|o| !o.is_null()) {
         let text = output.to_string();

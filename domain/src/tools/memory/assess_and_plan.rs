@@ -14,7 +14,7 @@ use super::{failed, plural, required_subject, scope, strings};
 use crate::{
     catalogue::plans::StepDef,
     memory::Memory,
-    tools::{Tool, ToolContext, ToolError, ToolOutput, platform},
+    tools::{Tool, ToolContext, ToolError, ToolOutput},
 };
 
 /// Pending work above which `memory.assess_and_plan` chases (the seed's
@@ -99,12 +99,14 @@ impl Tool for AssessAndPlan {
             None => Vec::new(),
         };
         let scope = scope(&ctx);
-        let dossier = platform(&ctx)?
+        let dossier = ctx
+            .ports
             .memory
             .dossier(scope, subject, Utc::now())
             .await
             .map_err(failed)?;
-        let open = platform(&ctx)?
+        let open = ctx
+            .ports
             .tasks
             .open_of_subject(scope, subject.uuid(), Some(ctx.task_id))
             .await

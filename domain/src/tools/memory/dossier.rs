@@ -8,7 +8,7 @@ use chrono::Utc;
 use serde_json::{Map, Value, json};
 
 use super::{entity_json, failed, memory_json, plural, required_subject, scope};
-use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, platform};
+use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 
 /// `memory.dossier`: the subject, its facts, its pending work and recent
 /// tasks, and its neighbours.
@@ -37,7 +37,8 @@ impl Tool for DossierTool {
     async fn call(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let subject = required_subject(&ctx, &args)?;
         let scope = scope(&ctx);
-        let dossier = platform(&ctx)?
+        let dossier = ctx
+            .ports
             .memory
             .dossier(scope, subject, Utc::now())
             .await
@@ -46,23 +47,28 @@ impl Tool for DossierTool {
             .get("recent_tasks")
             .and_then(Value::as_u64)
             .unwrap_or(10);
-        let tasks = platform(&ctx)?
-            .tasks
-            .of_subject(scope, subject.uuid(), Some(ctx.task_id), limit)
+        let tasks = &ctx.ports.tasks;
+        let (subject_id, asking) = (subject.uuid(), Some(ctx.task_id));
+        let recent = tasks
+            .recent_of_subject(scope, subject_id, asking, limit)
+            .await
+            .map_err(failed)?;
+        let open = tasks
+            .open_of_subject(scope, subject_id, asking)
             .await
             .map_err(failed)?;
         let output = json!({
             "subject": entity_json(&dossier.subject),
             "state": {
-                "open_tasks": tasks.open,
+                "open_tasks": open,
                 "facts": dossier.facts.len(),
-                "last_task_at": tasks.recent.first().map(|t| t.created_at),
+                "last_task_at": recent.first().map(|t| t.created_at),
             },
             "insights": dossier.insights.iter().map(memory_json).collect::<Vec<_>>(),
             "recent_events": dossier.recent_events.iter().map(memory_json).collect::<Vec<_>>(),
-            "recent_tasks": tasks.recent.iter().map(|t| json!({
+            "recent_tasks": recent.iter().map(|t| json!({
                 "id": t.id.to_string(),
-                "status": t.status.as_str(),
+                "status": t.status,
                 "intent": t.intent,
                 "plan_key": t.plan_key,
                 "error": t.error,
@@ -95,7 +101,7 @@ impl Tool for DossierTool {
         Ok(ToolOutput {
             summary: format!(
                 "dossier: {}, {}, {}",
-                plural(tasks.open as usize, "open task", "open tasks"),
+                plural(open as usize, "open task", "open tasks"),
                 plural(dossier.insights.len(), "insight", "insights"),
                 plural(dossier.recent_events.len(), "recent event", "recent events"),
             ),

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::{failed, id_arg, scope};
 use crate::{
     memory::graph::{Entity, NewEntity, NewRelation},
-    tools::{ArtifactDef, Tool, ToolContext, ToolError, ToolOutput, platform},
+    tools::{ArtifactDef, Tool, ToolContext, ToolError, ToolOutput},
 };
 
 /// `graph.link`: upsert two entities and relate them.
@@ -43,7 +43,8 @@ impl Link {
                     "`{which}` is required when the task has no subject"
                 ))
             })?;
-            let entity = platform(ctx)?
+            let entity = ctx
+                .ports
                 .graph
                 .get(scope, id.into())
                 .await
@@ -58,7 +59,8 @@ impl Link {
                 "`{which}` names an entity by `id` or by `type` and `name`, not both"
             ))),
             (Some(Some(id)), false) => {
-                let entity = platform(ctx)?
+                let entity = ctx
+                    .ports
                     .graph
                     .get(scope, id.into())
                     .await
@@ -72,7 +74,8 @@ impl Link {
                         "`{which}` needs an `id`, or a `type` and a `name`"
                     )));
                 };
-                let (entity, created) = platform(ctx)?
+                let (entity, created) = ctx
+                    .ports
                     .graph
                     .upsert_entity(
                         scope,
@@ -117,7 +120,8 @@ impl Tool for Link {
     async fn call(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let (from, from_role) = Self::resolve(&ctx, args.get("from"), "from").await?;
         let (to, to_role) = Self::resolve(&ctx, args.get("to"), "to").await?;
-        let (relation, created) = platform(&ctx)?
+        let (relation, created) = ctx
+            .ports
             .graph
             .relate(
                 scope(&ctx),

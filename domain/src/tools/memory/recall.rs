@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::{TIERS, failed, memory_json, plural, scope, strings, subject, tier};
 use crate::{
     memory::SearchQuery,
-    tools::{Tool, ToolContext, ToolError, ToolOutput, platform},
+    tools::{Tool, ToolContext, ToolError, ToolOutput},
 };
 
 /// `memory.recall`: hybrid search over the tenant's memories.
@@ -48,7 +48,8 @@ impl Tool for Recall {
             .and_then(Value::as_u64)
             .map(|n| n as usize)
             .unwrap_or(5);
-        let results = platform(&ctx)?
+        let results = ctx
+            .ports
             .memory
             .search(
                 scope(&ctx),

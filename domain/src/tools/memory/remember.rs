@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::{TIERS, failed, id_arg, scope, strings, subject, tier, unit_arg};
 use crate::{
     memory::NewMemory,
-    tools::{ArtifactDef, Tool, ToolContext, ToolError, ToolOutput, platform},
+    tools::{ArtifactDef, Tool, ToolContext, ToolError, ToolOutput},
 };
 
 /// `memory.remember`: store a fact for the task's tenant.
@@ -62,7 +62,8 @@ impl Tool for Remember {
             Some(Some(id)) => Some(MemoryId::from(id)),
             _ => None,
         };
-        let remembered = platform(&ctx)?
+        let remembered = ctx
+            .ports
             .memory
             .remember(
                 scope(&ctx),
