@@ -118,18 +118,21 @@ async fn backend(name: &str, database_url: &str, args: &Args) -> anyhow::Result<
         let _ = stopped.await;
     }));
     let http = reqwest::Client::new();
-    let slug = format!("w{}", uuid::Uuid::now_v7().simple());
-    let created = post(
-        &http,
-        &url,
-        &token(None, Role::PlatformAdmin)?,
-        "mutation($input: CreateTenantInput!) { createTenant(input: $input) { tenant { id } } }",
-        json!({"input": {"slug": slug, "name": "Writes"}}),
-    )
-    .await?;
-    anyhow::ensure!(created.get("errors").is_none(), "createTenant: {created}");
-    let admin = Arc::new(token(Some(&slug), Role::TenantAdmin)?);
     for &clients in &args.clients {
+        // A tenant of its own per round: a `remember` first looks for a
+        // near duplicate among the tenant's memories, so rounds sharing one
+        // would each write to a larger store than the last.
+        let slug = format!("w{}", uuid::Uuid::now_v7().simple());
+        let created = post(
+            &http,
+            &url,
+            &token(None, Role::PlatformAdmin)?,
+            "mutation($input: CreateTenantInput!) { createTenant(input: $input) { tenant { id } } }",
+            json!({"input": {"slug": slug, "name": "Writes"}}),
+        )
+        .await?;
+        anyhow::ensure!(created.get("errors").is_none(), "createTenant: {created}");
+        let admin = Arc::new(token(Some(&slug), Role::TenantAdmin)?);
         let round = round(&http, &url, &admin, clients.max(1), args.writes).await;
         let mut sorted = round.latencies.clone();
         sorted.sort();
