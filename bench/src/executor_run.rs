@@ -1,5 +1,6 @@
-//! What the executor benchmarks share: a no-op tool, a fresh tenant with
-//! an admin to act as, and completion times read from the event bus.
+//! What the executor benchmarks share: the platform over a migrated
+//! database with a no-op tool, a fresh tenant with an admin to act as, and
+//! completion times read from the event bus.
 
 use std::{
     collections::HashMap,
@@ -9,13 +10,38 @@ use std::{
 
 use async_trait::async_trait;
 use brainstem_domain::{
-    Actor, Domain, Principal, Role, TaskId,
-    events::EventBus,
+    Actor, Domain, Principal, Role, TaskId, db,
+    events::{EventBus, NOTIFY_LINGER},
     tasks::EventKind,
-    tools::{Tool, ToolContext, ToolError, ToolOutput},
+    tools::{Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, WithBuiltins},
 };
 use serde_json::json;
 use tokio::sync::Notify;
+
+/// The platform over the database at `url` (migrated; a pool of `pool`),
+/// with the built-in tools and [`Noop`], and completions watched from its
+/// bus. On PostgreSQL the bus also listens, as a server's does.
+pub async fn bench_domain(url: &str, pool: u32) -> anyhow::Result<(Domain, Arc<Completions>)> {
+    let conn = db::connect(url, pool).await?;
+    db::migrate(&conn).await?;
+    let registry = ToolRegistry::builder()
+        .with_builtins()?
+        .register(Arc::new(Noop))?
+        .build();
+    let completions = Arc::new(Completions::default());
+    let bus = EventBus::new();
+    if url.starts_with("postgres") {
+        // No connection here holds a credential: revocations go unheard.
+        bus.connect_postgres(
+            conn.clone(),
+            url.to_owned(),
+            NOTIFY_LINGER,
+            Default::default(),
+        );
+    }
+    completions.watch(&bus);
+    Ok((Domain::new(conn, registry, bus), completions))
+}
 
 /// `bench.noop`: does nothing, at once.
 pub struct Noop;

@@ -8,22 +8,18 @@
 //!
 //! `cargo run --release -p brainstem-bench --bin agent_loop -- --database-url URL`
 
-use std::{
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use brainstem_bench::{
-    executor_run::{Completions, Noop, bench_tenant},
+    executor_run::{Completions, bench_domain, bench_tenant},
     ms, percentile,
 };
 use brainstem_domain::{
-    Domain, Principal, db,
-    events::EventBus,
+    Domain, Principal,
     executor::{Executor, ExecutorConfig},
     plans::{PlanDef, StepDef},
     tasks::NewTask,
-    tools::{ToolRegistry, ToolSettings, WithBuiltins},
+    tools::ToolSettings,
 };
 use clap::Parser;
 use serde_json::json;
@@ -96,25 +92,7 @@ async fn run(
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let conn = db::connect(&args.database_url, 8).await?;
-    db::migrate(&conn).await?;
-    let registry = ToolRegistry::builder()
-        .with_builtins()?
-        .register(Arc::new(Noop))?
-        .build();
-    let completions = Arc::new(Completions::default());
-    let bus = EventBus::new();
-    if args.database_url.starts_with("postgres") {
-        // No connection here holds a credential: revocations go unheard.
-        bus.connect_postgres(
-            conn.clone(),
-            args.database_url.clone(),
-            brainstem_domain::events::NOTIFY_LINGER,
-            Default::default(),
-        );
-    }
-    completions.watch(&bus);
-    let domain = Domain::new(conn.clone(), registry, bus);
+    let (domain, completions) = bench_domain(&args.database_url, 8).await?;
 
     let principal = bench_tenant(&domain).await?;
 

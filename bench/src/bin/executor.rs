@@ -7,24 +7,19 @@
 //!
 //! `cargo run --release -p brainstem-bench --bin executor -- --database-url URL`
 
-use std::{
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use brainstem_bench::{
-    executor_run::{Completions, Noop, bench_tenant},
+    executor_run::{bench_domain, bench_tenant},
     ms, percentile,
 };
 use brainstem_domain::{
-    Domain, db,
-    events::EventBus,
     executor::{Executor, ExecutorConfig},
     plans::{PlanDef, StepDef},
     row_security,
     tasks::NewTask,
-    tools::{ToolRegistry, ToolSettings, WithBuiltins},
+    tools::ToolSettings,
 };
 use clap::Parser;
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
@@ -79,25 +74,9 @@ async fn commit_rate(db: &sea_orm::DatabaseConnection, concurrency: usize) -> an
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let max_c = args.concurrency.iter().copied().max().unwrap_or(1);
-    let conn = db::connect(&args.database_url, (max_c as u32 * 2 + 4).max(8)).await?;
-    db::migrate(&conn).await?;
-    let registry = ToolRegistry::builder()
-        .with_builtins()?
-        .register(Arc::new(Noop))?
-        .build();
-    let completions = Arc::new(Completions::default());
-    let bus = EventBus::new();
-    if args.database_url.starts_with("postgres") {
-        // No connection here holds a credential: revocations go unheard.
-        bus.connect_postgres(
-            conn.clone(),
-            args.database_url.clone(),
-            brainstem_domain::events::NOTIFY_LINGER,
-            Default::default(),
-        );
-    }
-    completions.watch(&bus);
-    let domain = Domain::new(conn.clone(), registry, bus);
+    let (domain, completions) =
+        bench_domain(&args.database_url, (max_c as u32 * 2 + 4).max(8)).await?;
+    let conn = domain.db.clone();
 
     let principal = bench_tenant(&domain).await?;
     // The bench's own calls run as the tenant, as a request would (on

@@ -12,26 +12,22 @@
 //! `cargo run --release -p brainstem-bench --bin fair_queue -- --database-url URL`
 //! (a database of its own: the benchmark creates tables and tenants in it).
 
-use std::{
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use axum::{Router, routing::post};
 use brainstem_bench::{
-    executor_run::{Completions, Noop, bench_tenant},
+    executor_run::{Completions, bench_domain, bench_tenant},
     ms, percentile,
 };
 use brainstem_domain::{
-    Domain, Principal, db,
-    events::EventBus,
+    Domain, Principal,
     executor::{Executor, ExecutorConfig},
     kernel::outbound::{Outbound, OutboundSettings},
     plans::{PlanDef, StepDef},
     row_security,
     tasks::NewTask,
-    tools::{ToolRegistry, ToolSettings, WithBuiltins},
+    tools::ToolSettings,
 };
 use clap::Parser;
 use futures_util::StreamExt;
@@ -173,25 +169,7 @@ async fn b_latencies(
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     brainstem_domain::http_client::install_tls_provider();
-    let conn = db::connect(&args.database_url, args.pool).await?;
-    db::migrate(&conn).await?;
-    let registry = ToolRegistry::builder()
-        .with_builtins()?
-        .register(Arc::new(Noop))?
-        .build();
-    let completions = Arc::new(Completions::default());
-    let bus = EventBus::new();
-    if args.database_url.starts_with("postgres") {
-        // No connection here holds a credential: revocations go unheard.
-        bus.connect_postgres(
-            conn.clone(),
-            args.database_url.clone(),
-            brainstem_domain::events::NOTIFY_LINGER,
-            Default::default(),
-        );
-    }
-    completions.watch(&bus);
-    let domain = Domain::new(conn.clone(), registry, bus);
+    let (domain, completions) = bench_domain(&args.database_url, args.pool).await?;
     let url = slow_endpoint(Duration::from_millis(args.step_ms)).await?;
 
     let a = bench_tenant(&domain).await?;
