@@ -24,8 +24,10 @@ fn workdir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("console"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_console_works_in_a_real_browser() {
+/// The console's working directory and a Chromium, for a browser test:
+/// fails, saying what to install, when either is missing or this build
+/// embeds no console.
+pub(crate) fn browser() -> (PathBuf, String) {
     let dir = workdir();
     assert!(
         dir.join("node_modules/playwright-core/package.json")
@@ -42,6 +44,12 @@ async fn the_console_works_in_a_real_browser() {
         brainstem::console::embedded(),
         "this build embeds no console: build it with Node and npm on the PATH"
     );
+    (dir, chromium)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_works_in_a_real_browser() {
+    let (dir, chromium) = browser();
     let app = TestApp::spawn_with(Backend::Postgres, |c| c.workers = 2).await;
     app.create_tenant("acme").await;
     app.create_tenant("globex").await;

@@ -5,7 +5,7 @@
 //! `console/tests/graphiql.mjs` then runs the page in headless Chromium
 //! (see `console.rs` for where its packages and the browser come from).
 
-use std::{path::PathBuf, process::Stdio};
+use std::process::Stdio;
 
 use regex::Regex;
 use serde_json::{Value, json};
@@ -104,30 +104,9 @@ async fn a_browser_is_sent_to_graphiql_served_by_the_binary() {
     assert_eq!(body["errors"][0]["extensions"]["code"], "BAD_USER_INPUT");
 }
 
-fn workdir() -> PathBuf {
-    std::env::var_os("BRAINSTEM_CONSOLE_WORKDIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("console"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graphiql_runs_a_query_in_a_real_browser_under_the_policy() {
-    let dir = workdir();
-    assert!(
-        dir.join("node_modules/playwright-core/package.json")
-            .exists(),
-        "the console's packages are not installed in {}: run scripts/test (or npm ci in console/)",
-        dir.display()
-    );
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    assert!(
-        std::path::Path::new(&chromium).exists(),
-        "no Chromium at {chromium}: scripts/test installs Debian's `chromium` (or set CHROMIUM)"
-    );
-    assert!(
-        brainstem::console::embedded(),
-        "this build embeds no console: build it with Node and npm on the PATH"
-    );
+    let (dir, chromium) = crate::console::browser();
     let app = TestApp::spawn(Backend::Sqlite).await;
     app.create_tenant("acme").await;
     let run = tokio::process::Command::new("node")
