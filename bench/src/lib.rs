@@ -19,7 +19,7 @@
 //! with (mimalloc, `src/main.rs`), so a server measured in a benchmark's
 //! process allocates as a deployed one does.
 //!
-//! Shared here: [`call`] (one GraphQL operation over HTTP),
+//! Shared here: [`call`], [`bench_token`] (one GraphQL operation over HTTP),
 //! [`seed_four_step_tasks`], and [`fresh_database`] / [`drop_database`].
 
 pub mod executor_run;
@@ -32,6 +32,24 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use sea_orm::{ConnectionTrait, Database};
 use serde_json::{Value, json};
+
+/// A two-hour token for the subject `bench`, in `tenant` (none: the
+/// platform) with `role`, signed as the server under test signs them.
+pub fn bench_token(
+    auth: &brainstem_api::auth::AuthConfig,
+    tenant: Option<&str>,
+    role: brainstem_domain::Role,
+) -> anyhow::Result<String> {
+    Ok(brainstem_api::auth::mint_token(
+        auth,
+        brainstem_api::auth::TokenRequest {
+            subject: "bench",
+            tenant,
+            roles: &[role],
+            ttl: chrono::Duration::hours(2),
+        },
+    )?)
+}
 
 /// Percentile of a sorted list of durations (`p` in 0–100).
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {

@@ -36,11 +36,8 @@ use brainstem::{
     config::{Config, EmbeddingProvider, LlmProvider},
     startup::Application,
 };
-use brainstem_api::{
-    auth::{TokenRequest, mint_token},
-    cost::{self, DocumentLimits},
-};
-use brainstem_bench::{ms, percentile, seed_four_step_tasks};
+use brainstem_api::cost::{self, DocumentLimits};
+use brainstem_bench::{bench_token, ms, percentile, seed_four_step_tasks};
 use brainstem_domain::Role;
 use clap::Parser;
 use secrecy::SecretString;
@@ -268,17 +265,7 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
     let domain = app.domain().clone();
     let executor = app.executor().clone();
     let auth = brainstem::startup::auth_config(&config, &domain).await?;
-    let token = |tenant: Option<&str>, role: Role| {
-        mint_token(
-            &auth,
-            TokenRequest {
-                subject: "bench",
-                tenant,
-                roles: &[role],
-                ttl: chrono::Duration::hours(2),
-            },
-        )
-    };
+    let token = |tenant: Option<&str>, role: Role| bench_token(&auth, tenant, role);
     let platform = token(None, Role::PlatformAdmin)?;
     let admin = token(Some("bench"), Role::TenantAdmin)?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

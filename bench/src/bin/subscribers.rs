@@ -367,15 +367,7 @@ async fn run(args: &Args, subscribers: usize, backend: &str) -> anyhow::Result<(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let token = brainstem_api::auth::mint_token(
-        &auth,
-        brainstem_api::auth::TokenRequest {
-            subject: "bench",
-            tenant: Some("demo"),
-            roles: &[Role::Member],
-            ttl: chrono::Duration::hours(2),
-        },
-    )?;
+    let token = brainstem_bench::bench_token(&auth, Some("demo"), Role::Member)?;
     // Two processes: the subscribers connect to another server.
     let exe = std::env::current_exe()?;
     let mut other = None;

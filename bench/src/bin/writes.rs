@@ -25,8 +25,7 @@ use brainstem::{
     config::{Config, EmbeddingProvider, LlmProvider},
     startup::Application,
 };
-use brainstem_api::auth::{TokenRequest, mint_token};
-use brainstem_bench::{ms, percentile};
+use brainstem_bench::{bench_token, ms, percentile};
 use brainstem_domain::Role;
 use clap::Parser;
 use secrecy::SecretString;
@@ -102,17 +101,7 @@ async fn backend(name: &str, database_url: &str, args: &Args) -> anyhow::Result<
     let app = Application::build(&config).await?;
     let url = Arc::new(format!("http://{}/graphql", app.local_addr()));
     let auth = brainstem::startup::auth_config(&config, app.domain()).await?;
-    let token = |tenant: Option<&str>, role: Role| {
-        mint_token(
-            &auth,
-            TokenRequest {
-                subject: "bench",
-                tenant,
-                roles: &[role],
-                ttl: chrono::Duration::hours(2),
-            },
-        )
-    };
+    let token = |tenant: Option<&str>, role: Role| bench_token(&auth, tenant, role);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(app.run_until(async {
         let _ = stopped.await;
