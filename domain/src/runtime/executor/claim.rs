@@ -120,9 +120,9 @@ impl Executor {
         as_platform(Bypass::Queue, self.claim_next(Utc::now(), true)).await
     }
 
-    /// Claim the next runnable task by the rule, with the claim's
-    /// transaction still open when the task is to be planned in it.
-    /// `may_hold`: whether the transaction may stay open for planning.
+    /// Claim the next runnable task by the rule; on SQLite with the
+    /// claim's transaction still open when the task is to be planned in
+    /// it. `may_hold`: whether the transaction may stay open for planning.
     async fn claim_next(&self, now: DateTime<Utc>, may_hold: bool) -> Result<Option<Claimed>> {
         if self.domain.db.get_database_backend() != DbBackend::Postgres {
             let txn = self.domain.db.begin_write().await?;
@@ -135,36 +135,58 @@ impl Executor {
             };
         }
         for candidate in self.candidates().await? {
-            let txn = self.domain.db.begin_write().await?;
-            if candidate.limited {
-                // Serialise this tenant's claims across processes; the
-                // count in the claim is read after the lock is held.
-                txn.execute_raw(Statement::from_sql_and_values(
-                    DbBackend::Postgres,
-                    "SELECT pg_advisory_xact_lock(hashtextextended('brainstem.queue:' || $1::text, 0))",
-                    [candidate.tenant.into()],
-                ))
-                .await?;
+            if !candidate.limited {
+                // One statement, committed by itself: with each change of
+                // a leased task one statement too (`tasks::LeasedWrite`),
+                // holding the claim open for planning would save nothing,
+                // and would show the claimed task as still runnable to the
+                // next claim.
+                let claimed = self
+                    .claim_pg(
+                        &self.domain.db,
+                        candidate.tenant,
+                        candidate.max_running,
+                        now,
+                    )
+                    .await?;
+                match claimed {
+                    Some(task) => {
+                        return Ok(Some(Claimed {
+                            task,
+                            held: None,
+                            at: now,
+                        }));
+                    }
+                    None => continue,
+                }
             }
+            // Serialise this tenant's claims across processes; the count in
+            // the claim is read after the lock is held, and the lock is not
+            // kept while the task plans.
+            let txn = self.domain.db.begin_write().await?;
+            txn.execute_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                "SELECT pg_advisory_xact_lock(hashtextextended('brainstem.queue:' || $1::text, 0))",
+                [candidate.tenant.into()],
+            ))
+            .await?;
             let claimed = self
                 .claim_pg(&txn, candidate.tenant, candidate.max_running, now)
                 .await?;
-            match claimed {
-                // A limited tenant's lock is not kept while it plans.
-                Some(task) => {
-                    return Ok(Some(
-                        self.hold_or_commit(txn, task, may_hold && !candidate.limited, now)
-                            .await?,
-                    ));
-                }
-                None => txn.commit().await?,
+            txn.commit().await?;
+            if let Some(task) = claimed {
+                return Ok(Some(Claimed {
+                    task,
+                    held: None,
+                    at: now,
+                }));
             }
         }
         Ok(None)
     }
 
-    /// A task that named its plan is planned in the claim's own
-    /// transaction (one commit fewer), reading through it: planning then
+    /// SQLite: a task that named its plan is planned in the claim's own
+    /// transaction (one write turn fewer), reading through it: planning then
     /// reads only that plan, and no second pooled connection is needed
     /// while this one is held. Otherwise (or when `may_hold` is false) the
     /// claim commits first.

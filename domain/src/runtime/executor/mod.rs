@@ -89,8 +89,8 @@ use crate::{
     runtime::{
         intent,
         tasks::{
-            EventKind, Guard, INTENT_REVIEW_STEP, NewEvent, PLAN_REVIEW_STEP, Task, TaskChanges,
-            TaskEvent, TaskMode, TaskStatus, mutate_with,
+            EventKind, Guard, INTENT_REVIEW_STEP, LeasedWrite, NewEvent, PLAN_REVIEW_STEP, Task,
+            TaskChanges, TaskEvent, TaskMode, TaskStatus, mutate_with,
         },
     },
 };
@@ -389,11 +389,7 @@ impl Executor {
         events: Vec<NewEvent>,
         extra: Extra,
     ) -> Result<Option<Task>> {
-        let txn = match held {
-            Some(txn) => txn,
-            None => self.domain.db.begin_write().await?,
-        };
-        let guard = Guard::Lease(self.config.worker_id.clone());
+        let owner = &self.config.worker_id;
         // An attempt's tool call adds to the task's running time.
         let mut changes = changes;
         if let Some(step) = &extra.step
@@ -402,19 +398,57 @@ impl Executor {
         {
             changes.running_ms = Some(task.running_ms.saturating_add((*ms).max(0)));
         }
-        // The step's attempt row rides with the events (one round trip on
-        // PostgreSQL).
-        // So does its audit row, when tool calls are audited (a model
-        // call included, with its usage): `tool.call`.
-        let backend = txn.get_database_backend();
+        // The step's attempt row rides with the events, and so does its
+        // audit row when tool calls are audited (a model call included,
+        // with its usage): `tool.call`.
+        let backend = self.domain.db.get_database_backend();
         let mut rows = Vec::new();
         if let Some(step) = extra.step {
             if self.config.audit_tool_calls {
-                let audit = tool_call_audit(&self.config.worker_id, task, &step);
+                let audit = tool_call_audit(owner, task, &step);
                 rows.push(audit_log::Entity::insert(audit).build(backend));
             }
             rows.insert(0, task_step::Entity::insert(step).build(backend));
         }
+        // A change with no rows of its own kind is one statement on
+        // PostgreSQL (`tasks::LeasedWrite`), in no transaction of its own.
+        let (changes, events, rows) = if extra.review.is_none()
+            && extra.delegation.is_none()
+            && extra.artifacts.is_empty()
+        {
+            match LeasedWrite::prepare(backend, task, owner, changes, events, rows)? {
+                LeasedWrite::One(one) => {
+                    let written = match held {
+                        Some(txn) => match one.run(&txn).await? {
+                            Some(written) => {
+                                txn.commit().await?;
+                                Some(written)
+                            }
+                            None => None,
+                        },
+                        None => one.run(&self.domain.db).await?,
+                    };
+                    let Some((updated, stored)) = written else {
+                        tracing::warn!(task = %task.id, "lost the lease; leaving the task to its new owner");
+                        return Ok(None);
+                    };
+                    self.publish(&stored);
+                    return Ok(Some(updated));
+                }
+                LeasedWrite::Many {
+                    changes,
+                    events,
+                    also,
+                } => (*changes, events, also),
+            }
+        } else {
+            (changes, events, rows)
+        };
+        let txn = match held {
+            Some(txn) => txn,
+            None => self.domain.db.begin_write().await?,
+        };
+        let guard = Guard::Lease(owner.clone());
         let Some((updated, stored)) =
             mutate_with(&txn, task.scope(), task.id, &guard, changes, events, rows).await?
         else {

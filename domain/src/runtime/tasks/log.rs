@@ -32,6 +32,70 @@ pub struct TaskChanges {
     pub completed_at: Option<DateTime<Utc>>,
 }
 
+impl TaskChanges {
+    /// `task` as this change leaves it (what the update's row will read,
+    /// but for `updated_at` and `last_seq`). Every field is named, so a
+    /// new one cannot be forgotten here.
+    pub fn apply_to(self, task: &mut Task) {
+        let TaskChanges {
+            status,
+            intent,
+            confidence,
+            intent_reviewed,
+            plan,
+            frozen_plan,
+            settled_step_ids,
+            reviewed_step_ids,
+            attempts,
+            current_step_id,
+            state,
+            step_outputs,
+            error,
+            lease,
+            run_after,
+            cancel_requested,
+            usage,
+            result,
+            running_ms,
+            started_at,
+            completed_at,
+        } = self;
+        fn put<T>(field: &mut T, value: Option<T>) {
+            if let Some(value) = value {
+                *field = value;
+            }
+        }
+        put(&mut task.status, status);
+        put(&mut task.intent, intent);
+        put(&mut task.confidence, confidence);
+        put(&mut task.intent_reviewed, intent_reviewed);
+        if let Some((id, key, version)) = plan {
+            task.plan_id = Some(id);
+            task.plan_key = Some(key);
+            task.plan_version = Some(version);
+        }
+        put(&mut task.frozen_plan, frozen_plan);
+        put(&mut task.settled_step_ids, settled_step_ids);
+        put(&mut task.reviewed_step_ids, reviewed_step_ids);
+        put(&mut task.attempts, attempts);
+        put(&mut task.current_step_id, current_step_id);
+        put(&mut task.state, state);
+        put(&mut task.step_outputs, step_outputs);
+        put(&mut task.error, error);
+        if let Some(lease) = lease {
+            task.lease_owner = lease.as_ref().map(|(owner, _)| owner.clone());
+            task.lease_expires_at = lease.map(|(_, until)| until);
+        }
+        put(&mut task.run_after, run_after);
+        put(&mut task.cancel_requested, cancel_requested);
+        put(&mut task.usage, usage);
+        put(&mut task.result, result.map(Some));
+        put(&mut task.running_ms, running_ms);
+        put(&mut task.started_at, started_at.map(Some));
+        put(&mut task.completed_at, completed_at.map(Some));
+    }
+}
+
 /// Which writer may apply a change.
 #[derive(Clone, Debug)]
 pub enum Guard {
@@ -72,10 +136,36 @@ pub async fn mutate_with<C: ConnectionTrait>(
     events: Vec<NewEvent>,
     also: Vec<Statement>,
 ) -> Result<Option<(Task, Vec<TaskEvent>)>> {
-    use sea_orm::sea_query::ExprTrait;
-    use task::Column as C;
     let now = Utc::now();
     let n = events.len() as i64;
+    let status = changes.status;
+    let mut rows = task_update(scope, id, guard, changes, now, n)?
+        .exec_with_returning(db)
+        .await?;
+    let Some(row) = rows.pop() else {
+        return Ok(None);
+    };
+    let task = Task::try_from(row)?;
+    if let Some(status) = status {
+        count_status(&task, status, now);
+    }
+    let first = task.last_seq - n + 1;
+    let stored = insert_events(db, &task, first, events, now, also).await?;
+    Ok(Some((task, stored)))
+}
+
+/// The task `UPDATE` of a change: the columns `changes` sets, with
+/// `updated_at`, and `last_seq` moved past `n` new events, if `guard` holds.
+pub(super) fn task_update(
+    scope: TenantScope,
+    id: TaskId,
+    guard: &Guard,
+    changes: TaskChanges,
+    now: DateTime<Utc>,
+    n: i64,
+) -> Result<sea_orm::UpdateMany<task::Entity>> {
+    use sea_orm::sea_query::ExprTrait;
+    use task::Column as C;
     let mut update = task::Entity::update_many_in(scope)
         .filter(C::Id.eq(id.uuid()))
         .col_expr(C::UpdatedAt, Expr::value(now))
@@ -89,7 +179,6 @@ pub async fn mutate_with<C: ConnectionTrait>(
             .filter(C::LeaseOwner.eq(owner.as_str()))
             .filter(C::LeaseExpiresAt.lt(*now)),
     };
-    let changes_status = changes.status;
     let mut cols: Vec<(C, SimpleExpr)> = Vec::new();
     let mut set = |col: C, value: SimpleExpr| cols.push((col, value));
     if let Some(s) = changes.status {
@@ -165,21 +254,11 @@ pub async fn mutate_with<C: ConnectionTrait>(
     for (col, value) in cols {
         update = update.col_expr(col, value);
     }
-    let mut rows = update.exec_with_returning(db).await?;
-    let Some(row) = rows.pop() else {
-        return Ok(None);
-    };
-    let task = Task::try_from(row)?;
-    if let Some(status) = changes_status {
-        count_status(&task, status, now);
-    }
-    let first = task.last_seq - n + 1;
-    let stored = insert_events(db, &task, first, events, now, also).await?;
-    Ok(Some((task, stored)))
+    Ok(update)
 }
 
 /// Count a task's move to `status` in the task metrics.
-fn count_status(task: &Task, status: TaskStatus, now: DateTime<Utc>) {
+pub(super) fn count_status(task: &Task, status: TaskStatus, now: DateTime<Utc>) {
     let m = metrics();
     let plan = task.plan_key.clone().unwrap_or_default();
     if status == TaskStatus::NeedsReview {
@@ -217,40 +296,13 @@ pub(super) async fn insert_events<C: ConnectionTrait>(
         }
         return Ok(Vec::new());
     }
-    let models: Vec<task_event::Model> = events
-        .into_iter()
-        .enumerate()
-        .map(|(i, event)| task_event::Model {
-            id: Uuid::now_v7(),
-            tenant_id: task.tenant.uuid(),
-            task_id: task.id.uuid(),
-            seq: first + i as i64,
-            kind: event
-                .kind
-                .unwrap_or(EventKind::StatusChanged)
-                .as_str()
-                .to_owned(),
-            step_id: event.step_id,
-            tool: event.tool,
-            status: event.status,
-            summary: event.summary,
-            error: event.error,
-            data_keys: json!(event.data_keys),
-            data: redact(&event.data),
-            created_at: now,
-        })
-        .collect();
+    let (models, stored) = event_rows(task, first, events, now)?;
     let insert = task_event::Entity::insert_many(
         models
-            .iter()
-            .cloned()
+            .into_iter()
             .map(task_event::ActiveModel::from)
             .collect::<Vec<_>>(),
     );
-    let stored = models
-        .into_iter()
-        .map(TaskEvent::try_from)
-        .collect::<Result<Vec<_>>>()?;
     let backend = db.get_database_backend();
     // Deliveries to the tenant's webhooks go with the events they report.
     let mut rows = rows;
@@ -289,6 +341,45 @@ pub(super) async fn insert_events<C: ConnectionTrait>(
         crate::runtime::events::notify(db, payloads).await?;
     }
     Ok(stored)
+}
+
+/// `events` as the task's rows `first`, `first + 1`, …, and as they read
+/// once committed.
+pub(super) fn event_rows(
+    task: &Task,
+    first: i64,
+    events: Vec<NewEvent>,
+    now: DateTime<Utc>,
+) -> Result<(Vec<task_event::Model>, Vec<TaskEvent>)> {
+    let models: Vec<task_event::Model> = events
+        .into_iter()
+        .enumerate()
+        .map(|(i, event)| task_event::Model {
+            id: Uuid::now_v7(),
+            tenant_id: task.tenant.uuid(),
+            task_id: task.id.uuid(),
+            seq: first + i as i64,
+            kind: event
+                .kind
+                .unwrap_or(EventKind::StatusChanged)
+                .as_str()
+                .to_owned(),
+            step_id: event.step_id,
+            tool: event.tool,
+            status: event.status,
+            summary: event.summary,
+            error: event.error,
+            data_keys: json!(event.data_keys),
+            data: redact(&event.data),
+            created_at: now,
+        })
+        .collect();
+    let stored = models
+        .iter()
+        .cloned()
+        .map(TaskEvent::try_from)
+        .collect::<Result<Vec<_>>>()?;
+    Ok((models, stored))
 }
 
 /// `sql` (PostgreSQL syntax) with every `$N` placeholder renumbered

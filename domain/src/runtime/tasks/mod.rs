@@ -54,6 +54,7 @@ use crate::{
 
 mod event;
 mod fields;
+mod leased;
 mod lifecycle;
 mod log;
 mod reads;
@@ -62,6 +63,7 @@ mod summaries;
 
 pub use event::*;
 pub use fields::{EventField, Fields, StepField, TaskField};
+pub use leased::{LeasedWrite, OneStatement};
 pub use log::*;
 pub use reads::*;
 pub use record::*;
