@@ -15,9 +15,11 @@
 //!
 //! **Across processes.** Everything the rule reads is in the database
 //! (running means leased; served is `claimed_at`), so any number of
-//! processes claim by it with no bookkeeping of their own. On PostgreSQL the
-//! tenant is chosen first (one statement, walking the runnable index tenant
-//! by tenant), then its task is claimed with `FOR UPDATE SKIP LOCKED`; a
+//! processes claim by it with no bookkeeping of their own. On PostgreSQL,
+//! when the first tenant has no running limit and no keyed tasks, choosing
+//! it (walking the runnable index tenant by tenant) and claiming its next
+//! task with `FOR UPDATE SKIP LOCKED` are one statement, committed by
+//! itself; otherwise the tenants are listed in order and tried in turn. A
 //! tenant with a running limit or keyed tasks is claimed under a
 //! transaction-scoped advisory lock of its own, and the count is read after
 //! the lock, so two processes cannot both take the last place. SQLite has
@@ -35,6 +37,16 @@ pub(super) struct Claimed {
     pub(super) at: DateTime<Utc>,
 }
 
+/// What the one-statement claim found (PostgreSQL).
+enum First {
+    Claimed(Box<Task>),
+    /// No tenant has runnable work under its limit.
+    NothingRunnable,
+    /// The first tenant is limited, or its next task was taken meanwhile:
+    /// the tenants are tried in turn.
+    TryInTurn,
+}
+
 /// A tenant with runnable work, in the order the rule serves them.
 struct Candidate {
     tenant: Uuid,
@@ -44,9 +56,13 @@ struct Candidate {
     limited: bool,
 }
 
-/// PostgreSQL: the tenants with runnable work, under their running limit,
-/// in the rule's order. `$1`: the platform's default running limit.
-const CANDIDATES_PG: &str = "\
+/// PostgreSQL: `ranked`, the tenants with runnable work under their
+/// running limit, each with its `place` in the rule's order (1 first).
+/// `$1`: the platform's default running limit. The one statement of the
+/// rule's order, for [`CANDIDATES_PG`] and [`CLAIM_FIRST_PG`].
+macro_rules! ranked_pg {
+    () => {
+        "\
 WITH RECURSIVE active(tenant_id) AS ( \
     (SELECT tenant_id FROM tasks WHERE status = 'PENDING' AND lease_owner IS NULL \
      ORDER BY tenant_id LIMIT 1) \
@@ -55,8 +71,10 @@ WITH RECURSIVE active(tenant_id) AS ( \
             WHERE t.status = 'PENDING' AND t.lease_owner IS NULL AND t.tenant_id > a.tenant_id \
             ORDER BY t.tenant_id LIMIT 1) \
     FROM active a WHERE a.tenant_id IS NOT NULL \
-) \
-SELECT c.tenant_id, c.max_running, c.keyed FROM ( \
+), ranked AS ( \
+SELECT c.tenant_id, c.max_running, c.keyed, \
+  row_number() OVER (ORDER BY c.running / c.weight, c.served NULLS FIRST, c.tenant_id) AS place \
+FROM ( \
   SELECT a.tenant_id, \
     COALESCE(q.max_running, $1)::bigint AS max_running, \
     COALESCE(q.weight, 1.0) AS weight, \
@@ -68,8 +86,35 @@ SELECT c.tenant_id, c.max_running, c.keyed FROM ( \
   WHERE a.tenant_id IS NOT NULL \
 ) c \
 WHERE c.max_running <= 0 OR c.running < c.max_running \
-ORDER BY c.running / c.weight, c.served NULLS FIRST, c.tenant_id \
-LIMIT 16";
+) "
+    };
+}
+
+/// PostgreSQL: the first tenants of `ranked`, in order.
+const CANDIDATES_PG: &str = concat!(
+    ranked_pg!(),
+    "SELECT tenant_id, max_running, keyed FROM ranked ORDER BY place LIMIT 16"
+);
+
+/// PostgreSQL: when the first tenant of `ranked` has no limit and no keyed
+/// tasks (nothing to serialise), claim its next task in the same
+/// statement. One row always: the claimed task's columns (all NULL when
+/// none was claimed) and `runnable_tenants`, the number of tenants ranked.
+/// `$2`: the lease owner, `$3`: the lease's end, `$4`: now.
+const CLAIM_FIRST_PG: &str = concat!(
+    ranked_pg!(),
+    ", claimed AS ( \
+UPDATE tasks SET lease_owner = $2, lease_expires_at = $3, updated_at = $4, claimed_at = $4 \
+WHERE id = ( \
+  SELECT c.id FROM tasks c \
+  JOIN ranked r ON r.tenant_id = c.tenant_id AND r.place = 1 AND r.max_running <= 0 AND NOT r.keyed \
+  WHERE c.status = 'PENDING' AND c.lease_owner IS NULL AND c.run_after <= $4 \
+  ORDER BY c.priority DESC, c.run_after, c.id \
+  LIMIT 1 FOR UPDATE OF c SKIP LOCKED) \
+RETURNING *) \
+SELECT claimed.*, (SELECT count(*) FROM ranked) AS runnable_tenants \
+FROM (SELECT 1) AS one LEFT JOIN claimed ON true"
+);
 
 /// PostgreSQL: claim the tenant `$4`'s next task, if its running limit
 /// (`$5`, 0: none) and the task's key allow. The claim's transaction then
@@ -133,6 +178,17 @@ impl Executor {
                     Ok(None)
                 }
             };
+        }
+        match self.claim_first_pg(now).await? {
+            First::Claimed(task) => {
+                return Ok(Some(Claimed {
+                    task: *task,
+                    held: None,
+                    at: now,
+                }));
+            }
+            First::NothingRunnable => return Ok(None),
+            First::TryInTurn => {}
         }
         for candidate in self.candidates().await? {
             if !candidate.limited {
@@ -210,6 +266,38 @@ impl Executor {
             None
         };
         Ok(Claimed { task, held, at })
+    }
+
+    /// PostgreSQL: the common case in one statement (`CLAIM_FIRST_PG`).
+    async fn claim_first_pg(&self, now: DateTime<Utc>) -> Result<First> {
+        let statement = Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            CLAIM_FIRST_PG,
+            [
+                i64::from(self.config.tenant_max_running).into(),
+                self.config.worker_id.clone().into(),
+                self.lease_until().into(),
+                now.into(),
+            ],
+        );
+        // unscoped: the shared work queue.
+        let Some(row) = self.domain.db.query_one_raw(statement).await? else {
+            return Ok(First::NothingRunnable);
+        };
+        if row.try_get::<Option<Uuid>>("", "id")?.is_some() {
+            use sea_orm::FromQueryResult;
+            let task = Task::try_from(task::Model::from_query_result(&row, "")?)?;
+            metrics()
+                .claim_latency
+                .observe(seconds_between(task.run_after, now));
+            return Ok(First::Claimed(Box::new(task)));
+        }
+        let runnable: i64 = row.try_get("", "runnable_tenants")?;
+        Ok(if runnable == 0 {
+            First::NothingRunnable
+        } else {
+            First::TryInTurn
+        })
     }
 
     /// PostgreSQL: the tenants to try, in the rule's order.
