@@ -37,6 +37,7 @@ mod hostile;
 mod housekeeping;
 mod http;
 mod layers;
+mod leased_write;
 mod leases;
 mod live_streams;
 mod llm;
