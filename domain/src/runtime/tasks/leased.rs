@@ -157,14 +157,12 @@ impl OneStatement {
     /// open): the task as updated and the events stored, or `None` when
     /// the guard failed and nothing was written.
     pub async fn run<C: ConnectionTrait>(self, db: &C) -> Result<Option<(Task, Vec<TaskEvent>)>> {
-        let row = task::Entity::find()
-            .from_raw_sql(self.statement)
-            .one(db)
-            .await?;
-        let Some(row) = row else {
+        use sea_orm::FromQueryResult;
+        // The statement's update is the scoped one of `task_update`.
+        let Some(row) = db.query_one_raw(self.statement).await? else {
             return Ok(None);
         };
-        let task = Task::try_from(row)?;
+        let task = Task::try_from(task::Model::from_query_result(&row, "")?)?;
         if let Some(status) = self.status {
             count_status(&task, status, self.now);
         }
