@@ -38,6 +38,7 @@ mod housekeeping;
 mod http;
 mod layers;
 mod leases;
+mod lists;
 mod live_streams;
 mod llm;
 mod llm_partial;

@@ -38,6 +38,7 @@ use super::{
     context::{domain, require_scope},
     ids::{self, NodeType},
     loaders::{TaskArtifactsKey, TaskEventsKey, TaskKey, TaskReviewsKey, TaskStepsKey, loader},
+    page::{ListOrder, ordered_page_request},
     plain_list::PlainList,
     plans::PlanStep,
 };
@@ -282,18 +283,22 @@ impl Task {
             None => Ok(None),
         }
     }
-    /// Tasks this task spawned.
+    /// Tasks this task spawned, oldest first unless `orderBy`.
     async fn children(
         &self,
         ctx: &Context<'_>,
         first: Option<i32>,
         after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
+        order_by: Option<ListOrder>,
     ) -> async_graphql::Result<TaskPage> {
         let filter = DomainFilter {
             parent: Some(self.0.id),
             ..DomainFilter::default()
         };
-        task_page(ctx, self.0.scope(), filter, first, after).await
+        let request = ordered_page_request(first, after, last, before, order_by)?;
+        task_page(ctx, self.0.scope(), filter, request).await
     }
     /// Every attempt of every step, in the order they ran.
     async fn steps(&self, ctx: &Context<'_>) -> async_graphql::Result<PlainList<TaskStep>> {
@@ -390,14 +395,19 @@ impl TaskQuery {
         Ok(Task(domain(ctx).tasks.get(scope, id).await.gql()?))
     }
 
-    /// The caller's tenant's tasks, oldest first.
+    /// The caller's tenant's tasks, oldest first unless `orderBy`.
+    #[allow(clippy::too_many_arguments)]
     async fn tasks(
         &self,
         ctx: &Context<'_>,
         filter: Option<TaskFilter>,
         first: Option<i32>,
         after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
+        order_by: Option<ListOrder>,
     ) -> async_graphql::Result<TaskPage> {
+        let request = ordered_page_request(first, after, last, before, order_by)?;
         let scope = task_scope(ctx)?;
         let filter = filter
             .map(|f| DomainFilter {
@@ -413,7 +423,7 @@ impl TaskQuery {
                 conversation: None,
             })
             .unwrap_or_default();
-        task_page(ctx, scope, filter, first, after).await
+        task_page(ctx, scope, filter, request).await
     }
 }
 

@@ -14,7 +14,7 @@
 //!
 //! Invariants:
 //! - The answer is the one the separate reads give: the same rows, tasks
-//!   and steps in id order, each window oldest first, overlapping windows
+//!   in the page's order and steps in id order, each window oldest first, overlapping windows
 //!   each with their own copy (`tests/e2e/dataloader.rs` compares them).
 //! - Every branch is read through the caller's tenant scope.
 //! - PostgreSQL types the columns of a `UNION` pairwise, left to right: a
@@ -120,7 +120,12 @@ impl Tasks {
                 .to_owned(),
         );
         let rows = self.db.query_all_raw(backend.build(&query)).await?;
-        let (tasks, step_rows, event_rows) = decode(rows, scope.tenant_id(), &layout)?;
+        let (mut tasks, step_rows, event_rows) = decode(rows, scope.tenant_id(), &layout)?;
+        // `decode` sorts by id; `cut` takes the rows in the order they
+        // were read.
+        if request.scan() == page::Order::NewestFirst {
+            tasks.reverse();
+        }
         let page = page::cut(tasks, size, request);
         let ids: Vec<TaskId> = page.items.iter().map(|t| t.id).collect();
         let steps = if steps {
