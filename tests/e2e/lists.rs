@@ -5,28 +5,42 @@
 
 use serde_json::{Value, json};
 
-use crate::{helpers::TestApp, on_both_backends};
+use crate::{
+    for_both_backends,
+    helpers::{Backend, TestApp},
+};
 
-on_both_backends!(
+for_both_backends!(
     every_connection_pages_both_ways_in_each_order,
     bad_page_arguments_are_refused,
+    reviews_of_every_task_list_in_each_order,
 );
+
+/// A server whose rate limits do not stop a test that pages through
+/// lists many times over.
+pub async fn unlimited(backend: Backend) -> TestApp {
+    TestApp::spawn_with(backend, |c| {
+        c.rate_limit_per_tenant_rps = 0.0;
+        c.rate_limit_per_key_rps = 0.0;
+    })
+    .await
+}
 
 /// A connection to walk: the query text around its arguments and where its
 /// connection sits in the answer.
-struct List {
-    name: &'static str,
+pub struct List {
+    pub name: &'static str,
     /// The query up to the connection's arguments, e.g. `tasks(`.
-    open: String,
+    pub open: String,
     /// What closes the query after the connection's selection.
-    close: &'static str,
-    path: Vec<&'static str>,
+    pub close: &'static str,
+    pub path: Vec<&'static str>,
     /// Whether it takes `orderBy`.
-    ordered: bool,
+    pub ordered: bool,
 }
 
 impl List {
-    fn top(name: &'static str, ordered: bool) -> Self {
+    pub fn top(name: &'static str, ordered: bool) -> Self {
         Self {
             name,
             open: format!("{name}("),
@@ -48,7 +62,7 @@ pub struct Page {
 }
 
 /// The page `args` asks for of `list`, as `token`.
-async fn page(app: &TestApp, token: &str, list: &List, args: &str) -> Page {
+pub async fn page(app: &TestApp, token: &str, list: &List, args: &str) -> Page {
     let query = format!(
         "{{ {open}{args}) {{ pageInfo {{ hasPreviousPage hasNextPage startCursor endCursor }} \
          edges {{ cursor node {{ id }} }} }} {close} }}",
@@ -94,7 +108,7 @@ async fn page(app: &TestApp, token: &str, list: &List, args: &str) -> Page {
 /// gives) two at a time forward with `first/after` and back with
 /// `last/before`, checking each page and its `pageInfo`, and the empty
 /// pages past either end.
-async fn walk(app: &TestApp, token: &str, list: &List, order_by: &str, expected: &[String]) {
+pub async fn walk(app: &TestApp, token: &str, list: &List, order_by: &str, expected: &[String]) {
     let order = if order_by.is_empty() {
         String::new()
     } else {
@@ -217,7 +231,7 @@ async fn cursors(app: &TestApp, token: &str, list: &List, order: &str) -> Vec<St
 
 /// `list` in both orders (oldest first is also what no `orderBy` gives),
 /// or in its one order.
-async fn walk_every_order(app: &TestApp, token: &str, list: &List, oldest_first: &[String]) {
+pub async fn walk_every_order(app: &TestApp, token: &str, list: &List, oldest_first: &[String]) {
     walk(app, token, list, "", oldest_first).await;
     if list.ordered {
         walk(app, token, list, "CREATED_AT_ASC", oldest_first).await;
@@ -243,7 +257,8 @@ const FACTS: [&str; 5] = [
     "saffron engine",
 ];
 
-async fn every_connection_pages_both_ways_in_each_order(app: TestApp) {
+async fn every_connection_pages_both_ways_in_each_order(backend: Backend) {
+    let app = unlimited(backend).await;
     app.create_tenant("acme").await;
     let token = app.admin_token("acme");
     let gql = |query: &'static str, variables: Value| {
@@ -347,7 +362,8 @@ async fn every_connection_pages_both_ways_in_each_order(app: TestApp) {
     );
 }
 
-async fn bad_page_arguments_are_refused(app: TestApp) {
+async fn bad_page_arguments_are_refused(backend: Backend) {
+    let app = unlimited(backend).await;
     app.create_tenant("acme").await;
     let token = app.admin_token("acme");
     for (args, message) in [
@@ -397,4 +413,100 @@ async fn bad_page_arguments_are_refused(app: TestApp) {
         )
         .await;
     assert!(!res.error_message().is_empty(), "{res:?}");
+}
+
+/// `reviews` lists the tenant's reviews of every task, by status, in
+/// either order, each naming its task; another tenant sees none of them.
+async fn reviews_of_every_task_list_in_each_order(backend: Backend) {
+    let app = unlimited(backend).await;
+    app.create_tenant("acme").await;
+    app.create_tenant("globex").await;
+    app.publish_plan(
+        "acme",
+        json!({"key": "held", "intent": "t.held", "steps": [
+            {"id": "hold", "tool": "set_state", "args": {"held": true}, "requiresReview": true}
+        ]}),
+    )
+    .await
+    .data();
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let task = app
+            .start_task(
+                "acme",
+                json!({"planKey": "held", "input": format!("held {i}")}),
+            )
+            .await;
+        tasks.push(task["id"].as_str().unwrap().to_owned());
+    }
+    app.run_tasks().await;
+    let token = app.admin_token("acme");
+    let all = page(&app, &token, &List::top("reviews", true), "first: 100").await;
+    assert_eq!(all.ids.len(), 4);
+    let res = app
+        .graphql(
+            Some(&token),
+            "{ reviews(first: 100) { nodes { id status createdAt taskId task { id status } } } }",
+            json!({}),
+        )
+        .await;
+    let nodes = res.data()["reviews"]["nodes"].as_array().unwrap().clone();
+    let mut of_tasks: Vec<&str> = nodes
+        .iter()
+        .map(|n| n["taskId"].as_str().unwrap())
+        .collect();
+    of_tasks.sort_unstable();
+    let mut started: Vec<&str> = tasks.iter().map(String::as_str).collect();
+    started.sort_unstable();
+    assert_eq!(of_tasks, started);
+    for node in &nodes {
+        assert_eq!(node["status"], "PENDING");
+        assert_eq!(node["task"]["id"], node["taskId"]);
+        assert_eq!(node["task"]["status"], "NEEDS_REVIEW");
+    }
+    walk_every_order(&app, &token, &List::top("reviews", true), &all.ids).await;
+
+    // Decide one: it leaves the pending ones and is the approved one.
+    let decided = &nodes[1];
+    app.graphql(
+        Some(&token),
+        "mutation($t: ID!, $r: ID!) { resumeTask(input: {taskId: $t, reviewId: $r}) { task { id } } }",
+        json!({"t": decided["taskId"], "r": decided["id"]}),
+    )
+    .await
+    .data();
+    let pending = List {
+        name: "pending reviews",
+        open: "reviews(filter: {statuses: [PENDING]}, ".into(),
+        close: "",
+        path: vec!["reviews"],
+        ordered: true,
+    };
+    let rest: Vec<String> = all
+        .ids
+        .iter()
+        .filter(|id| **id != decided["id"])
+        .cloned()
+        .collect();
+    walk_every_order(&app, &token, &pending, &rest).await;
+    let approved = page(
+        &app,
+        &token,
+        &List {
+            open: "reviews(filter: {statuses: [APPROVED]}, ".into(),
+            ..List::top("reviews", true)
+        },
+        "last: 5, orderBy: CREATED_AT_DESC",
+    )
+    .await;
+    assert_eq!(approved.ids, [decided["id"].as_str().unwrap()]);
+
+    let theirs = page(
+        &app,
+        &app.admin_token("globex"),
+        &List::top("reviews", true),
+        "last: 100",
+    )
+    .await;
+    assert!(theirs.ids.is_empty(), "{theirs:?}");
 }

@@ -38,6 +38,7 @@ mod housekeeping;
 mod http;
 mod layers;
 mod leases;
+mod list_filters;
 mod lists;
 mod live_streams;
 mod llm;

@@ -31,7 +31,8 @@ use sea_orm::{
 };
 
 use super::fields::{Fields, Layout, blank_event, blank_step, blank_task};
-use super::reads::{filtered, group, in_windows, spread};
+use super::filter::filtered;
+use super::reads::{group, in_windows, spread};
 use super::*;
 use crate::kernel::columns::column;
 
@@ -65,12 +66,14 @@ impl Tasks {
     ) -> Result<(Page<Task>, StepAndEventSummaries)> {
         let layout = Layout::of(fields, steps, !spans.is_empty());
         let task_columns = layout.task.iter().map(|(_, f)| f.column());
+        let backend = self.db.get_database_backend();
         let (page_select, size) = page::page_of(
-            filtered(scope, filter).select_only().columns(task_columns),
+            filtered(backend, scope, filter)?
+                .select_only()
+                .columns(task_columns),
             task::Column::Id,
             request,
         )?;
-        let backend = self.db.get_database_backend();
         let mut select = Query::select();
         select.expr(Expr::cust(TASK.to_string()));
         for (index, sql) in layout.types.iter().enumerate() {
