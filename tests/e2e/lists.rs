@@ -14,6 +14,7 @@ for_both_backends!(
     every_connection_pages_both_ways_in_each_order,
     bad_page_arguments_are_refused,
     reviews_of_every_task_list_in_each_order,
+    children_and_tenants_page_both_ways,
 );
 
 /// A server whose rate limits do not stop a test that pages through
@@ -509,4 +510,68 @@ async fn reviews_of_every_task_list_in_each_order(backend: Backend) {
     )
     .await;
     assert!(theirs.ids.is_empty(), "{theirs:?}");
+}
+
+/// A task's `children` page like `tasks` (they are the same page, of one
+/// parent), and the platform's `tenants` both ways.
+async fn children_and_tenants_page_both_ways(backend: Backend) {
+    let app = unlimited(backend).await;
+    for slug in ["acme", "globex", "initech"] {
+        app.create_tenant(slug).await;
+    }
+    app.publish_plan(
+        "acme",
+        json!({"key": "child", "intent": "t.child", "steps": [
+            {"id": "work", "tool": "set_state", "args": {"done": true}}
+        ]}),
+    )
+    .await
+    .data();
+    let spawn = |id: &str| json!({"id": id, "tool": "spawn_task", "args": {"plan_key": "child", "input": id}});
+    app.publish_plan(
+        "acme",
+        json!({"key": "parent", "intent": "t.parent",
+               "steps": [spawn("one"), spawn("two"), spawn("three"), spawn("four")]}),
+    )
+    .await
+    .data();
+    let parent = app.start_task("acme", json!({"planKey": "parent"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Another parent's children are not this one's.
+    app.start_task("acme", json!({"planKey": "parent"})).await;
+    app.run_tasks().await;
+    let token = app.admin_token("acme");
+    let children = List {
+        name: "children",
+        open: format!("task(id: \"{parent}\") {{ children("),
+        close: "}",
+        path: vec!["task", "children"],
+        ordered: true,
+    };
+    let all = page(&app, &token, &children, "first: 100").await;
+    assert_eq!(all.ids.len(), 4);
+    let of_plan = page(
+        &app,
+        &token,
+        &List {
+            open: "tasks(filter: {planKey: \"child\"}, ".into(),
+            ..List::top("tasks", true)
+        },
+        "first: 100",
+    )
+    .await;
+    assert_eq!(of_plan.ids.len(), 8);
+    assert!(
+        all.ids.iter().all(|id| of_plan.ids.contains(id)),
+        "{all:?} {of_plan:?}"
+    );
+    walk_every_order(&app, &token, &children, &all.ids).await;
+
+    let admin = app.platform_admin_token();
+    let tenants = List::top("tenants", false);
+    let every = page(&app, &admin, &tenants, "first: 100").await;
+    assert!(every.ids.len() >= 3, "{every:?}");
+    walk_every_order(&app, &admin, &tenants, &every.ids).await;
 }
