@@ -30,6 +30,7 @@ mod m20261126_150000_capability_archive;
 mod m20261127_090000_webhooks;
 mod m20261127_100000_entity_bin;
 mod m20261128_090000_fair_queue;
+mod m20261128_110000_task_list_indexes;
 
 pub struct Migrator;
 
@@ -62,6 +63,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_090000_webhooks::Migration),
             Box::new(m20261127_100000_entity_bin::Migration),
             Box::new(m20261128_090000_fair_queue::Migration),
+            Box::new(m20261128_110000_task_list_indexes::Migration),
         ]
     }
 }

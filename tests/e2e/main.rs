@@ -39,6 +39,8 @@ mod http;
 mod layers;
 mod leased_write;
 mod leases;
+mod list_filters;
+mod lists;
 mod live_streams;
 mod llm;
 mod llm_partial;

@@ -25,7 +25,7 @@ use super::{
     context::{domain, principal},
     identity::{ApiKey, RateLimit},
     ids::{self, NodeType, encode},
-    page::{connection, page_request},
+    page::{ListOrder, connection, ordered_page_request, page_request},
 };
 use crate::error::ResultExt;
 
@@ -146,13 +146,18 @@ pub struct AuditLogFilter {
 
 #[Object]
 impl AdminQuery {
-    /// The tenant's audit log, oldest first (needs `admin`).
+    /// The tenant's audit log, oldest first unless `orderBy` (needs
+    /// `admin`).
+    #[allow(clippy::too_many_arguments)]
     async fn audit_log(
         &self,
         ctx: &Context<'_>,
         filter: Option<AuditLogFilter>,
         first: Option<i32>,
         after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
+        order_by: Option<ListOrder>,
     ) -> async_graphql::Result<Relay<String, AuditEntry>> {
         let scope = principal(ctx)?.require_scope("admin").gql()?;
         let filter = filter.unwrap_or_default();
@@ -164,7 +169,11 @@ impl AdminQuery {
         };
         let page = domain(ctx)
             .audit
-            .search(scope, &filter, page_request(first, after)?)
+            .search(
+                scope,
+                &filter,
+                ordered_page_request(first, after, last, before, order_by)?,
+            )
             .await
             .gql()?;
         Ok(connection(page, |r| r.id.uuid(), AuditEntry))
@@ -177,10 +186,12 @@ impl AdminQuery {
         ctx: &Context<'_>,
         first: Option<i32>,
         after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
     ) -> async_graphql::Result<Relay<String, Connection>> {
         let page = domain(ctx)
             .connections
-            .list(principal(ctx)?, page_request(first, after)?)
+            .list(principal(ctx)?, page_request(first, after, last, before)?)
             .await
             .gql()?;
         Ok(connection(page, |c| c.id.uuid(), Connection))

@@ -256,11 +256,13 @@ impl CapabilityQuery {
         ctx: &Context<'_>,
         first: Option<i32>,
         after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
     ) -> async_graphql::Result<Connection<String, Capability>> {
         principal(ctx)?;
         let page = domain(ctx)
             .capabilities
-            .list(page_request(first, after)?)
+            .list(page_request(first, after, last, before)?)
             .await
             .gql()?;
         // Load what the page's items select in one batch per relation.
@@ -310,11 +312,13 @@ impl CapabilityQuery {
         ctx: &Context<'_>,
         first: Option<i32>,
         after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
     ) -> async_graphql::Result<Connection<String, CapabilitySubscription>> {
         let scope = principal(ctx)?.require_scope("tasks:read").gql()?;
         let page = domain(ctx)
             .capabilities
-            .subscriptions(scope, page_request(first, after)?, Utc::now())
+            .subscriptions(scope, page_request(first, after, last, before)?, Utc::now())
             .await
             .gql()?;
         if ctx

@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::{
     context::{domain, principal},
     ids::{self, NodeType},
-    page::{connection, page_request},
+    page::{ListOrder, connection, ordered_page_request},
     tasks::{TaskPage, task_page, task_scope},
 };
 use crate::error::ResultExt;
@@ -42,19 +42,23 @@ impl Conversation {
     async fn updated_at(&self) -> DateTime<Utc> {
         self.0.updated_at
     }
-    /// Its turns, oldest first.
+    /// Its turns, oldest first unless `orderBy`.
     async fn turns(
         &self,
         ctx: &Context<'_>,
         first: Option<i32>,
         after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
+        order_by: Option<ListOrder>,
     ) -> async_graphql::Result<TaskPage> {
         let scope = task_scope(ctx)?;
         let filter = TaskFilter {
             conversation: Some(self.0.id),
             ..TaskFilter::default()
         };
-        task_page(ctx, scope, filter, first, after).await
+        let request = ordered_page_request(first, after, last, before, order_by)?;
+        task_page(ctx, scope, filter, request).await
     }
 }
 
@@ -82,16 +86,20 @@ pub struct ConversationQuery;
 
 #[Object]
 impl ConversationQuery {
-    /// The caller's conversations, newest first.
+    /// The caller's conversations, oldest first unless `orderBy`.
     async fn conversations(
         &self,
         ctx: &Context<'_>,
         first: Option<i32>,
         after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
+        order_by: Option<ListOrder>,
     ) -> async_graphql::Result<Connection<String, Conversation>> {
+        let request = ordered_page_request(first, after, last, before, order_by)?;
         let page = domain(ctx)
             .conversations
-            .list(principal(ctx)?, page_request(first, after)?)
+            .list(principal(ctx)?, request)
             .await
             .gql()?;
         Ok(connection(page, |c| c.id.uuid(), Conversation))

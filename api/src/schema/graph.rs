@@ -23,7 +23,7 @@ use uuid::Uuid;
 use super::{
     context::{domain, principal, require_scope},
     ids::{self, NodeType, encode},
-    page::{connection, page_request},
+    page::{ListOrder, connection, ordered_page_request},
 };
 use crate::error::ResultExt;
 
@@ -240,13 +240,18 @@ impl GraphQuery {
         Ok(KgEntity(domain(ctx).graph.get(scope, id).await.gql()?))
     }
 
-    /// Knowledge-graph entities of the caller's tenant, oldest first.
+    /// Knowledge-graph entities of the caller's tenant, oldest first
+    /// unless `orderBy`.
+    #[allow(clippy::too_many_arguments)]
     async fn entities(
         &self,
         ctx: &Context<'_>,
         filter: Option<EntityFilter>,
         first: Option<i32>,
         after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
+        order_by: Option<ListOrder>,
     ) -> async_graphql::Result<Connection<String, KgEntity>> {
         let scope = read_scope(ctx)?;
         let filter = filter.unwrap_or_default();
@@ -259,7 +264,7 @@ impl GraphQuery {
                     name_contains: filter.name_contains,
                     deleted: filter.deleted,
                 },
-                page_request(first, after)?,
+                ordered_page_request(first, after, last, before, order_by)?,
             )
             .await
             .gql()?;

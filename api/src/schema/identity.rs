@@ -214,12 +214,14 @@ impl IdentityQuery {
         ctx: &Context<'_>,
         first: Option<i32>,
         after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
     ) -> async_graphql::Result<Connection<String, ApiKey>> {
         let principal = principal(ctx)?;
         let scope = principal.require_tenant_admin().gql()?;
         let page = domain(ctx)
             .api_keys
-            .list(scope, page_request(first, after)?)
+            .list(scope, page_request(first, after, last, before)?)
             .await
             .gql()?;
         Ok(connection(page, |k| k.id.uuid(), ApiKey))
@@ -231,10 +233,12 @@ impl IdentityQuery {
         ctx: &Context<'_>,
         first: Option<i32>,
         after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
     ) -> async_graphql::Result<Connection<String, Tenant>> {
         let principal = principal(ctx)?;
         let domain = domain(ctx);
-        let request = page_request(first, after)?;
+        let request = page_request(first, after, last, before)?;
         let scope = domain
             .audit
             .open_platform_scope(principal, "tenant.list", "tenants", None)

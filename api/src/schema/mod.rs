@@ -75,6 +75,7 @@ pub struct Query(
     node::NodeQuery,
     identity::IdentityQuery,
     tasks::TaskQuery,
+    tasks::ReviewQuery,
     plans::PlanQuery,
     admin::AdminQuery,
     memory::MemoryQuery,

@@ -131,11 +131,13 @@ impl PlanQuery {
         ctx: &Context<'_>,
         first: Option<i32>,
         after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
     ) -> async_graphql::Result<Connection<String, Plan>> {
         let scope = read_scope(ctx)?;
         let page = domain(ctx)
             .plans
-            .list_latest(scope, page_request(first, after)?)
+            .list_latest(scope, page_request(first, after, last, before)?)
             .await
             .gql()?;
         Ok(connection(page, |p| p.id.uuid(), Plan))

@@ -1,5 +1,5 @@
-// The tenant's tasks: a list kept live by `taskUpdates`, filtered by
-// status, and a form that starts a task.
+// The tenant's tasks, the 50 newest: a list kept live by `taskUpdates`,
+// filtered by status, and a form that starts a task.
 
 import { useEffect, useMemo, useState } from "react";
 import { useMutation, useQuery, useSubscription } from "urql";
@@ -19,7 +19,7 @@ const STATUSES = [
 
 const TASK_FIELDS = "id status intent channel input createdAt updatedAt plan { key version }";
 
-const TASKS = `query($filter: TaskFilter) { tasks(first: 50, filter: $filter) { edges { node { ${TASK_FIELDS} } } } }`;
+const TASKS = `query($filter: TaskFilter) { tasks(first: 50, filter: $filter, orderBy: CREATED_AT_DESC) { edges { node { ${TASK_FIELDS} } } } }`;
 const UPDATES = `subscription { taskUpdates { ${TASK_FIELDS} } }`;
 const START = `mutation($input: StartTaskInput!) { startTask(input: $input) { task { id } } }`;
 

@@ -451,26 +451,7 @@ impl Plans {
                 latest.push(p);
             }
         }
-        latest.sort_by_key(|p| p.id);
-        let size = request.size()? as usize;
-        let start = match request.after {
-            Some(after) => latest
-                .iter()
-                .position(|p| p.id > after)
-                .unwrap_or(latest.len()),
-            None => 0,
-        };
-        let end = (start + size).min(latest.len());
-        let items = latest[start..end]
-            .iter()
-            .cloned()
-            .map(Plan::try_from)
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Page {
-            items,
-            has_next_page: end < latest.len(),
-            has_previous_page: start > 0,
-        })
+        page::slice(latest, |p| p.id, request)?.try_map(Plan::try_from)
     }
 
     /// Every version of one plan, newest first.
@@ -654,13 +635,7 @@ impl Plans {
         let mut after = None;
         loop {
             let page = self
-                .list_latest(
-                    scope,
-                    PageRequest {
-                        first: Some(page::MAX_PAGE_SIZE),
-                        after,
-                    },
-                )
+                .list_latest(scope, PageRequest::forward(page::MAX_PAGE_SIZE, after))
                 .await?;
             after = page.items.last().map(|p| p.id.uuid());
             let more = page.has_next_page;

@@ -2,9 +2,10 @@
 //!
 //! Invariants:
 //! - Nothing here imports another area of the crate.
-//! - Only [`db`] and [`columns`] know the differences between SQLite and
-//!   PostgreSQL that are not in SQL the two share (connecting, migrations,
-//!   statement counting, reading a row); areas that write dialect-specific
+//! - Only [`db`], [`columns`] and [`text_match`] know the differences
+//!   between SQLite and PostgreSQL that are not in SQL the two share
+//!   (connecting, migrations, statement counting, reading a row, matching
+//!   text regardless of case); areas that write dialect-specific
 //!   SQL (memory search, the executor's claim, a task page's lateral
 //!   reads) ask which backend they run on.
 //! - [`audit::PlatformScope`] is the only way to read across tenants, and
@@ -31,4 +32,5 @@ pub mod redact;
 pub mod row_security;
 pub mod settings;
 pub mod template;
+pub mod text_match;
 pub mod waiting;

@@ -120,7 +120,7 @@ impl Conversations {
             .ok_or_else(|| Error::not_found(format!("conversation {id}")))
     }
 
-    /// The caller's conversations, newest first.
+    /// The caller's conversations, in the request's order.
     pub async fn list(
         &self,
         principal: &Principal,

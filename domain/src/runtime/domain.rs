@@ -206,13 +206,7 @@ impl Domain {
         loop {
             let page = self
                 .tenants
-                .list(
-                    scope,
-                    PageRequest {
-                        first: Some(page::MAX_PAGE_SIZE),
-                        after,
-                    },
-                )
+                .list(scope, PageRequest::forward(page::MAX_PAGE_SIZE, after))
                 .await?;
             for tenant in &page.items {
                 let scope = TenantScope::new(tenant.id);

@@ -31,7 +31,7 @@ use super::{
     context::{domain, require_scope},
     graph::{EntityLoader, KgEntity, Neighborhood, entity_id, load_entity},
     ids::{self, NodeType, encode},
-    page::{connection, page_request},
+    page::{ListOrder, connection, ordered_page_request},
     tasks::Task,
 };
 use crate::error::ResultExt;
@@ -484,13 +484,17 @@ impl MemoryQuery {
         Ok(Memory(domain(ctx).memory.get(scope, id).await.gql()?))
     }
 
-    /// Memories of the caller's tenant, oldest first.
+    /// Memories of the caller's tenant, oldest first unless `orderBy`.
+    #[allow(clippy::too_many_arguments)]
     async fn memories(
         &self,
         ctx: &Context<'_>,
         filter: Option<MemoryFilter>,
         first: Option<i32>,
         after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
+        order_by: Option<ListOrder>,
     ) -> async_graphql::Result<Connection<String, Memory>> {
         let scope = read_scope(ctx)?;
         let filter = filter.unwrap_or_default();
@@ -507,7 +511,11 @@ impl MemoryQuery {
         };
         let page = domain(ctx)
             .memory
-            .list(scope, domain_filter, page_request(first, after)?)
+            .list(
+                scope,
+                domain_filter,
+                ordered_page_request(first, after, last, before, order_by)?,
+            )
             .await
             .gql()?;
         Ok(connection(page, |m| m.id.uuid(), Memory))

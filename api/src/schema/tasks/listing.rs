@@ -24,6 +24,7 @@ use std::sync::Arc;
 use async_graphql::{Context, Lookahead, SelectionField};
 use brainstem_domain::{
     Error, TaskId, TenantScope,
+    page::PageRequest,
     tasks::{self, Detail, EventSpan, EventWindow, Fields, StepAndEventSummaries, TaskFilter},
 };
 
@@ -39,20 +40,18 @@ use crate::{
             BrainstemLoader, TaskArtifactsKey, TaskEventsKey, TaskKey, TaskReviewsKey,
             TaskStepsKey, loader,
         },
-        page::{connection, page_request},
+        page::connection,
     },
 };
 
-/// A page of a scope's tasks that pass `filter`, oldest first, with the
-/// relations the selection shows read ahead.
+/// The page `request` asks for of a scope's tasks that pass `filter`,
+/// with the relations the selection shows read ahead.
 pub(crate) async fn task_page(
     ctx: &Context<'_>,
     scope: TenantScope,
     filter: TaskFilter,
-    first: Option<i32>,
-    after: Option<String>,
+    request: PageRequest,
 ) -> async_graphql::Result<TaskPage> {
-    let request = page_request(first, after)?;
     if let Some(plan) = plain_page::plan(&ctx.item.node) {
         return plain_page::answer(&domain(ctx).tasks, scope, filter, request, plan)
             .await

@@ -16,18 +16,20 @@ pub mod modes;
 pub mod mutation;
 mod plain_page;
 pub mod result;
+mod review_list;
 pub mod steps;
 
 use async_graphql::{Context, Enum, ID, InputObject, Json, Object, SimpleObject};
 use brainstem_domain::{
-    TaskId, TenantScope,
-    tasks::{self, TaskFilter as DomainFilter},
+    ConversationId, TaskId, TenantScope,
+    tasks::{self, TaskFilter as DomainFilter, TimeRange},
 };
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
 use self::listing::{event_detail, event_span, step_detail};
+pub use self::review_list::ReviewQuery;
 pub use self::{
     events::TaskEvent,
     mutation::TaskMutation,
@@ -38,6 +40,7 @@ use super::{
     context::{domain, require_scope},
     ids::{self, NodeType},
     loaders::{TaskArtifactsKey, TaskEventsKey, TaskKey, TaskReviewsKey, TaskStepsKey, loader},
+    page::{ListOrder, ordered_page_request},
     plain_list::PlainList,
     plans::PlanStep,
 };
@@ -282,18 +285,22 @@ impl Task {
             None => Ok(None),
         }
     }
-    /// Tasks this task spawned.
+    /// Tasks this task spawned, oldest first unless `orderBy`.
     async fn children(
         &self,
         ctx: &Context<'_>,
         first: Option<i32>,
         after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
+        order_by: Option<ListOrder>,
     ) -> async_graphql::Result<TaskPage> {
         let filter = DomainFilter {
             parent: Some(self.0.id),
             ..DomainFilter::default()
         };
-        task_page(ctx, self.0.scope(), filter, first, after).await
+        let request = ordered_page_request(first, after, last, before, order_by)?;
+        task_page(ctx, self.0.scope(), filter, request).await
     }
     /// Every attempt of every step, in the order they ran.
     async fn steps(&self, ctx: &Context<'_>) -> async_graphql::Result<PlainList<TaskStep>> {
@@ -371,11 +378,59 @@ impl Task {
     }
 }
 
+/// Which tasks a list shows; every field given must hold. Time ranges are
+/// half-open: `…After` includes the instant, `…Before` excludes it, and
+/// an `…After` later than its `…Before` is refused.
 #[derive(InputObject)]
 pub struct TaskFilter {
+    /// Any of these statuses.
     pub statuses: Option<Vec<TaskStatus>>,
     pub intent: Option<String>,
     pub channel: Option<Channel>,
+    /// Tasks of this plan (by key, any version).
+    pub plan_key: Option<String>,
+    /// The turns of this conversation.
+    pub conversation_id: Option<ID>,
+    pub created_after: Option<DateTime<Utc>>,
+    pub created_before: Option<DateTime<Utc>>,
+    pub updated_after: Option<DateTime<Utc>>,
+    pub updated_before: Option<DateTime<Utc>>,
+    /// The task's input contains this text, ignoring case (at most 200
+    /// characters; `%` and `_` are matched as themselves).
+    pub input_contains: Option<String>,
+}
+
+impl TaskFilter {
+    fn into_domain(self) -> async_graphql::Result<DomainFilter> {
+        let conversation = self
+            .conversation_id
+            .as_ref()
+            .map(|id| ids::decode_as(id, NodeType::Conversation).map(ConversationId::from))
+            .transpose()
+            .gql()?;
+        Ok(DomainFilter {
+            statuses: self
+                .statuses
+                .unwrap_or_default()
+                .into_iter()
+                .map(Into::into)
+                .collect(),
+            intent: self.intent,
+            channel: self.channel.map(Into::into),
+            parent: None,
+            conversation,
+            plan_key: self.plan_key,
+            created: TimeRange {
+                after: self.created_after,
+                before: self.created_before,
+            },
+            updated: TimeRange {
+                after: self.updated_after,
+                before: self.updated_before,
+            },
+            input_contains: self.input_contains,
+        })
+    }
 }
 
 #[derive(Default)]
@@ -390,30 +445,25 @@ impl TaskQuery {
         Ok(Task(domain(ctx).tasks.get(scope, id).await.gql()?))
     }
 
-    /// The caller's tenant's tasks, oldest first.
+    /// The caller's tenant's tasks, oldest first unless `orderBy`.
+    #[allow(clippy::too_many_arguments)]
     async fn tasks(
         &self,
         ctx: &Context<'_>,
         filter: Option<TaskFilter>,
         first: Option<i32>,
         after: Option<String>,
+        last: Option<i32>,
+        before: Option<String>,
+        order_by: Option<ListOrder>,
     ) -> async_graphql::Result<TaskPage> {
+        let request = ordered_page_request(first, after, last, before, order_by)?;
         let scope = task_scope(ctx)?;
         let filter = filter
-            .map(|f| DomainFilter {
-                statuses: f
-                    .statuses
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(Into::into)
-                    .collect(),
-                intent: f.intent,
-                channel: f.channel.map(Into::into),
-                parent: None,
-                conversation: None,
-            })
+            .map(TaskFilter::into_domain)
+            .transpose()?
             .unwrap_or_default();
-        task_page(ctx, scope, filter, first, after).await
+        task_page(ctx, scope, filter, request).await
     }
 }
 

@@ -1,14 +1,17 @@
 //! What a task's run records, on the wire: each attempt of each step with
-//! its usage, the reviews it asked for, and the artifacts it left.
+//! its usage, the reviews it asked for (each naming its task), and the
+//! artifacts it left.
 
 use async_graphql::{Context, ID, Json, Object, ScalarType, SimpleObject, Value as AnyValue};
-use brainstem_domain::{tasks, tools::Usage as DomainUsage};
+use brainstem_domain::{Error, tasks, tools::Usage as DomainUsage};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::ReviewStatus;
+use super::{ReviewStatus, Task, task_scope};
+use crate::error::ResultExt;
 use crate::schema::context::principal;
 use crate::schema::ids::{self, NodeType};
+use crate::schema::loaders::{TaskKey, loader};
 use crate::schema::plain_list::Plain;
 
 /// Token and cost accounting.
@@ -137,6 +140,19 @@ pub struct Review(pub tasks::Review);
 impl Review {
     async fn id(&self) -> ID {
         ids::encode(NodeType::Review, self.0.id)
+    }
+    async fn task_id(&self) -> ID {
+        ids::encode(NodeType::Task, self.0.task_id.uuid())
+    }
+    /// The task that waits on it (or waited).
+    async fn task(&self, ctx: &Context<'_>) -> async_graphql::Result<Task> {
+        let scope = task_scope(ctx)?;
+        loader(ctx)
+            .load_one(TaskKey(scope, self.0.task_id))
+            .await?
+            .map(Task)
+            .ok_or_else(|| Error::not_found(format!("task {}", self.0.task_id)))
+            .gql()
     }
     /// The step under review, or `intent_detection`.
     async fn step_id(&self) -> &str {

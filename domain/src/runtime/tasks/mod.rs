@@ -16,9 +16,9 @@
 //! **Files.** This file is the [`Tasks`] service and starting a task;
 //! `record` holds the task record and its related rows, `event` the event
 //! types and the sink, `log` the write side of the event log ([`mutate`]),
-//! `reads` the reads (`summaries` a page's steps and events in one
-//! statement), and `lifecycle` what a client may do to a running
-//! task.
+//! `reads` the reads (`filter` which tasks a list shows, `summaries` a
+//! page's steps and events in one statement), and `lifecycle` what a
+//! client may do to a running task.
 
 use crate::kernel::db::BeginWrite;
 use std::{collections::HashMap, sync::Arc};
@@ -32,7 +32,7 @@ use sea_orm::{
     ActiveModelTrait,
     ActiveValue::Set,
     ColumnTrait, Condition, ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait,
-    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait, Select, Statement,
+    PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait, Statement,
     sea_query::{Expr, SimpleExpr},
 };
 use serde_json::{Map, Value, json};
@@ -54,6 +54,7 @@ use crate::{
 
 mod event;
 mod fields;
+mod filter;
 mod leased;
 mod lifecycle;
 mod log;
@@ -63,6 +64,7 @@ mod summaries;
 
 pub use event::*;
 pub use fields::{EventField, Fields, StepField, TaskField};
+pub use filter::{TaskFilter, TimeRange};
 pub use leased::{LeasedWrite, OneStatement};
 pub use log::*;
 pub use reads::*;

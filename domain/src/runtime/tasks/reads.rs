@@ -1,5 +1,6 @@
 //! Reading tasks: one, a page, a subject's, and the relations a list fans
-//! out to (events, steps, reviews, artifacts), batched by task.
+//! out to (events, steps, reviews, artifacts), batched by task; and the
+//! tenant's reviews as one list.
 
 use super::*;
 
@@ -255,7 +256,7 @@ impl Tasks {
         request: PageRequest,
         detail: Detail,
     ) -> Result<Page<Task>> {
-        let select = filtered(scope, filter);
+        let select = super::filter::filtered(self.db.get_database_backend(), scope, filter)?;
         match detail {
             Detail::Full => {
                 let page = page::fetch(&self.db, select, task::Column::Id, request).await?;
@@ -371,6 +372,24 @@ impl Tasks {
             .into_iter()
             .map(Review::try_from)
             .collect()
+    }
+
+    /// A page of the scope's reviews in any of `statuses` (all when
+    /// empty), of every task: a dashboard's queue of decisions.
+    pub async fn review_page(
+        &self,
+        scope: TenantScope,
+        statuses: &[ReviewStatus],
+        request: PageRequest,
+    ) -> Result<Page<Review>> {
+        let mut select = review::Entity::find_in(scope);
+        if !statuses.is_empty() {
+            let statuses: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+            select = select.filter(review::Column::Status.is_in(statuses));
+        }
+        page::fetch(&self.db, select, review::Column::Id, request)
+            .await?
+            .try_map(Review::try_from)
     }
 
     pub async fn artifacts(&self, scope: TenantScope, task_id: TaskId) -> Result<Vec<Artifact>> {
@@ -532,37 +551,6 @@ pub async fn events_after<C: ConnectionTrait>(
         .collect()
 }
 
-/// Rows grouped by task, every id present (with an empty list if need be),
-/// each group in the rows' order.
-/// A scope's tasks that pass `filter`.
-pub(super) fn filtered(scope: TenantScope, filter: TaskFilter) -> Select<task::Entity> {
-    let mut select = task::Entity::find_in(scope);
-    if !filter.statuses.is_empty() {
-        select = select.filter(
-            task::Column::Status.is_in(
-                filter
-                    .statuses
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>(),
-            ),
-        );
-    }
-    if let Some(intent) = filter.intent {
-        select = select.filter(task::Column::Intent.eq(intent));
-    }
-    if let Some(channel) = filter.channel {
-        select = select.filter(task::Column::Channel.eq(channel.as_str()));
-    }
-    if let Some(parent) = filter.parent {
-        select = select.filter(task::Column::ParentTaskId.eq(parent.uuid()));
-    }
-    if let Some(conversation) = filter.conversation {
-        select = select.filter(task::Column::ConversationId.eq(conversation.uuid()));
-    }
-    select
-}
-
 /// Events in any of `windows` (each a task's sequence range).
 pub(super) fn in_windows(windows: &[&(TaskId, EventWindow)]) -> Condition {
     let mut any = Condition::any();
@@ -603,6 +591,8 @@ pub(super) fn spread(
     }
 }
 
+/// Rows grouped by task, every id present (with an empty list if need be),
+/// each group in the rows' order.
 pub(super) fn group<R, T>(
     ids: &[TaskId],
     rows: Vec<R>,

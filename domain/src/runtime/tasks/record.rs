@@ -340,17 +340,6 @@ pub struct NewTask {
 /// A child task started by a tool (declared with the tools' ports).
 pub use crate::catalogue::ports::NewChildTask;
 
-/// Filter for listing tasks.
-#[derive(Clone, Debug, Default)]
-pub struct TaskFilter {
-    pub statuses: Vec<TaskStatus>,
-    pub intent: Option<String>,
-    pub channel: Option<Channel>,
-    pub parent: Option<TaskId>,
-    /// The turns of this conversation only.
-    pub conversation: Option<ConversationId>,
-}
-
 /// One attempt of one step.
 #[derive(Clone, Debug)]
 pub struct StepAttempt {

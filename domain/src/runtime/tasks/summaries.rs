@@ -14,7 +14,7 @@
 //!
 //! Invariants:
 //! - The answer is the one the separate reads give: the same rows, tasks
-//!   and steps in id order, each window oldest first, overlapping windows
+//!   in the page's order and steps in id order, each window oldest first, overlapping windows
 //!   each with their own copy (`tests/e2e/dataloader.rs` compares them).
 //! - Every branch is read through the caller's tenant scope.
 //! - PostgreSQL types the columns of a `UNION` pairwise, left to right: a
@@ -31,7 +31,8 @@ use sea_orm::{
 };
 
 use super::fields::{Fields, Layout, blank_event, blank_step, blank_task};
-use super::reads::{filtered, group, in_windows, spread};
+use super::filter::filtered;
+use super::reads::{group, in_windows, spread};
 use super::*;
 use crate::kernel::columns::column;
 
@@ -65,12 +66,14 @@ impl Tasks {
     ) -> Result<(Page<Task>, StepAndEventSummaries)> {
         let layout = Layout::of(fields, steps, !spans.is_empty());
         let task_columns = layout.task.iter().map(|(_, f)| f.column());
+        let backend = self.db.get_database_backend();
         let (page_select, size) = page::page_of(
-            filtered(scope, filter).select_only().columns(task_columns),
+            filtered(backend, scope, filter)?
+                .select_only()
+                .columns(task_columns),
             task::Column::Id,
             request,
         )?;
-        let backend = self.db.get_database_backend();
         let mut select = Query::select();
         select.expr(Expr::cust(TASK.to_string()));
         for (index, sql) in layout.types.iter().enumerate() {
@@ -120,7 +123,12 @@ impl Tasks {
                 .to_owned(),
         );
         let rows = self.db.query_all_raw(backend.build(&query)).await?;
-        let (tasks, step_rows, event_rows) = decode(rows, scope.tenant_id(), &layout)?;
+        let (mut tasks, step_rows, event_rows) = decode(rows, scope.tenant_id(), &layout)?;
+        // `decode` sorts by id; `cut` takes the rows in the order they
+        // were read.
+        if request.scan() == page::Order::NewestFirst {
+            tasks.reverse();
+        }
         let page = page::cut(tasks, size, request);
         let ids: Vec<TaskId> = page.items.iter().map(|t| t.id).collect();
         let steps = if steps {
