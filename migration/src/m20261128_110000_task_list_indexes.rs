@@ -1,61 +1,33 @@
-//! Indexes for the task and review lists a dashboard asks for: each leads with the
-//! tenant, then what a filter fixes, then `id` (the lists' order, read
-//! either way), so a filtered page is an index range read of its rows.
+//! Indexes for the task and review lists a dashboard asks for: each leads
+//! with the tenant and ends with `id` (the lists' order, read either way).
 //!
-//! - `(tenant_id, id)`: the tenant's tasks in either order, no filter.
-//! - `(tenant_id, parent_task_id, id)`: a task's children.
-//! - `(tenant_id, plan_key, id)`, `(tenant_id, channel, id)`: by plan key
-//!   and by channel (by status is `ix_tasks_tenant_status`, by
-//!   conversation `ix_tasks_tenant_conversation_id`).
-//! - `(tenant_id, created_at)`, `(tenant_id, updated_at)`: time ranges.
+//! - `tasks (tenant_id, id)`: the tenant's tasks in either order; a filter
+//!   the older indexes do not serve (status: `ix_tasks_tenant_status`,
+//!   conversation: `ix_tasks_tenant_conversation_id`) filters the rows this
+//!   one walks in order, and a page stops as soon as it is full.
 //! - `reviews (tenant_id, id)` and `(tenant_id, status, id)`: the tenant's
 //!   reviews of every task, all or by status.
-//! - PostgreSQL only, when the trusted extensions `pg_trgm` and
-//!   `btree_gin` can be created by the migrating role: a trigram GIN index
-//!   on `(tenant_id, input_text)` that serves the case-insensitive text
-//!   match (`ILIKE '%…%'`) within one tenant. Without them the match scans
-//!   the tenant's rows (still bounded by the tenant's index); SQLite always
-//!   does, since its `LIKE` cannot use an index for an infix.
+//!
+//! **Why no more on `tasks`.** A task row is updated at every step, and an
+//! update that changes an indexed column (the status, the lease) writes
+//! an entry into every index of the table: each index on `tasks` is paid
+//! for by every step. Measured (`fair_queue`, 3-step no-op tasks on
+//! PostgreSQL with durability on, steps/s): 1,238–1,295 before this
+//! migration; 726–732 with nine indexes here (also parent, plan key,
+//! channel, creation and update times, and a trigram index on the input);
+//! 833–862 with five; 1,067 with only the reviews'.
 
-use sea_orm_migration::{prelude::*, sea_orm::DbBackend};
+use sea_orm_migration::prelude::*;
 
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
 /// The B-tree indexes: name, table and the columns after the tenant.
-const BTREES: [(&str, &str, &[&str]); 8] = [
+const BTREES: [(&str, &str, &[&str]); 3] = [
     ("ix_tasks_tenant_id", "tasks", &["id"]),
-    (
-        "ix_tasks_tenant_parent_id",
-        "tasks",
-        &["parent_task_id", "id"],
-    ),
-    ("ix_tasks_tenant_plan_key_id", "tasks", &["plan_key", "id"]),
-    ("ix_tasks_tenant_channel_id", "tasks", &["channel", "id"]),
-    ("ix_tasks_tenant_created_at", "tasks", &["created_at"]),
-    ("ix_tasks_tenant_updated_at", "tasks", &["updated_at"]),
     ("ix_reviews_tenant_id", "reviews", &["id"]),
     ("ix_reviews_tenant_status_id", "reviews", &["status", "id"]),
 ];
-
-const TRIGRAM_INDEX: &str = "ix_tasks_tenant_input_trgm";
-
-/// Creates the extensions if this role may (both are trusted: a database
-/// owner may), then the index if both are there; never fails the
-/// migration for their absence.
-const TRIGRAM_UP: &str = "DO $$
-BEGIN
-    BEGIN
-        CREATE EXTENSION IF NOT EXISTS pg_trgm;
-        CREATE EXTENSION IF NOT EXISTS btree_gin;
-    EXCEPTION WHEN OTHERS THEN
-        RAISE NOTICE 'pg_trgm or btree_gin unavailable (%): task text matches scan by tenant', SQLERRM;
-    END;
-    IF (SELECT count(*) FROM pg_extension WHERE extname IN ('pg_trgm', 'btree_gin')) = 2 THEN
-        CREATE INDEX ix_tasks_tenant_input_trgm ON tasks
-            USING gin (tenant_id, input_text gin_trgm_ops);
-    END IF;
-END $$";
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
@@ -71,23 +43,10 @@ impl MigrationTrait for Migration {
             }
             manager.create_index(index.to_owned()).await?;
         }
-        if manager.get_database_backend() == DbBackend::Postgres {
-            manager
-                .get_connection()
-                .execute_unprepared(TRIGRAM_UP)
-                .await?;
-        }
         Ok(())
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        if manager.get_database_backend() == DbBackend::Postgres {
-            // The extensions may serve other schemas; leave them.
-            manager
-                .get_connection()
-                .execute_unprepared(&format!("DROP INDEX IF EXISTS {TRIGRAM_INDEX}"))
-                .await?;
-        }
         for (name, table, _) in BTREES {
             manager
                 .drop_index(Index::drop().name(name).table(Alias::new(table)).to_owned())

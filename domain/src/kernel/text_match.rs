@@ -1,6 +1,7 @@
 //! A case-insensitive substring match on a text column, the one place its
-//! SQL differs by backend: `ILIKE` on PostgreSQL (which a `pg_trgm` GIN
-//! index can serve), `LIKE` on SQLite (whose `LIKE` ignores case).
+//! SQL differs by backend: `ILIKE` on PostgreSQL, `LIKE` on SQLite (whose
+//! `LIKE` ignores case). No index serves it: it filters the rows a scoped
+//! read walks.
 //!
 //! The text is matched literally: `%`, `_` and `\` in it are escaped, never
 //! wildcards. Case folding is PostgreSQL's on PostgreSQL and ASCII-only on
