@@ -32,9 +32,8 @@ fn one(backend: DbBackend, seen: &Task, owner: &str) -> brainstem_domain::tasks:
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leased_change_is_written_whole_or_not_at_all() {
-    let app = TestApp::spawn(Backend::Postgres).await;
+/// A one-step task of tenant `acme`, started and claimed by `app`'s worker.
+async fn claimed_task(app: &TestApp) -> Task {
     app.create_tenant("acme").await;
     app.publish_plan(
         "acme",
@@ -46,7 +45,13 @@ async fn a_leased_change_is_written_whole_or_not_at_all() {
     .data();
     app.start_task("acme", json!({"input": "go", "planKey": "ok"}))
         .await;
-    let claimed = app.executor.claim(Utc::now()).await.unwrap().unwrap();
+    app.executor.claim(Utc::now()).await.unwrap().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_change_is_written_whole_or_not_at_all() {
+    let app = TestApp::spawn(Backend::Postgres).await;
+    let claimed = claimed_task(&app).await;
     let owner = claimed.lease_owner.clone().unwrap();
     let scope = claimed.scope();
     let backend = app.domain.db.get_database_backend();
@@ -102,18 +107,7 @@ async fn a_leased_change_is_written_whole_or_not_at_all() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_sqlite_a_leased_change_is_handed_back_for_a_transaction() {
     let app = TestApp::spawn(Backend::Sqlite).await;
-    app.create_tenant("acme").await;
-    app.publish_plan(
-        "acme",
-        json!({"key": "ok", "intent": "t.ok", "steps": [
-            {"id": "keep", "tool": "set_state", "args": {"kept": true}}
-        ]}),
-    )
-    .await
-    .data();
-    app.start_task("acme", json!({"input": "go", "planKey": "ok"}))
-        .await;
-    let claimed = app.executor.claim(Utc::now()).await.unwrap().unwrap();
+    let claimed = claimed_task(&app).await;
     let owner = claimed.lease_owner.clone().unwrap();
     let prepared = LeasedWrite::prepare(
         app.domain.db.get_database_backend(),
