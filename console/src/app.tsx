@@ -157,7 +157,7 @@ function Page({ route }: { route: Route }) {
       return <CapabilitiesPage />;
     case "operations":
       return <OperationsPage />;
-    default:
-      return <TasksPage />;
+    case "tasks":
+      return <TasksPage filter={route} />;
   }
 }

@@ -1,9 +1,18 @@
 // Hash routes (`#/tasks`, `#/tasks/<id>`, …): the server serves one page.
+// The task list's filters ride in the hash's query (`#/tasks?status=FAILED&plan=refund&q=order`),
+// so a filtered list survives a reload and can be shared.
 
 import { useEffect, useState } from "react";
 
+/** The task list's filters, as the URL keeps them (empty: not filtered). */
+export interface TaskListFilter {
+  status: string;
+  plan: string;
+  q: string;
+}
+
 export type Route =
-  | { page: "tasks" }
+  | ({ page: "tasks" } & TaskListFilter)
   | { page: "task"; id: string }
   | { page: "reviews" }
   | { page: "conversations" }
@@ -17,11 +26,19 @@ export type Route =
   | { page: "operations" };
 
 export function parse(hash: string): Route {
-  const [first, second] = hash.replace(/^#\/?/, "").split("/").filter(Boolean);
+  const [path, query = ""] = hash.replace(/^#\/?/, "").split("?", 2);
+  const [first, second] = path.split("/").filter(Boolean);
+  const params = new URLSearchParams(query);
+  const tasks: Route = {
+    page: "tasks",
+    status: params.get("status") ?? "",
+    plan: params.get("plan") ?? "",
+    q: params.get("q") ?? "",
+  };
   const id = second ? decodeURIComponent(second) : undefined;
   switch (first) {
     case "tasks":
-      return id ? { page: "task", id } : { page: "tasks" };
+      return id ? { page: "task", id } : tasks;
     case "reviews":
       return { page: "reviews" };
     case "conversations":
@@ -39,7 +56,7 @@ export function parse(hash: string): Route {
     case "operations":
       return { page: "operations" };
     default:
-      return { page: "tasks" };
+      return tasks;
   }
 }
 
@@ -54,6 +71,12 @@ export function href(route: Route): string {
       return with_id("memory", route.id);
     case "graph":
       return with_id("graph", route.id);
+    case "tasks": {
+      const params = new URLSearchParams();
+      for (const key of ["status", "plan", "q"] as const) if (route[key]) params.set(key, route[key]);
+      const query = params.toString();
+      return query ? `#/tasks?${query}` : "#/tasks";
+    }
     default:
       return `#/${route.page}`;
   }

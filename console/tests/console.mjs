@@ -3,8 +3,8 @@
 // and passes their tokens). One JSON line per check on stdout; exits 1 if
 // any fails, with a screenshot of the failing page in SCREENSHOT_DIR.
 //
-// Environment: BRAINSTEM_URL, ACME_TOKEN, GLOBEX_TOKEN, PLATFORM_TOKEN,
-// CHROMIUM (the browser binary), SCREENSHOT_DIR.
+// Environment: BRAINSTEM_URL, ACME_TOKEN, GLOBEX_TOKEN, INITECH_TOKEN,
+// PLATFORM_TOKEN, CHROMIUM (the browser binary), SCREENSHOT_DIR.
 
 import assert from "node:assert/strict";
 import { mkdirSync, readFileSync } from "node:fs";
@@ -19,6 +19,7 @@ const base = process.env.BRAINSTEM_URL;
 const tokens = {
   acme: process.env.ACME_TOKEN,
   globex: process.env.GLOBEX_TOKEN,
+  initech: process.env.INITECH_TOKEN,
   platform: process.env.PLATFORM_TOKEN,
 };
 const shots = process.env.SCREENSHOT_DIR ?? "screenshots";
@@ -403,6 +404,62 @@ const checks = {
     assert.equal(tasks.a.status, "CANCELLED");
     assert.equal(tasks.b.steps.length, 2, "retried once");
     return {};
+  },
+
+  async "500 tasks: newest first, paged to the oldest, filtered through the URL"(page) {
+    // initech's tasks `order-0` … `order-499`, started in that order; every
+    // fifth is a `refund`, held for review, the others `quick`, completed.
+    for (let batch = 0; batch < 10; batch++) {
+      const starts = [];
+      for (let i = batch * 50; i < batch * 50 + 50; i++) {
+        const plan = i % 5 === 0 ? "refund" : "quick";
+        starts.push(`t${i}: startTask(input: {planKey: "${plan}", input: "order-${i}"}) { task { id } }`);
+      }
+      await gql(tokens.initech, `mutation { ${starts.join(" ")} }`);
+    }
+    const deadline = Date.now() + 4 * WAIT;
+    for (;;) {
+      const busy = await gql(tokens.initech, "{ tasks(first: 1, filter: {statuses: [PENDING, EXECUTING]}) { edges { node { id } } } }");
+      if (busy.tasks.edges.length === 0) break;
+      assert.ok(Date.now() < deadline, "initech's 500 tasks settle");
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    const inputs = () => page.getByTestId("task-row").locator("td:first-child a").allInnerTexts();
+    const firstRowIs = (input) =>
+      page.getByTestId("task-row").first().locator("a", { hasText: new RegExp(`^${input}$`) }).waitFor({ timeout: WAIT });
+    await signIn(page, "initech");
+    await firstRowIs("order-499");
+    assert.equal((await inputs()).length, 50, "a page of 50");
+    const older = page.getByRole("button", { name: "Older" });
+    const newer = page.getByRole("button", { name: "Newer" });
+    assert.equal(await newer.isDisabled(), true, "nothing is newer than the newest");
+    for (let pageNo = 1; pageNo < 10; pageNo++) {
+      await older.click();
+      await firstRowIs(`order-${499 - 50 * pageNo}`);
+    }
+    const last = await inputs();
+    assert.equal(last.length, 50);
+    assert.equal(last[49], "order-0", "paging reaches the oldest");
+    await page.waitForFunction(() => [...document.querySelectorAll("button")].find((b) => b.textContent === "Older")?.disabled, null, { timeout: WAIT });
+    await newer.click();
+    await firstRowIs("order-99");
+    // Status, plan and text together, applied from the controls.
+    await page.getByLabel("Status").selectOption("NEEDS_REVIEW");
+    await page.getByLabel("Plan", { exact: true }).fill("refund");
+    await page.getByLabel("Plan", { exact: true }).press("Enter");
+    await page.getByLabel("Input contains").fill("order-12");
+    await page.getByLabel("Input contains").press("Enter");
+    await firstRowIs("order-125");
+    assert.deepEqual(await inputs(), ["order-125", "order-120"]);
+    const hash = new URL(page.url()).hash;
+    for (const part of ["status=NEEDS_REVIEW", "plan=refund", "q=order-12"]) assert.ok(hash.includes(part), hash);
+    await page.reload();
+    await firstRowIs("order-125");
+    assert.deepEqual(await inputs(), ["order-125", "order-120"], "the filter survives a reload");
+    assert.equal(await page.getByLabel("Plan", { exact: true }).inputValue(), "refund");
+    assert.equal(await page.getByLabel("Status").inputValue(), "NEEDS_REVIEW");
+    await axe(page);
+    return { tasks: 500 };
   },
 
   async "another tenant's session shows none of acme's data"(page) {

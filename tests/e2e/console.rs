@@ -53,6 +53,24 @@ async fn the_console_works_in_a_real_browser() {
     let app = TestApp::spawn_with(Backend::Postgres, |c| c.workers = 2).await;
     app.create_tenant("acme").await;
     app.create_tenant("globex").await;
+    // initech's task list is paged and filtered: its tasks are started by
+    // the browser checks, of these two plans.
+    app.create_tenant("initech").await;
+    app.publish_plan(
+        "initech",
+        json!({"key": "quick", "intent": "t.quick",
+               "steps": [{"id": "note", "tool": "set_state", "args": {"done": true}}]}),
+    )
+    .await
+    .data();
+    app.publish_plan(
+        "initech",
+        json!({"key": "refund", "intent": "t.refund", "steps": [
+            {"id": "check", "tool": "set_state", "args": {"checked": true}, "requiresReview": true}
+        ]}),
+    )
+    .await
+    .data();
     app.publish_plan(
         "acme",
         json!({"key": "assist", "intent": "t.assist",
@@ -100,13 +118,14 @@ async fn the_console_works_in_a_real_browser() {
         .env("BRAINSTEM_URL", format!("http://{}", app.address))
         .env("ACME_TOKEN", app.admin_token("acme"))
         .env("GLOBEX_TOKEN", app.admin_token("globex"))
+        .env("INITECH_TOKEN", app.admin_token("initech"))
         .env("PLATFORM_TOKEN", app.platform_admin_token())
         .env("CHROMIUM", &chromium)
         .env("SCREENSHOT_DIR", &shots)
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output();
-    let output = tokio::time::timeout(WAIT * 9, run)
+    let output = tokio::time::timeout(WAIT * 12, run)
         .await
         .expect("the console checks finish")
         .expect("node runs");
@@ -122,7 +141,7 @@ async fn the_console_works_in_a_real_browser() {
         shots.display(),
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_eq!(results.len(), 15, "{stdout}");
+    assert_eq!(results.len(), 16, "{stdout}");
     // The figures, for the record.
     for r in &results {
         println!("{r}");

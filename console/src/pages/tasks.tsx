@@ -1,25 +1,25 @@
-// The tenant's tasks, the 50 newest: a list kept live by `taskUpdates`,
-// filtered by status, and a form that starts a task.
+// The tenant's tasks, newest first, 50 a page: older and newer pages by
+// cursor, filters by status, plan and input text kept in the URL, the first
+// page kept live by `taskUpdates`, and a form that starts a task.
 
 import { useEffect, useMemo, useState } from "react";
 import { useMutation, useQuery, useSubscription } from "urql";
 
-import { href } from "../router";
+import { href, type TaskListFilter } from "../router";
 import { Empty, ErrorBox, Loading, Status, when } from "../ui";
 
-const STATUSES = [
-  "PENDING",
-  "EXECUTING",
-  "NEEDS_REVIEW",
-  "AWAITING_APPROVAL",
-  "COMPLETED",
-  "FAILED",
-  "CANCELLED",
-];
+const STATUSES = ["PENDING", "EXECUTING", "NEEDS_REVIEW", "AWAITING_APPROVAL", "COMPLETED", "FAILED", "CANCELLED"];
 
 const TASK_FIELDS = "id status intent channel input createdAt updatedAt plan { key version }";
 
-const TASKS = `query($filter: TaskFilter) { tasks(first: 50, filter: $filter, orderBy: CREATED_AT_DESC) { edges { node { ${TASK_FIELDS} } } } }`;
+const PAGE_SIZE = 50;
+
+const TASKS = `query($filter: TaskFilter, $first: Int, $after: String, $last: Int, $before: String) {
+  tasks(first: $first, after: $after, last: $last, before: $before, filter: $filter, orderBy: CREATED_AT_DESC) {
+    edges { node { ${TASK_FIELDS} } }
+    pageInfo { hasNextPage hasPreviousPage startCursor endCursor }
+  }
+}`;
 const UPDATES = `subscription { taskUpdates { ${TASK_FIELDS} } }`;
 const START = `mutation($input: StartTaskInput!) { startTask(input: $input) { task { id } } }`;
 
@@ -34,27 +34,78 @@ interface Row {
   plan: { key: string; version: number } | null;
 }
 
-export function TasksPage() {
-  const [status, setStatus] = useState("");
-  const filter = useMemo(() => (status ? { statuses: [status] } : null), [status]);
-  const [{ data, error, fetching }] = useQuery<{ tasks: { edges: { node: Row }[] } }>({
+interface PageInfo {
+  hasNextPage: boolean;
+  hasPreviousPage: boolean;
+  startCursor: string | null;
+  endCursor: string | null;
+}
+
+/** Which page: the newest, or the one after (older) or before (newer) a cursor. */
+type Cursor = { after: string } | { before: string } | null;
+
+/** Whether a task passes the list's filters (as the server's `TaskFilter` decides). */
+function passes(task: Row, filter: TaskListFilter): boolean {
+  if (filter.status && task.status !== filter.status) return false;
+  if (filter.plan && task.plan?.key !== filter.plan) return false;
+  return !filter.q || task.input.toLowerCase().includes(filter.q.toLowerCase());
+}
+
+export function TasksPage({ filter }: { filter: TaskListFilter }) {
+  const [cursor, setCursor] = useState<Cursor>(null);
+  // A new filter starts from the newest page.
+  useEffect(() => setCursor(null), [filter.status, filter.plan, filter.q]);
+  const variables = useMemo(() => {
+    const taskFilter = {
+      ...(filter.status ? { statuses: [filter.status] } : {}),
+      ...(filter.plan ? { planKey: filter.plan } : {}),
+      ...(filter.q ? { inputContains: filter.q } : {}),
+    };
+    const page =
+      cursor && "before" in cursor
+        ? { last: PAGE_SIZE, before: cursor.before }
+        : { first: PAGE_SIZE, after: cursor?.after ?? null };
+    return {
+      filter: Object.keys(taskFilter).length ? taskFilter : null,
+      ...page,
+    };
+  }, [filter.status, filter.plan, filter.q, cursor]);
+  const [{ data, error, fetching }] = useQuery<{
+    tasks: { edges: { node: Row }[]; pageInfo: PageInfo };
+  }>({
     query: TASKS,
-    variables: { filter },
+    variables,
   });
   const [live] = useSubscription<{ taskUpdates: Row }>({ query: UPDATES });
   const [rows, setRows] = useState<Row[]>([]);
   useEffect(() => {
     if (data) setRows(data.tasks.edges.map((e) => e.node));
   }, [data]);
+  // The newest page: the first, or one reached going back with nothing newer.
+  const newest =
+    cursor === null || ("before" in cursor && data !== undefined && !data.tasks.pageInfo.hasPreviousPage);
   useEffect(() => {
     const task = live.data?.taskUpdates;
     if (!task) return;
     setRows((current) => {
+      const known = current.some((r) => r.id === task.id);
+      // A page further down changes its rows in place; only the newest
+      // page takes new tasks in.
+      if (!known && !newest) return current;
       const others = current.filter((r) => r.id !== task.id);
-      if (status && task.status !== status) return others;
-      return [task, ...others].sort((a, b) => b.createdAt.localeCompare(a.createdAt));
+      if (!passes(task, filter)) return others;
+      return [task, ...others].sort((a, b) => b.createdAt.localeCompare(a.createdAt)).slice(0, PAGE_SIZE);
     });
-  }, [live.data, status]);
+  }, [live.data, filter, newest]);
+  const pageInfo = data?.tasks.pageInfo;
+  // Relay's page info: going forward (older) it knows whether more follow,
+  // going back (newer) whether more precede; the other side is known from
+  // the cursor the page was reached by.
+  const hasOlder = cursor && "before" in cursor ? true : Boolean(pageInfo?.hasNextPage);
+  const hasNewer = cursor && "before" in cursor ? Boolean(pageInfo?.hasPreviousPage) : cursor !== null;
+  const setFilter = (change: Partial<TaskListFilter>) => {
+    location.hash = href({ page: "tasks", ...filter, ...change });
+  };
 
   return (
     <section aria-labelledby="tasks-title">
@@ -62,7 +113,7 @@ export function TasksPage() {
       <StartTask />
       <div className="toolbar">
         <label htmlFor="status-filter">Status</label>
-        <select id="status-filter" value={status} onChange={(e) => setStatus(e.target.value)}>
+        <select id="status-filter" value={filter.status} onChange={(e) => setFilter({ status: e.target.value })}>
           <option value="">any</option>
           {STATUSES.map((s) => (
             <option key={s} value={s}>
@@ -70,45 +121,91 @@ export function TasksPage() {
             </option>
           ))}
         </select>
-        <span className={live.error ? "live off" : "live on"}>
-          {live.error ? "updates paused" : "live"}
-        </span>
+        <FilterText id="plan-filter" label="Plan" value={filter.plan} onCommit={(plan) => setFilter({ plan })} />
+        <FilterText id="text-filter" label="Input contains" value={filter.q} onCommit={(q) => setFilter({ q })} />
+        <span className={live.error ? "live off" : "live on"}>{live.error ? "updates paused" : "live"}</span>
       </div>
       {error ? (
         <ErrorBox error={error} />
       ) : fetching && !data ? (
         <Loading what="tasks" />
       ) : rows.length === 0 ? (
-        <Empty>No tasks yet: start one above.</Empty>
+        <Empty>
+          {filter.status || filter.plan || filter.q
+            ? "No task matches these filters."
+            : "No tasks yet: start one above."}
+        </Empty>
       ) : (
-        <table className="list" aria-label="Tasks">
-          <thead>
-            <tr>
-              <th scope="col">Task</th>
-              <th scope="col">Status</th>
-              <th scope="col">Plan</th>
-              <th scope="col">Channel</th>
-              <th scope="col">Created</th>
-            </tr>
-          </thead>
-          <tbody>
-            {rows.map((t) => (
-              <tr key={t.id} data-testid="task-row">
-                <td>
-                  <a href={href({ page: "task", id: t.id })}>{t.input || t.intent || t.id}</a>
-                </td>
-                <td>
-                  <Status status={t.status} />
-                </td>
-                <td>{t.plan ? `${t.plan.key} v${t.plan.version}` : "—"}</td>
-                <td>{t.channel}</td>
-                <td>{when(t.createdAt)}</td>
+        <>
+          <table className="list" aria-label="Tasks">
+            <thead>
+              <tr>
+                <th scope="col">Task</th>
+                <th scope="col">Status</th>
+                <th scope="col">Plan</th>
+                <th scope="col">Channel</th>
+                <th scope="col">Created</th>
               </tr>
-            ))}
-          </tbody>
-        </table>
+            </thead>
+            <tbody>
+              {rows.map((t) => (
+                <tr key={t.id} data-testid="task-row">
+                  <td>
+                    <a href={href({ page: "task", id: t.id })}>{t.input || t.intent || t.id}</a>
+                  </td>
+                  <td>
+                    <Status status={t.status} />
+                  </td>
+                  <td>{t.plan ? `${t.plan.key} v${t.plan.version}` : "—"}</td>
+                  <td>{t.channel}</td>
+                  <td>{when(t.createdAt)}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+          <nav className="actions" aria-label="Pages">
+            <button
+              type="button"
+              disabled={!hasNewer || fetching}
+              onClick={() => pageInfo?.startCursor && setCursor({ before: pageInfo.startCursor })}
+            >
+              Newer
+            </button>
+            <button
+              type="button"
+              disabled={!hasOlder || fetching}
+              onClick={() => pageInfo?.endCursor && setCursor({ after: pageInfo.endCursor })}
+            >
+              Older
+            </button>
+          </nav>
+        </>
       )}
     </section>
+  );
+}
+
+/** A filter's text box: applied on Enter or when it loses focus. */
+function FilterText(props: { id: string; label: string; value: string; onCommit: (value: string) => void }) {
+  const [text, setText] = useState(props.value);
+  useEffect(() => setText(props.value), [props.value]);
+  const commit = () => {
+    if (text.trim() !== props.value) props.onCommit(text.trim());
+  };
+  return (
+    <>
+      <label htmlFor={props.id}>{props.label}</label>
+      <input
+        id={props.id}
+        type="search"
+        value={text}
+        onChange={(e) => setText(e.target.value)}
+        onBlur={commit}
+        onKeyDown={(e) => {
+          if (e.key === "Enter") commit();
+        }}
+      />
+    </>
   );
 }
 
@@ -123,7 +220,10 @@ function StartTask() {
       onSubmit={async (e) => {
         e.preventDefault();
         const variables = {
-          input: { input, ...(planKey.trim() ? { planKey: planKey.trim() } : {}) },
+          input: {
+            input,
+            ...(planKey.trim() ? { planKey: planKey.trim() } : {}),
+          },
         };
         const answer = await start(variables);
         const id = answer.data?.startTask.task.id;
