@@ -49,3 +49,9 @@ export function Status({ status }: { status: string }) {
 export function when(iso: string | null | undefined): string {
   return iso ? new Date(iso).toLocaleString() : "—";
 }
+
+/** The time of day, to the millisecond (events follow each other fast). */
+export function clock(iso: string): string {
+  const at = new Date(iso);
+  return `${at.toLocaleTimeString()}.${String(at.getMilliseconds()).padStart(3, "0")}`;
+}

@@ -282,6 +282,7 @@ const checks = {
     await axe(page);
     await page.screenshot({ path: path.join(shots, "access.png"), fullPage: true });
     await page.getByRole("button", { name: "Revoke partner-crm" }).click();
+    assert.match(page.dialogs.at(-1) ?? "", /Revoke the key "partner-crm"/, "revoking asks first");
     await page.getByTestId("api-key").filter({ hasText: "partner-crm" }).filter({ hasText: "revoked" }).waitFor({ timeout: WAIT });
     const refused = await fetch(`${base}/graphql`, {
       method: "POST",
@@ -379,6 +380,7 @@ const checks = {
     const waiting = await startFromForm(page, "checked", "Cancel me");
     await statusEvent(page, "NEEDS_REVIEW");
     await page.getByRole("button", { name: "Cancel" }).click();
+    assert.match(page.dialogs.at(-1) ?? "", /Cancel this task/, "cancelling asks first");
     await statusEvent(page, "CANCELLED");
     const failing = await startFromForm(page, "broken", "Fail me");
     await statusEvent(page, "FAILED");
@@ -389,6 +391,7 @@ const checks = {
       return button && !button.disabled;
     }, null, { timeout: WAIT });
     await retry.click();
+    assert.match(page.dialogs.at(-1) ?? "", /Retry this task/, "retrying asks first");
     // The retried run's step and its events arrive on the same page.
     await page.locator("details.step").nth(1).waitFor({ timeout: WAIT });
     await page
@@ -459,7 +462,48 @@ const checks = {
     assert.equal(await page.getByLabel("Plan", { exact: true }).inputValue(), "refund");
     assert.equal(await page.getByLabel("Status").inputValue(), "NEEDS_REVIEW");
     await axe(page);
-    return { tasks: 500 };
+    // The newest review first; rejecting asks first and sends the reason.
+    await page.getByRole("link", { name: "Reviews" }).click();
+    const card = page.getByTestId("review").first();
+    await card.filter({ hasText: "order-495" }).waitFor({ timeout: WAIT });
+    await card.getByLabel("Reason (when rejecting)").fill("a duplicate order");
+    await card.getByRole("button", { name: "Reject" }).click();
+    assert.match(page.dialogs.at(-1) ?? "", /Reject "order-495"/, "rejecting asks first");
+    await page.getByTestId("review").filter({ hasText: "order-495" }).waitFor({ state: "detached", timeout: WAIT });
+    const rejected = await gql(
+      tokens.initech,
+      '{ tasks(first: 1, filter: {inputContains: "order-495"}) { edges { node { status error } } } }',
+    );
+    assert.equal(rejected.tasks.edges[0].node.status, "CANCELLED");
+    return { tasks: 500, rejected: rejected.tasks.edges[0].node.error };
+  },
+
+  async "long data wraps, events show their times, a narrow screen does not scroll sideways"(page) {
+    const blob = "x".repeat(20_000);
+    await gql(tokens.acme, "mutation($input: PublishPlanInput!) { publishPlan(input: $input) { plan { id } } }", {
+      input: { key: "wide", intent: "t.wide", steps: [{ id: "wide", tool: "set_state", args: { blob } }] },
+    });
+    await signIn(page, "acme");
+    const id = await startFromForm(page, "wide", "A 20 KB value");
+    await statusEvent(page, "COMPLETED");
+    await page.locator("details.step summary", { hasText: "wide" }).first().click();
+    await page.locator("details.step[open] pre.json").first().waitFor({ timeout: WAIT });
+    const width = () => page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
+    const [wide, viewport] = await width();
+    assert.ok(wide <= viewport, `the page is ${wide} px wide in a ${viewport} px window`);
+    const times = await page.getByTestId("event").locator("time").count();
+    assert.equal(times, await page.getByTestId("event").count(), "every event shows its time");
+    const icons = await page.locator('link[rel="icon"]').count();
+    assert.equal(icons, 1, "the console has a favicon");
+    await page.setViewportSize({ width: 390, height: 844 });
+    for (const route of [`#/tasks/${encodeURIComponent(id)}`, "#/tasks", "#/reviews", "#/access", "#/operations"]) {
+      await page.goto(`${base}/console/${route}`);
+      await page.locator("main h1").first().waitFor({ timeout: WAIT });
+      const [narrow, phone] = await width();
+      assert.ok(narrow <= phone, `${route} is ${narrow} px wide on a ${phone} px screen`);
+    }
+    await page.screenshot({ path: path.join(shots, "narrow.png"), fullPage: true });
+    return { bytes: blob.length };
   },
 
   async "another tenant's session shows none of acme's data"(page) {
@@ -545,6 +589,12 @@ let failed = false;
 for (const [name, check] of Object.entries(checks)) {
   const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   const page = await context.newPage();
+  // Confirmations are accepted, and what they asked is kept for the checks.
+  page.dialogs = [];
+  page.on("dialog", (dialog) => {
+    page.dialogs.push(dialog.message());
+    dialog.accept().catch(() => {});
+  });
   try {
     const figures = await check(page);
     console.log(JSON.stringify({ check: name, status: "ok", ...figures }));

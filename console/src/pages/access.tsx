@@ -100,6 +100,7 @@ export function AccessPage() {
                       aria-label={`Revoke ${k.name}`}
                       disabled={revoked.fetching}
                       onClick={async () => {
+                        if (!confirm(`Revoke the key "${k.name}"? Requests with it are refused at once.`)) return;
                         await revoke({ id: k.id });
                         reload({ requestPolicy: "network-only" });
                       }}

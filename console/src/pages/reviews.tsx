@@ -1,5 +1,6 @@
 // The review queue: tasks waiting for a person, with the reason and the
-// proposed values; approve (with corrections as JSON) or reject.
+// proposed values; approve (with corrections as JSON) or reject (with a
+// reason, after a confirmation).
 
 import { useState } from "react";
 import { useMutation, useQuery } from "urql";
@@ -7,7 +8,7 @@ import { useMutation, useQuery } from "urql";
 import { href } from "../router";
 import { Empty, ErrorBox, Json, Loading } from "../ui";
 
-const WAITING = `query { tasks(first: 50, filter: {statuses: [NEEDS_REVIEW, AWAITING_APPROVAL]}) {
+const WAITING = `query { tasks(first: 50, orderBy: CREATED_AT_DESC, filter: {statuses: [NEEDS_REVIEW, AWAITING_APPROVAL]}) {
   edges { node { id input status pendingReview { id stepId reason confidence proposed } } } } }`;
 const RESUME = `mutation($input: ResumeTaskInput!) { resumeTask(input: $input) { task { id status } } }`;
 
@@ -41,6 +42,7 @@ export function ReviewsPage() {
 function ReviewCard({ task, onDone }: { task: Waiting; onDone: () => void }) {
   const review = task.pendingReview!;
   const [corrections, setCorrections] = useState("");
+  const [reason, setReason] = useState("");
   const [invalid, setInvalid] = useState<string | null>(null);
   const [result, resume] = useMutation(RESUME);
   const decide = async (decision: "APPROVE" | "REJECT") => {
@@ -53,9 +55,16 @@ function ReviewCard({ task, onDone }: { task: Waiting; onDone: () => void }) {
         return;
       }
     }
+    if (decision === "REJECT" && !confirm(`Reject "${task.input || task.id}"? The task is cancelled.`)) return;
     setInvalid(null);
     const answer = await resume({
-      input: { taskId: task.id, reviewId: review.id, decision, ...(parsed ? { corrections: parsed } : {}) },
+      input: {
+        taskId: task.id,
+        reviewId: review.id,
+        decision,
+        ...(parsed ? { corrections: parsed } : {}),
+        ...(decision === "REJECT" && reason.trim() ? { reason: reason.trim() } : {}),
+      },
     });
     if (!answer.error) onDone();
   };
@@ -73,6 +82,8 @@ function ReviewCard({ task, onDone }: { task: Waiting; onDone: () => void }) {
       <Json value={review.proposed} />
       <label htmlFor={fieldId}>Corrections (JSON, optional)</label>
       <textarea id={fieldId} rows={3} value={corrections} onChange={(e) => setCorrections(e.target.value)} />
+      <label htmlFor={`reason-${review.id}`}>Reason (when rejecting)</label>
+      <input id={`reason-${review.id}`} value={reason} onChange={(e) => setReason(e.target.value)} />
       <div className="actions">
         <button onClick={() => decide("APPROVE")} disabled={result.fetching}>
           Approve

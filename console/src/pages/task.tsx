@@ -1,13 +1,13 @@
 // One task: its state and steps (read once, then again when its status
 // changes) and a live timeline of its events, tokens streaming into the
-// step that produces them; cancel and retry.
+// step that produces them; cancel and retry, each after a confirmation.
 
 import { useEffect, useReducer, useRef, useState } from "react";
 import { useMutation, useQuery } from "urql";
 
 import { useClients } from "../clients";
 import { emptyTimeline, follow, type Timeline } from "../live";
-import { Empty, ErrorBox, Json, Loading, Status, when } from "../ui";
+import { clock, Empty, ErrorBox, Json, Loading, Status, when } from "../ui";
 
 const TASK = `query($id: ID!) { task(id: $id) {
   id status input intent channel error traceId createdAt startedAt completedAt
@@ -103,11 +103,17 @@ export function TaskPage({ id }: { id: string }) {
       </p>
       {task.error && <ErrorBox error={task.error} />}
       <div className="actions">
-        <button onClick={() => cancel({ id: task.id })} disabled={settled || cancelled.fetching}>
+        <button
+          onClick={() => {
+            if (confirm("Cancel this task? The step in hand finishes; no further step runs.")) cancel({ id: task.id });
+          }}
+          disabled={settled || cancelled.fetching}
+        >
           Cancel
         </button>
         <button
           onClick={async () => {
+            if (!confirm("Retry this task from the step that failed?")) return;
             const answer = await retry({ id: task.id });
             if (!answer.error) {
               setRun((n) => n + 1);
@@ -137,7 +143,11 @@ export function TaskPage({ id }: { id: string }) {
             <ol className="timeline" aria-label="Events">
               {timeline.events.map((e) => (
                 <li key={e.seq} data-testid="event" data-seq={e.seq}>
-                  <span className="seq">#{e.seq}</span> <span className="kind">{e.kind}</span>
+                  <span className="seq">#{e.seq}</span>{" "}
+                  <time className="muted" dateTime={e.createdAt}>
+                    {clock(e.createdAt)}
+                  </time>{" "}
+                  <span className="kind">{e.kind}</span>
                   {e.stepId && <span className="step"> {e.stepId}</span>}
                   {e.status && <Status status={e.status} />} <span>{e.summary}</span>
                   {e.error && <span className="error"> {e.error}</span>}
