@@ -284,6 +284,15 @@ const checks = {
     await page.getByRole("button", { name: "Revoke partner-crm" }).click();
     assert.match(page.dialogs.at(-1) ?? "", /Revoke the key "partner-crm"/, "revoking asks first");
     await page.getByTestId("api-key").filter({ hasText: "partner-crm" }).filter({ hasText: "revoked" }).waitFor({ timeout: WAIT });
+    // Without a reload: the audit log shows the revocation, newest first,
+    // and the one-time secret is gone.
+    await page
+      .getByRole("table", { name: "Audit log" })
+      .locator("tbody tr")
+      .first()
+      .filter({ hasText: "api_key.revoke" })
+      .waitFor({ timeout: WAIT });
+    assert.equal(await page.getByTestId("secret").count(), 0, "the revoked key's secret is no longer shown");
     const refused = await fetch(`${base}/graphql`, {
       method: "POST",
       headers: { "content-type": "application/json", authorization: `Bearer ${secret}` },
@@ -328,8 +337,10 @@ const checks = {
       'mutation { createSchedule(input: {name: "nightly", planKey: "checked", cron: "0 2 * * *", timeZone: "Europe/Paris"}) { schedule { name } } }',
     );
     await gql(tokens.acme, 'mutation { startTask(input: {planKey: "assist", input: "for the webhook", mode: ENQUEUE_AND_WAIT}) { task { status } } }');
+    await gql(tokens.acme, 'mutation { createConnection(input: {name: "shop", kind: "webhook"}) { connection { id } } }');
     await signIn(page, "acme");
     await page.getByRole("link", { name: "Operations" }).click();
+    await page.getByRole("list", { name: "Inbound hooks" }).getByText("/hooks/acme/shop").waitFor({ timeout: WAIT });
     await page.getByRole("article", { name: "Webhook crm" }).waitFor({ timeout: WAIT });
     await page.getByTestId("delivery").first().waitFor({ timeout: WAIT });
     await page.getByTestId("schedule").filter({ hasText: "nightly" }).waitFor({ timeout: WAIT });
@@ -475,6 +486,17 @@ const checks = {
       '{ tasks(first: 1, filter: {inputContains: "order-495"}) { edges { node { status error } } } }',
     );
     assert.equal(rejected.tasks.edges[0].node.status, "CANCELLED");
+    // A task that comes to wait for a review appears on the open page.
+    await page.evaluate(() => {
+      window.__sameDocument = true;
+    });
+    await gql(tokens.initech, 'mutation { startTask(input: {planKey: "refund", input: "order-500"}) { task { id } } }');
+    await page.getByTestId("review").filter({ hasText: "order-500" }).waitFor({ timeout: WAIT });
+    assert.equal(await page.evaluate(() => window.__sameDocument), true, "no reload");
+    // A task no plan matched says how to give it one.
+    await gql(tokens.initech, 'mutation { startTask(input: {input: "qwxz vbnm"}) { task { id } } }');
+    const unplanned = page.getByTestId("review").filter({ hasText: "qwxz vbnm" });
+    await unplanned.getByText('{"intent": "support.refund"}').waitFor({ timeout: WAIT });
     return { tasks: 500, rejected: rejected.tasks.edges[0].node.error };
   },
 

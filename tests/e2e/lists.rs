@@ -15,6 +15,7 @@ for_both_backends!(
     bad_page_arguments_are_refused,
     reviews_of_every_task_list_in_each_order,
     children_and_tenants_page_both_ways,
+    null_page_arguments_count_as_absent,
 );
 
 /// A server whose rate limits do not stop a test that pages through
@@ -574,4 +575,46 @@ async fn children_and_tenants_page_both_ways(backend: Backend) {
     let every = page(&app, &admin, &tenants, "first: 100").await;
     assert!(every.ids.len() >= 3, "{every:?}");
     walk_every_order(&app, &admin, &tenants, &every.ids).await;
+}
+
+/// A client that sends every paging variable, the unused ones null (as a
+/// console or codegen client does), pages exactly as one that leaves them
+/// out: the last page forward says nothing follows.
+async fn null_page_arguments_count_as_absent(backend: Backend) {
+    let app = unlimited(backend).await;
+    app.create_tenant("acme").await;
+    for i in 0..4 {
+        app.start_task("acme", json!({"input": format!("t{i}")}))
+            .await;
+    }
+    let query = "query($filter: TaskFilter, $first: Int, $after: String, $last: Int, $before: String) { \
+        tasks(first: $first, after: $after, last: $last, before: $before, filter: $filter, orderBy: CREATED_AT_DESC) { \
+        edges { node { id status intent channel input createdAt updatedAt plan { key version } } } \
+        pageInfo { hasNextPage hasPreviousPage startCursor endCursor } } }";
+    let token = app.admin_token("acme");
+    let read = |after: Value| {
+        let app = &app;
+        let token = &token;
+        async move {
+            app.graphql(
+                Some(token),
+                query,
+                json!({"filter": null, "first": 2, "after": after, "last": null, "before": null}),
+            )
+            .await
+            .data()["tasks"]
+                .clone()
+        }
+    };
+    let first = read(Value::Null).await;
+    assert_eq!(first["pageInfo"]["hasNextPage"], true, "{first}");
+    let second = read(first["pageInfo"]["endCursor"].clone()).await;
+    let inputs: Vec<&str> = second["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["node"]["input"].as_str().unwrap())
+        .collect();
+    assert_eq!(inputs, ["t1", "t0"]);
+    assert_eq!(second["pageInfo"]["hasNextPage"], false, "{second}");
 }

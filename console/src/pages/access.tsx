@@ -1,15 +1,23 @@
-// Access: the tenant's API keys (a new key's secret is shown once) and
-// its audit log.
+// Access: the tenant's API keys (a new key's secret is shown once, and
+// until the keys change) and its audit log, newest first, paged, read again
+// after each change made here.
 
-import { useState } from "react";
+import { useEffect, useMemo, useState } from "react";
 import { useMutation, useQuery } from "urql";
 
+import { type Cursor, type PageInfo, Pager, pageArgs } from "../paging";
 import { Empty, ErrorBox, Json, Loading, when } from "../ui";
 
 const KEYS = `{ apiKeys(first: 100) { edges { node { id name prefix scopes createdBy createdAt lastUsedAt revoked } } } }`;
 const CREATE = `mutation($name: String!, $scopes: [String!]!) { createApiKey(input: {name: $name, scopes: $scopes}) { apiKey { id } secret } }`;
 const REVOKE = `mutation($id: ID!) { revokeApiKey(input: {id: $id}) { apiKey { id revoked } } }`;
-const AUDIT = `{ auditLog(first: 100) { edges { node { id action actor target data createdAt verified } } } }`;
+const AUDIT = `query($first: Int, $after: String, $last: Int, $before: String) {
+  auditLog(first: $first, after: $after, last: $last, before: $before, orderBy: CREATED_AT_DESC) {
+    edges { node { id action actor target data createdAt verified } }
+    pageInfo { hasNextPage hasPreviousPage startCursor endCursor }
+  }
+}`;
+const AUDIT_PAGE = 50;
 
 interface Key {
   id: string;
@@ -30,6 +38,8 @@ export function AccessPage() {
   const [name, setName] = useState("");
   const [scopes, setScopes] = useState("tasks:read");
   const [secret, setSecret] = useState<string | null>(null);
+  // Bumped by each change made here: the audit log reads again.
+  const [changes, setChanges] = useState(0);
   const [created, create] = useMutation<{ createApiKey: { secret: string } }>(CREATE);
   const [revoked, revoke] = useMutation(REVOKE);
   return (
@@ -49,6 +59,7 @@ export function AccessPage() {
             setSecret(answer.data.createApiKey.secret);
             setName("");
             reload({ requestPolicy: "network-only" });
+            setChanges((n) => n + 1);
           }
         }}
       >
@@ -102,7 +113,10 @@ export function AccessPage() {
                       onClick={async () => {
                         if (!confirm(`Revoke the key "${k.name}"? Requests with it are refused at once.`)) return;
                         await revoke({ id: k.id });
+                        // The one-time secret belonged to the keys as they were.
+                        setSecret(null);
                         reload({ requestPolicy: "network-only" });
+                        setChanges((n) => n + 1);
                       }}
                     >
                       Revoke
@@ -115,15 +129,36 @@ export function AccessPage() {
         </table>
       )}
       {revoked.error && <ErrorBox error={revoked.error} />}
-      <AuditLog />
+      <AuditLog changes={changes} />
     </section>
   );
 }
 
-function AuditLog() {
-  const [{ data, error, fetching }] = useQuery<{
-    auditLog: { edges: { node: { id: string; action: string; actor: string; target: string; data: unknown; createdAt: string; verified: boolean } }[] };
-  }>({ query: AUDIT, requestPolicy: "network-only" });
+function AuditLog({ changes }: { changes: number }) {
+  const [cursor, setCursor] = useState<Cursor>(null);
+  const variables = useMemo(() => pageArgs(cursor, AUDIT_PAGE), [cursor]);
+  const [{ data, error, fetching }, reload] = useQuery<{
+    auditLog: {
+      edges: {
+        node: {
+          id: string;
+          action: string;
+          actor: string;
+          target: string;
+          data: unknown;
+          createdAt: string;
+          verified: boolean;
+        };
+      }[];
+      pageInfo: PageInfo;
+    };
+  }>({ query: AUDIT, variables, requestPolicy: "network-only" });
+  useEffect(() => {
+    if (changes > 0) {
+      setCursor(null);
+      reload({ requestPolicy: "network-only" });
+    }
+  }, [changes, reload]);
   return (
     <>
       <h2>Audit log</h2>
@@ -161,6 +196,13 @@ function AuditLog() {
           </tbody>
         </table>
       )}
+      <Pager
+        label="Audit log pages"
+        cursor={cursor}
+        pageInfo={data?.auditLog.pageInfo}
+        fetching={fetching}
+        onPage={setCursor}
+      />
     </>
   );
 }

@@ -7,6 +7,7 @@ import { useQuery } from "urql";
 import { Empty, ErrorBox, Loading, Status, when } from "../ui";
 
 const OPERATIONS = `{
+  viewer { tenant { slug } }
   webhookEndpoints { name url events deliveries(first: 10) { id event status attempts lastStatusCode lastError nextAttemptAt deliveredAt createdAt } }
   connections(first: 100) { edges { node { id name kind hasSecret createdAt } } }
   schedules { name planKey cron timeZone paused nextRunAt upcoming(count: 3) lastRunAt }
@@ -16,7 +17,10 @@ const DAYS = 7;
 
 function usageQuery(days: { from: string; to: string }[]): string {
   const fields = days
-    .map((d, i) => `d${i}: usage(from: "${d.from}", to: "${d.to}") { from tasksStarted tasksCompleted tasksFailed costMicros }`)
+    .map(
+      (d, i) =>
+        `d${i}: usage(from: "${d.from}", to: "${d.to}") { from tasksStarted tasksCompleted tasksFailed costMicros }`,
+    )
     .join("\n");
   return `{ ${fields} }`;
 }
@@ -31,18 +35,42 @@ interface Usage {
 
 export function OperationsPage() {
   const [{ data, error, fetching }] = useQuery<{
+    viewer: { tenant: { slug: string } | null };
     webhookEndpoints: {
       name: string;
       url: string;
       events: string[];
-      deliveries: { id: string; event: string; status: string; attempts: number; lastStatusCode: number | null; lastError: string | null; nextAttemptAt: string | null; deliveredAt: string | null; createdAt: string }[];
+      deliveries: {
+        id: string;
+        event: string;
+        status: string;
+        attempts: number;
+        lastStatusCode: number | null;
+        lastError: string | null;
+        nextAttemptAt: string | null;
+        deliveredAt: string | null;
+        createdAt: string;
+      }[];
     }[];
-    connections: { edges: { node: { id: string; name: string; kind: string; hasSecret: boolean; createdAt: string } }[] };
-    schedules: { name: string; planKey: string; cron: string; timeZone: string; paused: boolean; nextRunAt: string | null; upcoming: string[]; lastRunAt: string | null }[];
+    connections: {
+      edges: { node: { id: string; name: string; kind: string; hasSecret: boolean; createdAt: string } }[];
+    };
+    schedules: {
+      name: string;
+      planKey: string;
+      cron: string;
+      timeZone: string;
+      paused: boolean;
+      nextRunAt: string | null;
+      upcoming: string[];
+      lastRunAt: string | null;
+    }[];
   }>({ query: OPERATIONS, requestPolicy: "network-only" });
   if (error) return <ErrorBox error={error} />;
   if (fetching && !data) return <Loading what="operations" />;
-  const hooks = (data?.connections.edges ?? []).map((e) => e.node).filter((c) => c.kind === "webhook" || c.kind === "inbound_email");
+  const hooks = (data?.connections.edges ?? [])
+    .map((e) => e.node)
+    .filter((c) => c.kind === "webhook" || c.kind === "inbound_email");
   return (
     <section aria-labelledby="operations-title">
       <h1 id="operations-title">Operations</h1>
@@ -96,7 +124,10 @@ export function OperationsPage() {
         <ul className="plain" aria-label="Inbound hooks">
           {hooks.map((h) => (
             <li key={h.id}>
-              <code>/hooks/&lt;tenant&gt;/{h.name}</code> ({h.kind}) {h.hasSecret ? "signed" : "no secret: refuses every delivery"}
+              <code>
+                /hooks/{data?.viewer.tenant?.slug ?? "<tenant>"}/{h.name}
+              </code>{" "}
+              ({h.kind}) {h.hasSecret ? "signed" : "no secret: refuses every delivery"}
             </li>
           ))}
         </ul>
@@ -145,7 +176,10 @@ function UsageChart() {
       return { from: from.toISOString(), to: to.toISOString() };
     });
   }, []);
-  const [{ data, error, fetching }] = useQuery<Record<string, Usage>>({ query: usageQuery(days), requestPolicy: "network-only" });
+  const [{ data, error, fetching }] = useQuery<Record<string, Usage>>({
+    query: usageQuery(days),
+    requestPolicy: "network-only",
+  });
   if (error) return <ErrorBox error={error} />;
   if (fetching && !data) return <Loading what="usage" />;
   const rows = days.map((_, i) => data?.[`d${i}`]).filter((u): u is Usage => !!u);

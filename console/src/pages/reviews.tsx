@@ -1,15 +1,18 @@
-// The review queue: tasks waiting for a person, with the reason and the
+// The review queue, kept live by `taskUpdates`: tasks waiting for a
+// person, newest first, with the reason and the
 // proposed values; approve (with corrections as JSON) or reject (with a
 // reason, after a confirmation).
 
-import { useState } from "react";
-import { useMutation, useQuery } from "urql";
+import { useEffect, useState } from "react";
+import { useMutation, useQuery, useSubscription } from "urql";
 
 import { href } from "../router";
 import { Empty, ErrorBox, Json, Loading } from "../ui";
 
 const WAITING = `query { tasks(first: 50, orderBy: CREATED_AT_DESC, filter: {statuses: [NEEDS_REVIEW, AWAITING_APPROVAL]}) {
   edges { node { id input status pendingReview { id stepId reason confidence proposed } } } } }`;
+const UPDATES = `subscription { taskUpdates { id status } }`;
+const WAITS = ["NEEDS_REVIEW", "AWAITING_APPROVAL"];
 const RESUME = `mutation($input: ResumeTaskInput!) { resumeTask(input: $input) { task { id status } } }`;
 
 interface Waiting {
@@ -24,9 +27,18 @@ export function ReviewsPage() {
     query: WAITING,
     requestPolicy: "network-only",
   });
+  const [live] = useSubscription<{ taskUpdates: { id: string; status: string } }>({ query: UPDATES });
+  const listed = (data?.tasks.edges ?? []).map((e) => e.node);
+  // A task that starts or stops waiting changes the queue: read it again.
+  useEffect(() => {
+    const task = live.data?.taskUpdates;
+    if (!task) return;
+    const shown = listed.some((t) => t.id === task.id);
+    if (shown !== WAITS.includes(task.status)) reload({ requestPolicy: "network-only" });
+  }, [live.data]);
   if (error) return <ErrorBox error={error} />;
   if (fetching && !data) return <Loading what="the review queue" />;
-  const waiting = (data?.tasks.edges ?? []).map((e) => e.node).filter((t) => t.pendingReview);
+  const waiting = listed.filter((t) => t.pendingReview);
   return (
     <section aria-labelledby="reviews-title">
       <h1 id="reviews-title">Review queue</h1>
@@ -80,6 +92,12 @@ function ReviewCard({ task, onDone }: { task: Waiting; onDone: () => void }) {
       </p>
       <h3>Proposed</h3>
       <Json value={review.proposed} />
+      {review.stepId === "intent_detection" && (
+        <p className="hint">
+          No plan matched this task's input. To run it, approve with the intent it should have, e.g.{" "}
+          <code>{'{"intent": "support.refund"}'}</code>.
+        </p>
+      )}
       <label htmlFor={fieldId}>Corrections (JSON, optional)</label>
       <textarea id={fieldId} rows={3} value={corrections} onChange={(e) => setCorrections(e.target.value)} />
       <label htmlFor={`reason-${review.id}`}>Reason (when rejecting)</label>

@@ -5,6 +5,7 @@
 import { useEffect, useMemo, useState } from "react";
 import { useMutation, useQuery, useSubscription } from "urql";
 
+import { type Cursor, isNewest, type PageInfo, Pager, pageArgs } from "../paging";
 import { href, type TaskListFilter } from "../router";
 import { Empty, ErrorBox, Loading, Status, when } from "../ui";
 
@@ -34,16 +35,6 @@ interface Row {
   plan: { key: string; version: number } | null;
 }
 
-interface PageInfo {
-  hasNextPage: boolean;
-  hasPreviousPage: boolean;
-  startCursor: string | null;
-  endCursor: string | null;
-}
-
-/** Which page: the newest, or the one after (older) or before (newer) a cursor. */
-type Cursor = { after: string } | { before: string } | null;
-
 /** Whether a task passes the list's filters (as the server's `TaskFilter` decides). */
 function passes(task: Row, filter: TaskListFilter): boolean {
   if (filter.status && task.status !== filter.status) return false;
@@ -61,10 +52,7 @@ export function TasksPage({ filter }: { filter: TaskListFilter }) {
       ...(filter.plan ? { planKey: filter.plan } : {}),
       ...(filter.q ? { inputContains: filter.q } : {}),
     };
-    const page =
-      cursor && "before" in cursor
-        ? { last: PAGE_SIZE, before: cursor.before }
-        : { first: PAGE_SIZE, after: cursor?.after ?? null };
+    const page = pageArgs(cursor, PAGE_SIZE);
     return {
       filter: Object.keys(taskFilter).length ? taskFilter : null,
       ...page,
@@ -81,9 +69,7 @@ export function TasksPage({ filter }: { filter: TaskListFilter }) {
   useEffect(() => {
     if (data) setRows(data.tasks.edges.map((e) => e.node));
   }, [data]);
-  // The newest page: the first, or one reached going back with nothing newer.
-  const newest =
-    cursor === null || ("before" in cursor && data !== undefined && !data.tasks.pageInfo.hasPreviousPage);
+  const newest = isNewest(cursor, data?.tasks.pageInfo);
   useEffect(() => {
     const task = live.data?.taskUpdates;
     if (!task) return;
@@ -97,12 +83,6 @@ export function TasksPage({ filter }: { filter: TaskListFilter }) {
       return [task, ...others].sort((a, b) => b.createdAt.localeCompare(a.createdAt)).slice(0, PAGE_SIZE);
     });
   }, [live.data, filter, newest]);
-  const pageInfo = data?.tasks.pageInfo;
-  // Relay's page info: going forward (older) it knows whether more follow,
-  // going back (newer) whether more precede; the other side is known from
-  // the cursor the page was reached by.
-  const hasOlder = cursor && "before" in cursor ? true : Boolean(pageInfo?.hasNextPage);
-  const hasNewer = cursor && "before" in cursor ? Boolean(pageInfo?.hasPreviousPage) : cursor !== null;
   const setFilter = (change: Partial<TaskListFilter>) => {
     location.hash = href({ page: "tasks", ...filter, ...change });
   };
@@ -163,22 +143,7 @@ export function TasksPage({ filter }: { filter: TaskListFilter }) {
               ))}
             </tbody>
           </table>
-          <nav className="actions" aria-label="Pages">
-            <button
-              type="button"
-              disabled={!hasNewer || fetching}
-              onClick={() => pageInfo?.startCursor && setCursor({ before: pageInfo.startCursor })}
-            >
-              Newer
-            </button>
-            <button
-              type="button"
-              disabled={!hasOlder || fetching}
-              onClick={() => pageInfo?.endCursor && setCursor({ after: pageInfo.endCursor })}
-            >
-              Older
-            </button>
-          </nav>
+          <Pager label="Pages" cursor={cursor} pageInfo={data?.tasks.pageInfo} fetching={fetching} onPage={setCursor} />
         </>
       )}
     </section>
