@@ -127,7 +127,17 @@ function Shell({ acting, onActIn, onSignOut }: ShellProps) {
         <button onClick={onSignOut}>Sign out</button>
       </header>
       <main>
-        <Page route={route} />
+        {platformAdmin && !acting && !viewer?.tenant ? (
+          <section aria-labelledby="pick-title" className="card">
+            <h1 id="pick-title">Pick a tenant</h1>
+            <p>
+              A platform credential belongs to no tenant: choose the tenant to act in from <em>Acting in</em> above
+              (each request then names it, and that tenant's audit log records it).
+            </p>
+          </section>
+        ) : (
+          <Page route={route} />
+        )}
       </main>
     </div>
   );

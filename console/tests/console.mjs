@@ -377,6 +377,8 @@ const checks = {
     await page.getByRole("button", { name: "Sign in" }).click();
     const picker = page.getByLabel("Acting in");
     await picker.waitFor({ timeout: WAIT });
+    await page.getByRole("heading", { name: "Pick a tenant" }).waitFor({ timeout: WAIT });
+    assert.equal(await page.locator("main").getByRole("alert").count(), 0, "no error before a tenant is picked");
     await picker.selectOption("acme");
     await page.getByTestId("task-row").first().waitFor({ timeout: WAIT });
     assert.equal(await page.getByLabel("Acting in").inputValue(), "acme");
@@ -526,6 +528,34 @@ const checks = {
     }
     await page.screenshot({ path: path.join(shots, "narrow.png"), fullPage: true });
     return { bytes: blob.length };
+  },
+
+  async "every page in both themes: readable, no serious accessibility violation"(page) {
+    const task = await gql(tokens.acme, "{ tasks(first: 1) { edges { node { id } } } }");
+    const routes = ["tasks", `tasks/${encodeURIComponent(task.tasks.edges[0].node.id)}`, "reviews", "conversations", "memory", "graph", "plans", "capabilities", "operations", "access"];
+    await signIn(page, "acme");
+    const seen = {};
+    for (const scheme of ["light", "dark"]) {
+      await page.emulateMedia({ colorScheme: scheme });
+      for (const route of routes) {
+        await page.goto(`${base}/console/#/${route}`);
+        await page.locator("main h1").first().waitFor({ timeout: WAIT });
+        await page.waitForFunction(
+          () => ![...document.querySelectorAll('[role="status"]')].some((e) => e.textContent.startsWith("Loading")),
+          null,
+          { timeout: WAIT },
+        );
+        await axe(page);
+      }
+      // The page's own background: dark in the dark theme, light in the light one.
+      seen[scheme] = await page.evaluate(() => {
+        const [r, g, b] = getComputedStyle(document.documentElement).backgroundColor.match(/\d+/g).map(Number);
+        return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255;
+      });
+    }
+    assert.ok(seen.light > 0.8 && seen.dark < 0.2, JSON.stringify(seen));
+    await page.screenshot({ path: path.join(shots, "dark.png"), fullPage: true });
+    return { luminance: seen };
   },
 
   async "another tenant's session shows none of acme's data"(page) {

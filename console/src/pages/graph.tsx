@@ -110,7 +110,8 @@ function Neighbourhood({ id }: { id: string }) {
                 width: 22,
                 height: 22,
                 "background-color": "#0b57d0",
-                color: "#1b1f24",
+                // The theme's colours (the canvas does not read the page's CSS).
+                color: themeColour("--fg"),
                 "text-valign": "bottom",
                 "text-margin-y": 4,
               },
@@ -124,7 +125,10 @@ function Neighbourhood({ id }: { id: string }) {
                 width: 1.5,
                 "curve-style": "bezier",
                 "target-arrow-shape": "triangle",
-                "text-background-color": "#ffffff",
+                "text-background-color": themeColour("--surface"),
+                color: themeColour("--fg"),
+                "line-color": themeColour("--border"),
+                "target-arrow-color": themeColour("--border"),
                 "text-background-opacity": 1,
                 "text-rotation": "autorotate",
               },
@@ -166,4 +170,9 @@ function Neighbourhood({ id }: { id: string }) {
       <div ref={box} className="graph" role="img" aria-label="Neighbourhood graph" />
     </div>
   );
+}
+
+/** A colour the stylesheet names (`styles.css`'s `:root`), as the theme sets it now. */
+function themeColour(name: string): string {
+  return getComputedStyle(document.documentElement).getPropertyValue(name).trim() || "#1b1f24";
 }

@@ -197,10 +197,10 @@ function UsageChart() {
             <g key={r.from} transform={`translate(${i * bar}, 0)`}>
               <rect x={8} y={150 - h} width={bar - 16} height={h} fill="#0b57d0" />
               <rect x={8} y={150 - failed} width={bar - 16} height={failed} fill="#8a1111" />
-              <text x={bar / 2} y={146 - h} textAnchor="middle" fontSize="12">
+              <text x={bar / 2} y={146 - h} textAnchor="middle" fontSize="12" fill="currentColor">
                 {r.tasksStarted}
               </text>
-              <text x={bar / 2} y={170} textAnchor="middle" fontSize="11">
+              <text x={bar / 2} y={170} textAnchor="middle" fontSize="11" fill="currentColor">
                 {r.from.slice(5, 10)}
               </text>
             </g>
