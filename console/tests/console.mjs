@@ -419,6 +419,16 @@ const checks = {
     );
     assert.equal(tasks.a.status, "CANCELLED");
     assert.equal(tasks.b.steps.length, 2, "retried once");
+    // The waterfall draws both attempts, numbered across the retry.
+    const rows = page.getByTestId("waterfall-row");
+    await rows.nth(1).waitFor({ timeout: WAIT });
+    assert.deepEqual(
+      (await rows.locator(".label").allInnerTexts()).map((t) => t.trim()),
+      ["call · attempt 1", "call · attempt 2"],
+    );
+    const summaries = await page.locator("details.step summary").allInnerTexts();
+    assert.ok(summaries[0].includes("attempt 1") && summaries[1].includes("attempt 2"), JSON.stringify(summaries));
+    await page.screenshot({ path: path.join(shots, "waterfall.png"), fullPage: true });
     return {};
   },
 

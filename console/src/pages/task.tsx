@@ -7,6 +7,7 @@ import { useMutation, useQuery } from "urql";
 
 import { useClients } from "../clients";
 import { emptyTimeline, follow, type Timeline } from "../live";
+import { numbered, Waterfall } from "./waterfall";
 import { clock, Empty, ErrorBox, Json, Loading, Status, when } from "../ui";
 
 const TASK = `query($id: ID!) { task(id: $id) {
@@ -15,7 +16,7 @@ const TASK = `query($id: ID!) { task(id: $id) {
   usage { inputTokens outputTokens costMicros }
   result { content model }
   pendingReview { id stepId reason proposed }
-  steps { stepId tool attempt status args output summary error durationMs }
+  steps { stepId tool attempt status args output summary error startedAt finishedAt durationMs }
 } }`;
 
 const CANCEL = `mutation($id: ID!) { cancelTask(input: {id: $id}) { task { id status } } }`;
@@ -30,6 +31,8 @@ interface Step {
   output: unknown;
   summary: string;
   error: string | null;
+  startedAt: string;
+  finishedAt: string;
   durationMs: number;
 }
 
@@ -132,6 +135,7 @@ export function TaskPage({ id }: { id: string }) {
           <p className="answer">{task.result.content}</p>
         </section>
       )}
+      <Waterfall steps={task.steps} />
       <div className="columns">
         <section aria-labelledby="timeline-title">
           <h2 id="timeline-title">
@@ -166,10 +170,10 @@ export function TaskPage({ id }: { id: string }) {
           {task.steps.length === 0 ? (
             <Empty>No step has run yet.</Empty>
           ) : (
-            task.steps.map((s) => (
-              <details key={`${s.stepId}:${s.attempt}`} className="step">
+            numbered(task.steps).map((s, i) => (
+              <details key={i} className="step">
                 <summary>
-                  {s.stepId} <code>{s.tool}</code> attempt {s.attempt} <Status status={s.status} /> {s.durationMs} ms
+                  {s.stepId} <code>{s.tool}</code> attempt {s.ordinal} <Status status={s.status} /> {s.durationMs} ms
                 </summary>
                 <h3>Input</h3>
                 <Json value={s.args} />
