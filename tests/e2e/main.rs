@@ -46,6 +46,7 @@ mod llm;
 mod llm_partial;
 #[cfg(feature = "local-models")]
 mod local_models;
+mod mcp;
 mod memory;
 mod memory_tools;
 mod metrics;
