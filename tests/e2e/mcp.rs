@@ -23,7 +23,7 @@ use rmcp::{
 };
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, http_client, poll_until};
+use crate::helpers::{Backend, TestApp, http_client, poll_until};
 
 /// An MCP client that keeps the progress notifications it receives.
 #[derive(Clone, Default)]
@@ -144,6 +144,33 @@ crate::on_both_backends!(
     another_tenant_s_task_is_not_found,
     each_tool_s_schema_is_its_graphql_field_s,
 );
+
+crate::for_both_backends!(tool_calls_share_the_caller_s_rate_limit);
+
+/// A tool call is a GraphQL operation of its caller: it spends the key's
+/// rate limit like a `/graphql` request, and past it is `RATE_LIMITED`.
+async fn tool_calls_share_the_caller_s_rate_limit(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |c| {
+        c.rate_limit_per_key_rps = 0.01;
+        c.rate_limit_per_key_burst = 3;
+    })
+    .await;
+    acme(&app).await;
+    let (_, key) = app.create_api_key("acme", &["tasks:read"]).await;
+    let (session, _) = connect(&app, &key).await;
+    ok(&session, "list_plans", json!({})).await;
+    // Two of the burst go to GraphQL directly, the same key.
+    for _ in 0..2 {
+        let gql = app
+            .graphql(Some(&key), "{ plans { nodes { key } } }", json!({}))
+            .await;
+        gql.data();
+    }
+    assert_eq!(
+        error_code(&session, "list_plans", json!({})).await,
+        "RATE_LIMITED"
+    );
+}
 
 async fn initialize_and_list_the_tools_a_credential_may_use(app: TestApp) {
     acme(&app).await;
