@@ -26,7 +26,7 @@ use serde_json::Value;
 use crate::{
     Error, Principal, Result,
     catalogue::{
-        capabilities,
+        capabilities, mcp,
         patterns::{self, PatternCache},
         tool::{Tool, ToolRegistry},
     },
@@ -592,7 +592,8 @@ impl Plans {
             .filter(|s| !self.registry.contains(&s.tool))
             .map(|s| s.tool.clone())
             .collect();
-        let extra = capabilities::partner_tools(&self.db, scope, &partner, now).await?;
+        let mut extra = capabilities::partner_tools(&self.db, scope, &partner, now).await?;
+        extra.extend(mcp::mcp_tools(&self.db, scope, &partner).await?);
         Ok(self.registry.with_extra(extra))
     }
 
@@ -608,6 +609,13 @@ impl Plans {
     ) -> Result<Arc<dyn Tool>> {
         if let Some(tool) = self.registry.get(key) {
             return Ok(tool);
+        }
+        if mcp::parse_key(key).is_some() {
+            return mcp::mcp_tools(&self.db, Some(scope), &[key.to_owned()])
+                .await?
+                .into_iter()
+                .next()
+                .ok_or_else(|| Error::not_found(format!("tool `{key}`")));
         }
         capabilities::partner_tools(&self.db, Some(scope), &[key.to_owned()], now)
             .await?
@@ -669,6 +677,8 @@ impl Plans {
             }
             last = Some(ident);
             let plan = Plan::try_from(row)?;
+            let registry =
+                registry.with_extra(mcp::unchecked(plan.steps.iter().map(|s| s.tool.as_str())));
             if let Err(mut e) = check_steps(&plan.key, &plan.steps, &registry, &HashSet::new()) {
                 errors.append(&mut e);
             }
