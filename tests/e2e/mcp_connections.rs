@@ -173,6 +173,7 @@ async fn run_plan(app: &TestApp, key: &str) -> Value {
 
 crate::on_both_backends!(
     a_plan_step_calls_a_tool_of_the_tenant_s_mcp_server,
+    an_agent_step_calls_a_tool_of_the_tenant_s_mcp_server,
     a_slow_mcp_tool_times_out_and_is_retried_per_policy,
     a_failing_mcp_tool_fails_its_step_once,
     another_tenant_cannot_use_the_connection,
@@ -212,6 +213,51 @@ async fn a_plan_step_calls_a_tool_of_the_tenant_s_mcp_server(app: TestApp) {
     let task = run_plan(&app, "lookup").await;
     assert_eq!(task["status"], "COMPLETED", "{task}");
     assert_eq!(remote.calls_of("echo").len(), 2);
+}
+
+/// An agent step that names an MCP tool is offered it (the offline model
+/// calls what the message names), and the call is a durable step with its
+/// own idempotency key.
+async fn an_agent_step_calls_a_tool_of_the_tenant_s_mcp_server(app: TestApp) {
+    let remote = Remote::default();
+    let url = serve(remote.clone()).await;
+    app.create_tenant("acme").await;
+    connect_ledger(&app, "acme", &url).await;
+    app.publish_plan(
+        "acme",
+        json!({"key": "assist", "intent": "ledger.assist", "steps": [
+            {"id": "answer", "tool": "agent", "args": {"tools": ["mcp:ledger/echo"]}}
+        ]}),
+    )
+    .await
+    .data();
+    let started = app
+        .start_task(
+            "acme",
+            json!({"planKey": "assist",
+                   "input": "Look it up.\ncall mcp_ledger_echo {\"account\": \"ACC-9\"}"}),
+        )
+        .await;
+    let id = started["id"].as_str().unwrap().to_owned();
+    let task = poll_until("the agent's task settles", async || {
+        app.run_tasks().await;
+        let task = task(&app, &id).await;
+        matches!(task["status"].as_str(), Some("COMPLETED" | "FAILED")).then_some(task)
+    })
+    .await;
+    assert_eq!(task["status"], "COMPLETED", "{task}");
+    let calls = remote.calls_of("echo");
+    assert_eq!(calls.len(), 1, "{calls:?} {task}");
+    assert_eq!(calls[0].arguments, json!({"account": "ACC-9"}));
+    let key = calls[0].idempotency_header.clone().unwrap();
+    assert!(
+        task["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["idempotencyKey"] == key.as_str() && s["status"] == "COMPLETED"),
+        "{key} {task}"
+    );
 }
 
 async fn a_slow_mcp_tool_times_out_and_is_retried_per_policy(app: TestApp) {

@@ -636,6 +636,16 @@ impl Plans {
         Ok(tools)
     }
 
+    /// The MCP tools among `keys` that the scope's tenant's connections
+    /// lend (an agent step offers those it names; see [`mcp`]).
+    pub async fn mcp_tools(
+        &self,
+        scope: TenantScope,
+        keys: &[String],
+    ) -> Result<Vec<Arc<dyn Tool>>> {
+        mcp::mcp_tools(&self.db, Some(scope), keys).await
+    }
+
     /// The latest version of every plan of the tenant (for intent detection
     /// and plan resolution).
     pub async fn all_latest(&self, scope: TenantScope) -> Result<Vec<Plan>> {
