@@ -12,7 +12,7 @@
 //! caller (the subscription replays stored events first, so an event
 //! before the subscription is not missed).
 
-use brainstem_domain::row_security;
+use brainstem_domain::{row_security, tasks::TaskStatus};
 use futures_util::StreamExt;
 use rmcp::{
     RoleServer,
@@ -26,17 +26,6 @@ use super::{
     tools::{self, Prepared},
 };
 use crate::schema::tasks::modes;
-
-/// Statuses at which a waiting start stops waiting (the domain's
-/// `TaskStatus::is_settled`).
-const SETTLED: &[&str] = &[
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "NEEDS_REVIEW",
-    "AWAITING_APPROVAL",
-    "DELEGATED",
-];
 
 /// The wait `startTask` applies when `waitTimeoutMs` is not given.
 const DEFAULT_WAIT_MS: u64 = 30_000;
@@ -151,8 +140,11 @@ async fn follow(
                 tracing::debug!("an MCP client went away during a task's wait");
             }
         }
-        let status = event["status"].as_str().unwrap_or_default();
-        if kind == "STATUS_CHANGED" && SETTLED.contains(&status) {
+        let settled = event["status"]
+            .as_str()
+            .and_then(|s| s.parse::<TaskStatus>().ok())
+            .is_some_and(TaskStatus::is_settled);
+        if kind == "STATUS_CHANGED" && settled {
             return;
         }
     }
