@@ -177,7 +177,47 @@ crate::on_both_backends!(
     a_slow_mcp_tool_times_out_and_is_retried_per_policy,
     a_failing_mcp_tool_fails_its_step_once,
     another_tenant_cannot_use_the_connection,
+    the_catalogue_lists_a_connection_s_tools_with_their_schemas,
 );
+
+/// `mcpTools(connection:)` asks the server now: its tools, their keys
+/// for plans and their schemas; another tenant's connection is not found.
+async fn the_catalogue_lists_a_connection_s_tools_with_their_schemas(app: TestApp) {
+    let remote = Remote::default();
+    let url = serve(remote.clone()).await;
+    app.create_tenant("acme").await;
+    app.create_tenant("globex").await;
+    connect_ledger(&app, "acme", &url).await;
+    let query =
+        "query($c: String!) { mcpTools(connection: $c) { key name description inputSchema } }";
+    let listed = app
+        .graphql(
+            Some(&app.admin_token("acme")),
+            query,
+            json!({"c": "ledger"}),
+        )
+        .await;
+    let tools = listed.data()["mcpTools"].as_array().unwrap().clone();
+    let keys: Vec<&str> = tools.iter().map(|t| t["key"].as_str().unwrap()).collect();
+    assert_eq!(
+        keys,
+        ["mcp:ledger/echo", "mcp:ledger/slow", "mcp:ledger/fail"]
+    );
+    assert_eq!(tools[1]["description"], "answers after 3 s");
+    assert_eq!(tools[0]["inputSchema"], json!({"type": "object"}));
+
+    let other = app
+        .graphql(
+            Some(&app.admin_token("globex")),
+            query,
+            json!({"c": "ledger"}),
+        )
+        .await;
+    assert_eq!(other.error_code(), "NOT_FOUND", "{:?}", other.body);
+    let (_, key) = app.create_api_key("acme", &["tasks:read"]).await;
+    let member = app.graphql(Some(&key), query, json!({"c": "ledger"})).await;
+    assert_eq!(member.error_code(), "FORBIDDEN", "{:?}", member.body);
+}
 
 async fn a_plan_step_calls_a_tool_of_the_tenant_s_mcp_server(app: TestApp) {
     let remote = Remote::default();

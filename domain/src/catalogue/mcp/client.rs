@@ -1,7 +1,9 @@
-//! One `tools/call` to a remote MCP server over Streamable HTTP, made with
+//! One `tools/call` (or `tools/list`) to a remote MCP server over Streamable HTTP, made with
 //! the outbound client ([`Outbound`]): the allow-list, the address rules,
 //! same-origin redirects and the answer's size cap apply to it as to every
 //! call a tenant's work steers.
+//!
+//! [`list_tools`] reads what the server offers, with the same opening.
 //!
 //! The exchange is MCP's: `initialize` (keeping the `Mcp-Session-Id` the
 //! server may assign, and the protocol version it chose), the
@@ -54,28 +56,7 @@ pub async fn call_tool(
     arguments: Value,
     idempotency_key: &str,
 ) -> Result<Value, ToolError> {
-    let mut session = Session {
-        outbound,
-        endpoint,
-        session_id: None,
-        protocol: PROTOCOL_VERSION.to_owned(),
-    };
-    let initialized = session
-        .request(
-            1,
-            "initialize",
-            json!({
-                "protocolVersion": PROTOCOL_VERSION,
-                "capabilities": {},
-                "clientInfo": {"name": "brainstem", "version": env!("CARGO_PKG_VERSION")},
-            }),
-            None,
-        )
-        .await?;
-    if let Some(version) = initialized.get("protocolVersion").and_then(Value::as_str) {
-        session.protocol = version.to_owned();
-    }
-    session.notify("notifications/initialized").await?;
+    let mut session = Session::open(outbound, endpoint).await?;
     let result = session
         .request(
             2,
@@ -95,6 +76,69 @@ pub async fn call_tool(
         );
     }
     Ok(result)
+}
+
+/// The tools the server lists (`tools/list`, every page, at most
+/// [`MAX_PAGES`]), as it describes them.
+pub async fn list_tools(
+    outbound: &Outbound,
+    endpoint: &Endpoint<'_>,
+) -> Result<Vec<Value>, ToolError> {
+    let mut session = Session::open(outbound, endpoint).await?;
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    for page in 0..MAX_PAGES {
+        let params = match &cursor {
+            Some(c) => json!({"cursor": c}),
+            None => json!({}),
+        };
+        let result = session
+            .request(2 + page, "tools/list", params, None)
+            .await?;
+        if let Some(listed) = result.get("tools").and_then(Value::as_array) {
+            tools.extend(listed.iter().cloned());
+        }
+        cursor = result
+            .get("nextCursor")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    Ok(tools)
+}
+
+/// Pages of `tools/list` read before the rest is left out.
+pub const MAX_PAGES: u64 = 10;
+
+impl<'a> Session<'a> {
+    /// `initialize`, then `notifications/initialized`.
+    async fn open(outbound: &'a Outbound, endpoint: &'a Endpoint<'a>) -> Result<Self, ToolError> {
+        let mut session = Session {
+            outbound,
+            endpoint,
+            session_id: None,
+            protocol: PROTOCOL_VERSION.to_owned(),
+        };
+        let initialized = session
+            .request(
+                1,
+                "initialize",
+                json!({
+                    "protocolVersion": PROTOCOL_VERSION,
+                    "capabilities": {},
+                    "clientInfo": {"name": "brainstem", "version": env!("CARGO_PKG_VERSION")},
+                }),
+                None,
+            )
+            .await?;
+        if let Some(version) = initialized.get("protocolVersion").and_then(Value::as_str) {
+            session.protocol = version.to_owned();
+        }
+        session.notify("notifications/initialized").await?;
+        Ok(session)
+    }
 }
 
 impl Session<'_> {

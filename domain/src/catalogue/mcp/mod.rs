@@ -28,11 +28,13 @@ use sea_orm::{ColumnTrait, DatabaseConnection, QueryFilter};
 use serde_json::{Value, json};
 
 use crate::{
-    Result,
+    Error, Result,
     catalogue::{
+        connections::{Connections, DecryptedConnection},
         plans::RetryPolicy,
         tool::{Tool, ToolContext, ToolError, ToolOutput},
     },
+    kernel::outbound::Outbound,
 };
 
 /// The prefix of an MCP tool's key: `mcp:<connection>/<tool>`.
@@ -122,6 +124,88 @@ pub(crate) fn unchecked<'a>(keys: impl IntoIterator<Item = &'a str>) -> Vec<Arc<
         .collect()
 }
 
+/// Where a connection of kind `mcp` points and the `Authorization` its
+/// secret makes.
+fn endpoint_of(connection: &DecryptedConnection) -> Result<(String, Option<String>)> {
+    if connection.kind != KIND {
+        return Err(Error::validation(format!(
+            "connection `{}` is of kind `{}`, not `{KIND}`",
+            connection.name, connection.kind
+        )));
+    }
+    let url = connection
+        .config
+        .get("url")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            Error::validation(format!(
+                "connection `{}` has no `url` in its config",
+                connection.name
+            ))
+        })?;
+    let secret = connection.secret.as_ref().map(|s| s.expose());
+    let authorization = secret.and_then(|s| {
+        s.get("authorization")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| {
+                s.get("token")
+                    .and_then(Value::as_str)
+                    .map(|t| format!("Bearer {t}"))
+            })
+    });
+    Ok((url.to_owned(), authorization))
+}
+
+/// A tool a connection's MCP server lists, as a plan names it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RemoteTool {
+    /// `mcp:<connection>/<tool>`.
+    pub key: String,
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+}
+
+/// Ask the MCP server of the scope's tenant's connection `name` which
+/// tools it offers (`tools/list`, read now: the server's list is never
+/// stale here). `NotFound` for another tenant's or no connection.
+pub async fn list_remote(
+    connections: &Connections,
+    outbound: &Outbound,
+    scope: TenantScope,
+    name: &str,
+) -> Result<Vec<RemoteTool>> {
+    let connection = connections.resolve(scope, name).await?;
+    let (url, authorization) = endpoint_of(&connection)?;
+    let endpoint = client::Endpoint {
+        url: &url,
+        authorization,
+    };
+    let listed = client::list_tools(outbound, &endpoint)
+        .await
+        .map_err(|e| Error::Unavailable(format!("connection `{name}`: {}", e.message)))?;
+    Ok(listed
+        .iter()
+        .filter_map(|t| {
+            let tool = t.get("name")?.as_str()?;
+            Some(RemoteTool {
+                key: format!("{MCP_PREFIX}{name}/{tool}"),
+                name: tool.to_owned(),
+                description: t
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                input_schema: t
+                    .get("inputSchema")
+                    .cloned()
+                    .unwrap_or(json!({"type": "object"})),
+            })
+        })
+        .collect())
+}
+
 #[async_trait]
 impl Tool for McpTool {
     fn key(&self) -> &str {
@@ -151,36 +235,12 @@ impl Tool for McpTool {
             .resolve(TenantScope::new(ctx.tenant), &self.connection)
             .await
             .map_err(|e| ToolError::fatal(format!("`{}`: {e}", self.key)))?;
-        if connection.kind != KIND {
-            return Err(ToolError::fatal(format!(
-                "connection `{}` is of kind `{}`, not `{KIND}`",
-                self.connection, connection.kind
-            )));
-        }
-        let url = connection
-            .config
-            .get("url")
-            .and_then(Value::as_str)
-            .ok_or_else(|| {
-                ToolError::fatal(format!(
-                    "connection `{}` has no `url` in its config",
-                    self.connection
-                ))
-            })?;
-        let secret = connection.secret.as_ref().map(|s| s.expose());
-        let authorization = match secret {
-            Some(s) => s
-                .get("authorization")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-                .or_else(|| {
-                    s.get("token")
-                        .and_then(Value::as_str)
-                        .map(|t| format!("Bearer {t}"))
-                }),
-            None => None,
+        let (url, authorization) =
+            endpoint_of(&connection).map_err(|e| ToolError::fatal(e.to_string()))?;
+        let endpoint = client::Endpoint {
+            url: &url,
+            authorization,
         };
-        let endpoint = client::Endpoint { url, authorization };
         let result = client::call_tool(
             &ctx.settings.outbound,
             &endpoint,
