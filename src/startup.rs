@@ -435,6 +435,9 @@ impl Application {
             rate_limits: config.rate_limits(),
             metrics_token: config.metrics_token.clone(),
             departure: departure.clone(),
+            mcp: brainstem_api::mcp::McpConfig {
+                allowed_hosts: config.mcp_allowed_hosts.clone(),
+            },
         };
         if config.metrics_token.is_none() && !binds_loopback_only(&config.bind) {
             tracing::warn!(

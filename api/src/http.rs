@@ -55,10 +55,11 @@ use brainstem_domain::{
 use serde_json::{Value, json};
 use tower_http::{catch_panic::CatchPanicLayer, trace::TraceLayer};
 
+pub use crate::state::{ACTING_TENANT, REQUEST_ID};
 use crate::{
     ApiState,
     error::{self, code_and_message},
-    hooks, metrics, schema, ws,
+    hooks, metrics, schema, state, ws,
 };
 
 pub const GRAPHQL_RESPONSE_JSON: &str = "application/graphql-response+json";
@@ -67,7 +68,9 @@ pub const GRAPHQL_RESPONSE_JSON: &str = "application/graphql-response+json";
 /// console's build.
 pub const GRAPHIQL_PAGE: &str = "/console/graphiql.html";
 
-pub fn routes(state: ApiState) -> Router {
+/// The application's routes; `mcp` is the `/mcp` route ([`crate::mcp`]),
+/// merged here so the same tracking, panic and trace layers wrap it.
+pub fn routes(state: ApiState, mcp: Router<ApiState>) -> Router {
     Router::new()
         .route("/graphql", get(graphql_get).post(graphql_post))
         .route("/graphql/ws", get(ws::handler))
@@ -76,6 +79,7 @@ pub fn routes(state: ApiState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
+        .merge(mcp)
         .route_layer(from_fn_with_state(state.clone(), track))
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(TraceLayer::new_for_http())
@@ -281,9 +285,6 @@ async fn execute(
     response
 }
 
-/// The header that names a request (given by the client, or made here).
-pub const REQUEST_ID: &str = "x-request-id";
-
 async fn execute_in(
     state: ApiState,
     peer: Peer,
@@ -291,16 +292,7 @@ async fn execute_in(
     media: Media,
     mut request: async_graphql::Request,
 ) -> Response {
-    let authorization = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| {
-            headers
-                .get("x-api-key")
-                .and_then(|v| v.to_str().ok())
-                .map(|key| format!("Bearer {key}"))
-        });
+    let authorization = state::authorization(headers);
     let address = peer.as_ref().map(|Extension(ConnectInfo(a))| a.ip());
     let mut credential = match state.authenticate(authorization.as_deref(), address).await {
         Ok(c) => c,
@@ -328,9 +320,6 @@ async fn execute_in(
     let response = row_security::with(access, state.schema.execute(request)).await;
     graphql_response(response, media, state.limits.max_response_bytes)
 }
-
-/// The header naming the tenant a platform admin acts in.
-pub const ACTING_TENANT: &str = "x-acting-tenant";
 
 /// A request refused before execution, with the status its code implies.
 fn request_failure(media: Media, err: &Error) -> Response {

@@ -10,6 +10,8 @@
 //! - [`http`]: `/graphql` over HTTP (GraphQL-over-HTTP), GraphiQL, health and
 //!   metrics routes.
 //! - [`ws`]: `/graphql/ws` for `graphql-transport-ws` and legacy `graphql-ws`.
+//! - [`mcp`]: `/mcp`, the Model Context Protocol over Streamable HTTP: tools
+//!   that run GraphQL operations as the caller.
 //! - [`fanout`]: `taskEvents` over WebSocket, each event rendered once per
 //!   subscription shape and shared.
 //! - [`metrics`]: Prometheus counters and histograms.
@@ -17,7 +19,8 @@
 //!
 //! The modules are layers (`tests/e2e/layers.rs` checks it): the GraphQL
 //! plumbing (`error`, `coercion`, `cost`, `metrics`, `auth`) below the
-//! [`schema`], and the transports (`state`, `http`, `ws`, `fanout`) above it.
+//! [`schema`], and the transports (`state`, `http`, `ws`, `mcp`, `fanout`)
+//! above it.
 
 pub mod auth;
 pub mod coercion;
@@ -27,6 +30,7 @@ pub mod error;
 pub mod fanout;
 pub mod hooks;
 pub mod http;
+pub mod mcp;
 pub mod metrics;
 pub mod schema;
 pub mod state;
@@ -54,6 +58,8 @@ pub struct ApiConfig {
     pub metrics_token: Option<secrecy::SecretString>,
     /// How the server tells open WebSockets it is going away.
     pub departure: edge::Departure,
+    /// How `/mcp` is served.
+    pub mcp: mcp::McpConfig,
 }
 
 /// Build the whole HTTP application.
@@ -78,5 +84,7 @@ pub fn router(domain: Domain, config: ApiConfig) -> Result<Router, auth::AuthSet
         metrics_token: config.metrics_token.map(Arc::new),
         departure: config.departure,
     };
-    Ok(http::routes(state))
+    let mcp = mcp::routes(state.clone(), &config.mcp)
+        .map_err(|e| auth::AuthSetupError(format!("the MCP tools do not match the schema: {e}")))?;
+    Ok(http::routes(state, mcp))
 }

@@ -3,6 +3,7 @@
 
 use std::{net::IpAddr, sync::Arc, time::Instant};
 
+use axum::http::{HeaderMap, header};
 use brainstem_domain::{Domain, Error};
 
 use crate::{
@@ -51,4 +52,19 @@ impl ApiState {
         }
         credential
     }
+}
+
+/// The header that names a request (given by the client, or made here).
+pub const REQUEST_ID: &str = "x-request-id";
+
+/// The header naming the tenant a platform admin acts in.
+pub const ACTING_TENANT: &str = "x-acting-tenant";
+
+/// The credential an HTTP request presents, as an `Authorization` value:
+/// that header, or `X-Api-Key: <key>` as `Bearer <key>`.
+pub fn authorization(headers: &HeaderMap) -> Option<String> {
+    let value = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    value(header::AUTHORIZATION.as_str())
+        .map(str::to_owned)
+        .or_else(|| value("x-api-key").map(|key| format!("Bearer {key}")))
 }

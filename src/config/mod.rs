@@ -179,6 +179,10 @@ pub struct Config {
     /// `Authorization: Bearer <this>`; unset, it is open to whoever reaches
     /// the port.
     pub metrics_token: Option<SecretString>,
+    /// `Host` header values `/mcp` answers (`host` or `host:port`); empty:
+    /// any. Every MCP request carries its own credential, so DNS
+    /// rebinding gains a page nothing; list hosts to refuse the others.
+    pub mcp_allowed_hosts: Vec<String>,
     /// How intents are detected when a task names none: `rules` (patterns,
     /// no model) or `llm` (the model, falling back to the rules).
     pub intent_detector: Detector,
@@ -362,6 +366,7 @@ impl Default for Config {
             http_max_body_bytes: 2 * 1024 * 1024,
             connection_encryption_key: None,
             metrics_token: None,
+            mcp_allowed_hosts: Vec::new(),
             connection_encryption_old_keys: Vec::new(),
             intent_detector: Detector::Rules,
             llm_provider: LlmProvider::Auto,

@@ -66,7 +66,7 @@ const API: &[&[&str]] = &[
     &["edge"],
     &["fanout"],
     &["state"],
-    &["ws", "hooks"],
+    &["ws", "hooks", "mcp"],
     &["http"],
 ];
 

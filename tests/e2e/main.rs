@@ -46,6 +46,8 @@ mod llm;
 mod llm_partial;
 #[cfg(feature = "local-models")]
 mod local_models;
+mod mcp;
+mod mcp_connections;
 mod memory;
 mod memory_tools;
 mod metrics;

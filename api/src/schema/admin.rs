@@ -196,6 +196,39 @@ impl AdminQuery {
             .gql()?;
         Ok(connection(page, |c| c.id.uuid(), Connection))
     }
+
+    /// The tools the MCP server of a connection of kind `mcp` offers,
+    /// asked now (needs `admin`). A plan step names one by its `key`.
+    async fn mcp_tools(
+        &self,
+        ctx: &Context<'_>,
+        connection: String,
+    ) -> async_graphql::Result<Vec<McpTool>> {
+        let tools = domain(ctx)
+            .mcp_tools_of(principal(ctx)?, &connection)
+            .await
+            .gql()?;
+        Ok(tools
+            .into_iter()
+            .map(|t| McpTool {
+                key: t.key,
+                name: t.name,
+                description: t.description,
+                input_schema: Json(t.input_schema),
+            })
+            .collect())
+    }
+}
+
+/// A tool of a tenant's MCP server, as the server describes it.
+#[derive(SimpleObject)]
+pub struct McpTool {
+    /// `mcp:<connection>/<tool>`: what a plan step names.
+    pub key: String,
+    pub name: String,
+    pub description: String,
+    /// The JSON Schema of its arguments, as the server gives it.
+    pub input_schema: Json<Value>,
 }
 
 pub(super) async fn connection_node(

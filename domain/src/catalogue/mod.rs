@@ -7,7 +7,9 @@
 //!
 //! Invariants:
 //! - A plan is checked against the tools it names before it is stored; a
-//!   partner tool is resolved from the catalogue at check and call time.
+//!   partner tool is resolved from the catalogue, an MCP tool
+//!   (`mcp:<connection>/<tool>`, [`mcp`]) from the tenant's connections,
+//!   at check and call time.
 //! - Connection secrets and capability signing secrets are stored sealed
 //!   and leave this area only through `Connections::resolve` and a partner
 //!   call's signature.
@@ -18,6 +20,7 @@
 pub mod capabilities;
 pub mod connections;
 pub mod guardrails;
+pub mod mcp;
 pub mod patterns;
 pub mod plans;
 pub mod policy;

@@ -26,7 +26,7 @@ use serde_json::Value;
 use crate::{
     Error, Principal, Result,
     catalogue::{
-        capabilities,
+        capabilities, mcp,
         patterns::{self, PatternCache},
         tool::{Tool, ToolRegistry},
     },
@@ -592,7 +592,8 @@ impl Plans {
             .filter(|s| !self.registry.contains(&s.tool))
             .map(|s| s.tool.clone())
             .collect();
-        let extra = capabilities::partner_tools(&self.db, scope, &partner, now).await?;
+        let mut extra = capabilities::partner_tools(&self.db, scope, &partner, now).await?;
+        extra.extend(mcp::mcp_tools(&self.db, scope, &partner).await?);
         Ok(self.registry.with_extra(extra))
     }
 
@@ -608,6 +609,13 @@ impl Plans {
     ) -> Result<Arc<dyn Tool>> {
         if let Some(tool) = self.registry.get(key) {
             return Ok(tool);
+        }
+        if mcp::parse_key(key).is_some() {
+            return mcp::mcp_tools(&self.db, Some(scope), &[key.to_owned()])
+                .await?
+                .into_iter()
+                .next()
+                .ok_or_else(|| Error::not_found(format!("tool `{key}`")));
         }
         capabilities::partner_tools(&self.db, Some(scope), &[key.to_owned()], now)
             .await?
@@ -626,6 +634,16 @@ impl Plans {
         let mut tools: Vec<Arc<dyn Tool>> = self.registry.list().cloned().collect();
         tools.extend(capabilities::subscribed_tools(&self.db, scope, now).await?);
         Ok(tools)
+    }
+
+    /// The MCP tools among `keys` that the scope's tenant's connections
+    /// lend (an agent step offers those it names; see [`mcp`]).
+    pub async fn mcp_tools(
+        &self,
+        scope: TenantScope,
+        keys: &[String],
+    ) -> Result<Vec<Arc<dyn Tool>>> {
+        mcp::mcp_tools(&self.db, Some(scope), keys).await
     }
 
     /// The latest version of every plan of the tenant (for intent detection
@@ -669,6 +687,8 @@ impl Plans {
             }
             last = Some(ident);
             let plan = Plan::try_from(row)?;
+            let registry =
+                registry.with_extra(mcp::unchecked(plan.steps.iter().map(|s| s.tool.as_str())));
             if let Err(mut e) = check_steps(&plan.key, &plan.steps, &registry, &HashSet::new()) {
                 errors.append(&mut e);
             }

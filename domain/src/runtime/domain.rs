@@ -10,7 +10,9 @@ use sea_orm::DatabaseConnection;
 
 use crate::{
     Error, PlatformScope, Principal, Result, TaskId, TenantScope,
-    catalogue::{capabilities, connections, guardrails, plans, policy, prompts, tool as tools},
+    catalogue::{
+        capabilities, connections, guardrails, mcp, plans, policy, prompts, tool as tools,
+    },
     identity::{acting, api_keys, revocations, tenants},
     kernel::{
         audit, crypto, db, outbound,
@@ -178,6 +180,17 @@ impl Domain {
         tool_ports::TaskAccess::new(self.tasks.clone(), self.events.clone())
             .wait_until_settled(scope, id, limit)
             .await
+    }
+
+    /// The tools the MCP server of the tenant's connection `name` (of kind
+    /// `mcp`) offers, asked now (tenant admins, like connections).
+    pub async fn mcp_tools_of(
+        &self,
+        principal: &Principal,
+        name: &str,
+    ) -> Result<Vec<mcp::RemoteTool>> {
+        let scope = principal.require_scope("admin")?;
+        mcp::list_remote(&self.connections, &self.outbound, scope, name).await
     }
 
     /// Whether the database answers; used by `/readyz`.

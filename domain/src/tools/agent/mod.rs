@@ -149,12 +149,17 @@ impl Tool for Agent {
             let now = Utc::now();
             let listing =
                 |e: crate::Error| ToolError::retryable(format!("cannot list the tools: {e}"));
-            let tools = ports
+            let mut tools = ports
                 .plans
                 .tools_of_tenant(scope, now)
                 .await
                 .map_err(listing)?;
             let allowed = state.allowed.as_deref();
+            // An MCP tool is offered when the step names it: the tenant's
+            // connections lend it, without asking the server for a list.
+            if let Some(keys) = allowed {
+                tools.extend(ports.plans.mcp_tools(scope, keys).await.map_err(listing)?);
+            }
             let menu = calls::Menu::new(tools, allowed);
             match ports.plans.registry().get(crate::tools::plan_run::KEY) {
                 Some(runner) => {

@@ -1,0 +1,299 @@
+//! One `tools/call` (or `tools/list`) to a remote MCP server over Streamable HTTP, made with
+//! the outbound client ([`Outbound`]): the allow-list, the address rules,
+//! same-origin redirects and the answer's size cap apply to it as to every
+//! call a tenant's work steers.
+//!
+//! [`list_tools`] reads what the server offers, with the same opening.
+//!
+//! The exchange is MCP's: `initialize` (keeping the `Mcp-Session-Id` the
+//! server may assign, and the protocol version it chose), the
+//! `notifications/initialized` notification, then `tools/call`. An answer
+//! may be JSON or an event stream (`text/event-stream`); the message with
+//! the request's id is the answer. The step's idempotency key goes in the
+//! call's `_meta` (`io.brainstem/idempotencyKey`) and as an
+//! `Idempotency-Key` header, so a server can find the effect of an earlier
+//! attempt.
+//!
+//! Failures: a timeout, a connection failure, `429` or `5xx` may pass and
+//! are retryable (the step's retry policy applies); any other refusal, a
+//! JSON-RPC error or a result with `isError` fails the step for good.
+
+use reqwest::{Method, header::HeaderMap};
+use serde_json::{Value, json};
+
+use crate::{
+    catalogue::tool::ToolError,
+    kernel::outbound::{CallFailure, Outbound},
+};
+
+/// The protocol version asked for in `initialize`.
+pub const PROTOCOL_VERSION: &str = "2025-06-18";
+
+/// The `_meta` key carrying the step's idempotency key.
+pub const IDEMPOTENCY_META: &str = "io.brainstem/idempotencyKey";
+
+/// Where and as whom to call.
+pub struct Endpoint<'a> {
+    pub url: &'a str,
+    /// The `Authorization` header's value, from the connection's secret.
+    pub authorization: Option<String>,
+}
+
+/// A session with a server, for one call.
+struct Session<'a> {
+    outbound: &'a Outbound,
+    endpoint: &'a Endpoint<'a>,
+    session_id: Option<String>,
+    protocol: String,
+}
+
+/// Call `tool` with `arguments`; the call's result (`content`,
+/// `structuredContent`, …) when it succeeds.
+pub async fn call_tool(
+    outbound: &Outbound,
+    endpoint: &Endpoint<'_>,
+    tool: &str,
+    arguments: Value,
+    idempotency_key: &str,
+) -> Result<Value, ToolError> {
+    let mut session = Session::open(outbound, endpoint).await?;
+    let result = session
+        .request(
+            2,
+            "tools/call",
+            json!({
+                "name": tool,
+                "arguments": arguments,
+                "_meta": {IDEMPOTENCY_META: idempotency_key},
+            }),
+            Some(idempotency_key),
+        )
+        .await?;
+    if result.get("isError").and_then(Value::as_bool) == Some(true) {
+        return Err(
+            ToolError::fatal(format!("MCP tool `{tool}` failed: {}", text_of(&result)))
+                .with_output(result),
+        );
+    }
+    Ok(result)
+}
+
+/// The tools the server lists (`tools/list`, every page, at most
+/// [`MAX_PAGES`]), as it describes them.
+pub async fn list_tools(
+    outbound: &Outbound,
+    endpoint: &Endpoint<'_>,
+) -> Result<Vec<Value>, ToolError> {
+    let mut session = Session::open(outbound, endpoint).await?;
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    for page in 0..MAX_PAGES {
+        let params = match &cursor {
+            Some(c) => json!({"cursor": c}),
+            None => json!({}),
+        };
+        let result = session
+            .request(2 + page, "tools/list", params, None)
+            .await?;
+        if let Some(listed) = result.get("tools").and_then(Value::as_array) {
+            tools.extend(listed.iter().cloned());
+        }
+        cursor = result
+            .get("nextCursor")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    Ok(tools)
+}
+
+/// Pages of `tools/list` read before the rest is left out.
+pub const MAX_PAGES: u64 = 10;
+
+impl<'a> Session<'a> {
+    /// `initialize`, then `notifications/initialized`.
+    async fn open(outbound: &'a Outbound, endpoint: &'a Endpoint<'a>) -> Result<Self, ToolError> {
+        let mut session = Session {
+            outbound,
+            endpoint,
+            session_id: None,
+            protocol: PROTOCOL_VERSION.to_owned(),
+        };
+        let initialized = session
+            .request(
+                1,
+                "initialize",
+                json!({
+                    "protocolVersion": PROTOCOL_VERSION,
+                    "capabilities": {},
+                    "clientInfo": {"name": "brainstem", "version": env!("CARGO_PKG_VERSION")},
+                }),
+                None,
+            )
+            .await?;
+        if let Some(version) = initialized.get("protocolVersion").and_then(Value::as_str) {
+            session.protocol = version.to_owned();
+        }
+        session.notify("notifications/initialized").await?;
+        Ok(session)
+    }
+}
+
+impl Session<'_> {
+    fn post(&self, body: &Value) -> Result<reqwest::RequestBuilder, ToolError> {
+        let mut request = self
+            .outbound
+            .request(Method::POST, self.endpoint.url)?
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", &self.protocol)
+            .json(body);
+        if let Some(authorization) = &self.endpoint.authorization {
+            request = request.header("Authorization", authorization);
+        }
+        if let Some(id) = &self.session_id {
+            request = request.header("Mcp-Session-Id", id);
+        }
+        Ok(request)
+    }
+
+    /// Send a request and return its JSON-RPC `result`.
+    async fn request(
+        &mut self,
+        id: u64,
+        method: &str,
+        params: Value,
+        idempotency_key: Option<&str>,
+    ) -> Result<Value, ToolError> {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let mut request = self.post(&body)?;
+        if let Some(key) = idempotency_key {
+            request = request.header("Idempotency-Key", key);
+        }
+        let response = self.outbound.send(request).await.map_err(failure(method))?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let bytes = self
+            .outbound
+            .read(response)
+            .await
+            .map_err(failure(method))?;
+        check_status(method, status)?;
+        if let Some(session) = header(&headers, "mcp-session-id") {
+            self.session_id = Some(session);
+        }
+        let message = answer_to(&headers, &bytes, id).ok_or_else(|| {
+            ToolError::fatal(format!(
+                "the MCP server's answer to `{method}` is not JSON-RPC"
+            ))
+        })?;
+        if let Some(error) = message.get("error") {
+            let text = error
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("an error");
+            return Err(ToolError::fatal(format!(
+                "the MCP server refused `{method}`: {text}"
+            )));
+        }
+        Ok(message.get("result").cloned().unwrap_or(Value::Null))
+    }
+
+    async fn notify(&self, method: &str) -> Result<(), ToolError> {
+        let request = self.post(&json!({"jsonrpc": "2.0", "method": method}))?;
+        let response = self.outbound.send(request).await.map_err(failure(method))?;
+        check_status(method, response.status().as_u16())
+    }
+}
+
+fn failure(method: &str) -> impl Fn(CallFailure) -> ToolError + '_ {
+    move |f| {
+        if f.timed_out || f.retryable {
+            ToolError::retryable(format!("the MCP server did not answer `{method}`: {f}"))
+        } else {
+            ToolError::fatal(format!("`{method}`: {f}"))
+        }
+    }
+}
+
+fn check_status(method: &str, status: u16) -> Result<(), ToolError> {
+    match status {
+        200..=299 => Ok(()),
+        429 | 500..=599 => Err(ToolError::retryable(format!(
+            "the MCP server answered `{method}` with {status}"
+        ))),
+        _ => Err(ToolError::fatal(format!(
+            "the MCP server answered `{method}` with {status}"
+        ))),
+    }
+}
+
+fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// The JSON-RPC message answering request `id`: the body itself, or the
+/// event of an event stream that carries it.
+fn answer_to(headers: &HeaderMap, body: &[u8], id: u64) -> Option<Value> {
+    let is_stream =
+        header(headers, "content-type").is_some_and(|ct| ct.starts_with("text/event-stream"));
+    if !is_stream {
+        return serde_json::from_slice(body).ok();
+    }
+    let text = String::from_utf8_lossy(body);
+    text.split("\n\n")
+        .filter_map(|event| {
+            let data: Vec<&str> = event
+                .lines()
+                .filter_map(|line| line.strip_prefix("data:"))
+                .map(str::trim_start)
+                .collect();
+            serde_json::from_str::<Value>(&data.join("\n")).ok()
+        })
+        .find(|message| message.get("id").and_then(Value::as_u64) == Some(id))
+}
+
+/// The text of a result's content, for an error message.
+fn text_of(result: &Value) -> String {
+    result
+        .get("content")
+        .and_then(Value::as_array)
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| "no message".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_answer_is_found_in_an_event_stream_by_its_id() {
+        let mut headers = HeaderMap::new();
+        headers.insert("content-type", "text/event-stream".parse().unwrap());
+        let body = b"data: \nretry: 3000\n\n\
+            data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\n\
+            data: {\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{\"ok\":true}}\n\n";
+        assert_eq!(
+            answer_to(&headers, body, 2).unwrap()["result"]["ok"],
+            json!(true)
+        );
+        assert!(answer_to(&headers, body, 3).is_none());
+        let json = HeaderMap::new();
+        assert_eq!(
+            answer_to(&json, br#"{"jsonrpc":"2.0","id":1,"result":{}}"#, 1).unwrap()["id"],
+            json!(1)
+        );
+    }
+}

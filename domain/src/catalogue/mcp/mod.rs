@@ -1,0 +1,277 @@
+//! MCP servers as tools: a tenant connection of kind `mcp` (config `url`,
+//! optional `timeout_ms`; secret `{"token": …}`, sent as `Authorization:
+//! Bearer …`, or `{"authorization": …}`, sent as it is) lends its server's
+//! tools to the tenant's plans as `mcp:<connection>/<tool>`.
+//!
+//! **Resolution.** Like partner tools, `mcp:` keys are not in the registry:
+//! the integrity check and the executor resolve them against the tenant's
+//! connections ([`mcp_tools`]) when a plan is published and when a step
+//! runs. Connections are the tenant's own rows, read through its scope, so
+//! another tenant naming the same key finds no tool. The startup check of
+//! stored plans ([`unchecked`]) accepts a well-formed key without reading
+//! connections (a connection may be deleted later; the step then fails).
+//!
+//! **The call** ([`client`]) goes through the outbound client with the
+//! step's idempotency key; the step's timeout (`timeoutSecs`, else the
+//! connection's `timeout_ms`, else 30 s) and retry policy (the partner
+//! tools' default: 3 attempts for timeouts, connection failures, 429 and
+//! 5xx) are the executor's, as for any tool. The remote server checks the
+//! arguments against its own schema; here they need only be an object.
+
+pub mod client;
+
+use std::{sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use brainstem_entity::{TenantOwned, TenantScope, connection};
+use sea_orm::{ColumnTrait, DatabaseConnection, QueryFilter};
+use serde_json::{Value, json};
+
+use crate::{
+    Error, Result,
+    catalogue::{
+        connections::{Connections, DecryptedConnection},
+        plans::RetryPolicy,
+        tool::{Tool, ToolContext, ToolError, ToolOutput},
+    },
+    kernel::outbound::Outbound,
+};
+
+/// The prefix of an MCP tool's key: `mcp:<connection>/<tool>`.
+pub const MCP_PREFIX: &str = "mcp:";
+
+/// The kind of connection that lends MCP tools.
+pub const KIND: &str = "mcp";
+
+/// How long a call may take when neither the step nor the connection
+/// says.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The connection and tool an `mcp:` key names.
+pub fn parse_key(key: &str) -> Option<(&str, &str)> {
+    let (connection, tool) = key.strip_prefix(MCP_PREFIX)?.split_once('/')?;
+    (!connection.is_empty() && !tool.is_empty()).then_some((connection, tool))
+}
+
+/// A remote MCP tool, reached through a tenant connection.
+pub struct McpTool {
+    key: String,
+    connection: String,
+    tool: String,
+    description: String,
+    timeout: Duration,
+}
+
+impl McpTool {
+    fn new(key: &str, timeout: Duration) -> Option<Self> {
+        let (connection, tool) = parse_key(key)?;
+        Some(Self {
+            key: key.to_owned(),
+            connection: connection.to_owned(),
+            tool: tool.to_owned(),
+            description: format!(
+                "the tool `{tool}` of the MCP server of connection `{connection}`"
+            ),
+            timeout,
+        })
+    }
+}
+
+/// The MCP tools `keys` name that the scope's tenant has a connection of
+/// kind `mcp` for; other keys are left out (unknown to the caller's
+/// check). Without a scope (a platform check) there is no tenant whose
+/// connections could lend them: none resolves.
+pub(crate) async fn mcp_tools(
+    db: &DatabaseConnection,
+    scope: Option<TenantScope>,
+    keys: &[String],
+) -> Result<Vec<Arc<dyn Tool>>> {
+    let Some(scope) = scope else {
+        return Ok(Vec::new());
+    };
+    let named: Vec<(&String, &str)> = keys
+        .iter()
+        .filter_map(|k| parse_key(k).map(|(connection, _)| (k, connection)))
+        .collect();
+    if named.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = connection::Entity::find_in(scope)
+        .filter(connection::Column::Kind.eq(KIND))
+        .filter(connection::Column::Name.is_in(named.iter().map(|(_, c)| c.to_string())))
+        .all(db)
+        .await?;
+    Ok(named
+        .into_iter()
+        .filter_map(|(key, name)| {
+            let row = rows.iter().find(|r| r.name == name)?;
+            let timeout = row
+                .config
+                .get("timeout_ms")
+                .and_then(Value::as_u64)
+                .map_or(DEFAULT_TIMEOUT, Duration::from_millis);
+            McpTool::new(key, timeout).map(|t| Arc::new(t) as Arc<dyn Tool>)
+        })
+        .collect())
+}
+
+/// Every well-formed MCP key of `keys` as a tool, without reading any
+/// connection: for the startup check of stored plans.
+pub(crate) fn unchecked<'a>(keys: impl IntoIterator<Item = &'a str>) -> Vec<Arc<dyn Tool>> {
+    keys.into_iter()
+        .filter_map(|k| McpTool::new(k, DEFAULT_TIMEOUT))
+        .map(|t| Arc::new(t) as Arc<dyn Tool>)
+        .collect()
+}
+
+/// Where a connection of kind `mcp` points and the `Authorization` its
+/// secret makes.
+fn endpoint_of(connection: &DecryptedConnection) -> Result<(String, Option<String>)> {
+    if connection.kind != KIND {
+        return Err(Error::validation(format!(
+            "connection `{}` is of kind `{}`, not `{KIND}`",
+            connection.name, connection.kind
+        )));
+    }
+    let url = connection
+        .config
+        .get("url")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            Error::validation(format!(
+                "connection `{}` has no `url` in its config",
+                connection.name
+            ))
+        })?;
+    let secret = connection.secret.as_ref().map(|s| s.expose());
+    let authorization = secret.and_then(|s| {
+        s.get("authorization")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| {
+                s.get("token")
+                    .and_then(Value::as_str)
+                    .map(|t| format!("Bearer {t}"))
+            })
+    });
+    Ok((url.to_owned(), authorization))
+}
+
+/// A tool a connection's MCP server lists, as a plan names it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RemoteTool {
+    /// `mcp:<connection>/<tool>`.
+    pub key: String,
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+}
+
+/// Ask the MCP server of the scope's tenant's connection `name` which
+/// tools it offers (`tools/list`, read now: the server's list is never
+/// stale here). `NotFound` for another tenant's or no connection.
+pub async fn list_remote(
+    connections: &Connections,
+    outbound: &Outbound,
+    scope: TenantScope,
+    name: &str,
+) -> Result<Vec<RemoteTool>> {
+    let connection = connections.resolve(scope, name).await?;
+    let (url, authorization) = endpoint_of(&connection)?;
+    let endpoint = client::Endpoint {
+        url: &url,
+        authorization,
+    };
+    let listed = client::list_tools(outbound, &endpoint)
+        .await
+        .map_err(|e| Error::Unavailable(format!("connection `{name}`: {}", e.message)))?;
+    Ok(listed
+        .iter()
+        .filter_map(|t| {
+            let tool = t.get("name")?.as_str()?;
+            Some(RemoteTool {
+                key: format!("{MCP_PREFIX}{name}/{tool}"),
+                name: tool.to_owned(),
+                description: t
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                input_schema: t
+                    .get("inputSchema")
+                    .cloned()
+                    .unwrap_or(json!({"type": "object"})),
+            })
+        })
+        .collect())
+}
+
+#[async_trait]
+impl Tool for McpTool {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn retry(&self) -> Option<RetryPolicy> {
+        Some(RetryPolicy::OUTGOING_CALLS)
+    }
+
+    async fn call(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let connection = ctx
+            .ports
+            .connections
+            .resolve(TenantScope::new(ctx.tenant), &self.connection)
+            .await
+            .map_err(|e| ToolError::fatal(format!("`{}`: {e}", self.key)))?;
+        let (url, authorization) =
+            endpoint_of(&connection).map_err(|e| ToolError::fatal(e.to_string()))?;
+        let endpoint = client::Endpoint {
+            url: &url,
+            authorization,
+        };
+        let result = client::call_tool(
+            &ctx.settings.outbound,
+            &endpoint,
+            &self.tool,
+            args,
+            &ctx.idempotency_key,
+        )
+        .await?;
+        // The structured result when the server gives one, else the
+        // content blocks.
+        let output = match result.get("structuredContent") {
+            Some(structured) if !structured.is_null() => structured.clone(),
+            _ => json!({"content": result.get("content").cloned().unwrap_or(Value::Null)}),
+        };
+        Ok(ToolOutput::with_output(
+            output,
+            format!("`{}` answered", self.key),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_name_a_connection_and_a_tool() {
+        assert_eq!(parse_key("mcp:crm/lookup"), Some(("crm", "lookup")));
+        assert_eq!(parse_key("mcp:crm/a/b"), Some(("crm", "a/b")));
+        assert_eq!(parse_key("mcp:crm"), None);
+        assert_eq!(parse_key("mcp:/lookup"), None);
+        assert_eq!(parse_key("partner.x"), None);
+    }
+}
