@@ -2,6 +2,7 @@
 //! `extensions.code`; internal causes are logged here and never echoed.
 
 use async_graphql::{ErrorExtensions, ServerError};
+use axum::http::StatusCode;
 use brainstem_domain::Error;
 
 pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
@@ -29,6 +30,20 @@ pub const RESPONSE_TOO_LARGE: &str = "RESPONSE_TOO_LARGE";
 pub const PERSISTED_QUERY_NOT_FOUND: &str = "PersistedQueryNotFound";
 
 /// The code and client-facing message for a domain error.
+/// The HTTP status of a request refused before it runs (a transport's
+/// own refusal: `/graphql` before execution, `/mcp` before MCP).
+pub fn http_status(err: &Error) -> StatusCode {
+    match err {
+        Error::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+        Error::Forbidden(_) => StatusCode::FORBIDDEN,
+        Error::NotFound(_) => StatusCode::NOT_FOUND,
+        Error::Validation(_) => StatusCode::BAD_REQUEST,
+        Error::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+        Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 pub fn code_and_message(err: &Error) -> (&'static str, String) {
     match err {
         Error::Unauthenticated(m) => (UNAUTHENTICATED, m.clone()),

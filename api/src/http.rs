@@ -324,15 +324,7 @@ async fn execute_in(
 /// A request refused before execution, with the status its code implies.
 fn request_failure(media: Media, err: &Error) -> Response {
     let (code, message) = code_and_message(err);
-    let status = match err {
-        Error::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
-        Error::Forbidden(_) => StatusCode::FORBIDDEN,
-        Error::NotFound(_) => StatusCode::NOT_FOUND,
-        Error::Validation(_) => StatusCode::BAD_REQUEST,
-        Error::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-        Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    };
+    let status = error::http_status(err);
     let mut response = error_response(status, media, code, &message);
     if let Error::RateLimited {
         retry_after_secs, ..

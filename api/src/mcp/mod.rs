@@ -149,15 +149,7 @@ async fn authenticate(
 /// body with the code, and the headers HTTP asks for.
 fn refusal(err: &Error) -> Response {
     let (code, message) = code_and_message(err);
-    let status = match err {
-        Error::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
-        Error::Forbidden(_) => StatusCode::FORBIDDEN,
-        Error::NotFound(_) => StatusCode::NOT_FOUND,
-        Error::Validation(_) => StatusCode::BAD_REQUEST,
-        Error::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-        Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    };
+    let status = error::http_status(err);
     let body = json!({"error": message, "code": code});
     let mut response = (status, axum::Json(body)).into_response();
     if status == StatusCode::UNAUTHORIZED {
