@@ -568,6 +568,53 @@ const checks = {
     return { luminance: seen };
   },
 
+  async "create a plan, a memory, an entity and a relation from zero"(page) {
+    await signIn(page, "initech");
+    await page.getByRole("link", { name: "Plans" }).click();
+    await page.getByRole("button", { name: "New plan" }).click();
+    await page.getByLabel("Key", { exact: true }).fill("greet");
+    await page.getByLabel("Intent", { exact: true }).fill("t.greet");
+    const steps = page.getByLabel("Steps (JSON: each an id, a tool and its args)");
+    await steps.fill('[{"id": "hello", "tool": "no_such_tool", "args": {}}]');
+    await page.getByRole("button", { name: "Publish plan" }).click();
+    await page.getByRole("alert").filter({ hasText: "no_such_tool" }).waitFor({ timeout: WAIT });
+    await steps.fill('[{"id": "hello", "tool": "set_state", "args": {"greeted": true}}]');
+    await page.getByRole("button", { name: "Publish plan" }).click();
+    await page.getByRole("heading", { name: "greet v1" }).waitFor({ timeout: WAIT });
+    const id = await startFromForm(page, "greet", "Say hello");
+    await statusEvent(page, "COMPLETED");
+    const ran = await gql(tokens.initech, "query($id: ID!) { task(id: $id) { state } }", { id });
+    assert.equal(ran.task.state.greeted, true, "the new plan ran");
+
+    await page.getByRole("link", { name: "Memory" }).click();
+    await page.getByText("Remember a fact").click();
+    await page.getByLabel("A fact to remember").fill("Initech's parking lot closes at nine on Fridays.");
+    await page.getByRole("button", { name: "Remember", exact: true }).click();
+    await page.getByRole("status").filter({ hasText: "Remembered" }).waitFor({ timeout: WAIT });
+    await page.getByLabel("Search memories").fill("parking lot Fridays");
+    await page.getByRole("button", { name: "Search" }).click();
+    await page.getByText("Initech's parking lot closes at nine on Fridays.").first().waitFor({ timeout: WAIT });
+
+    await page.getByRole("link", { name: "Graph" }).click();
+    await page.getByText("New entity", { exact: true }).first().click();
+    const addEntity = async (type, name) => {
+      await page.getByLabel("Type", { exact: true }).fill(type);
+      await page.getByLabel("Name", { exact: true }).fill(name);
+      await page.getByRole("button", { name: "Add entity" }).click();
+      await page.getByRole("list", { name: "Entities" }).getByText(name, { exact: true }).waitFor({ timeout: WAIT });
+    };
+    await addEntity("office", "Austin office");
+    await addEntity("person", "Milton Waddams");
+    await page.getByTestId("graph-counts").filter({ hasText: "1 entities, 0 relations" }).waitFor({ timeout: WAIT });
+    await page.getByLabel("Relation", { exact: true }).fill("WORKS_AT");
+    await page.getByLabel("To the entity named").fill("Austin");
+    await page.getByLabel("Pick it").selectOption({ label: "Austin office (office)" });
+    await page.getByRole("button", { name: "Relate", exact: true }).click();
+    await page.getByTestId("graph-counts").filter({ hasText: "2 entities, 1 relations" }).waitFor({ timeout: WAIT });
+    await axe(page);
+    return { plan: "greet", task: id };
+  },
+
   async "another tenant's session shows none of acme's data"(page) {
     const acme = await gql(tokens.acme, "{ tasks(first: 1) { edges { node { id input } } } }");
     const acmeTask = acme.tasks.edges[0].node;

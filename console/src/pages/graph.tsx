@@ -6,6 +6,7 @@ import { useEffect, useRef, useState } from "react";
 import { useClient, useQuery } from "urql";
 
 import { href } from "../router";
+import { NewEntityForm, RelateForm } from "./create-knowledge";
 import { Empty, ErrorBox, Loading } from "../ui";
 
 const ENTITIES = `query($name: String) { entities(first: 50, filter: {nameContains: $name}) { edges { node { id name type } } } }`;
@@ -27,7 +28,9 @@ interface Around {
 
 export function GraphPage({ id }: { id?: string }) {
   const [name, setName] = useState("");
-  const [{ data, error, fetching }] = useQuery<{ entities: { edges: { node: Node }[] } }>({
+  // Bumped by each relation added here: the neighbourhood is drawn again.
+  const [relations, setRelations] = useState(0);
+  const [{ data, error, fetching }, reload] = useQuery<{ entities: { edges: { node: Node }[] } }>({
     query: ENTITIES,
     variables: { name: name || null },
   });
@@ -35,6 +38,15 @@ export function GraphPage({ id }: { id?: string }) {
     <section aria-labelledby="graph-title" className="split">
       <div>
         <h1 id="graph-title">Knowledge graph</h1>
+        <details className="card">
+          <summary>New entity</summary>
+          <NewEntityForm
+            onCreated={(created) => {
+              reload({ requestPolicy: "network-only" });
+              location.hash = href({ page: "graph", id: created });
+            }}
+          />
+        </details>
         <label htmlFor="entity-filter">Entities named</label>
         <input id="entity-filter" value={name} onChange={(e) => setName(e.target.value)} />
         {error ? (
@@ -56,7 +68,14 @@ export function GraphPage({ id }: { id?: string }) {
           </ul>
         )}
       </div>
-      {id ? <Neighbourhood id={id} /> : <Empty>Pick an entity to see its neighbourhood.</Empty>}
+      {id ? (
+        <div>
+          <Neighbourhood key={`${id}:${relations}`} id={id} />
+          <RelateForm fromId={id} onRelated={() => setRelations((n) => n + 1)} />
+        </div>
+      ) : (
+        <Empty>Pick an entity to see its neighbourhood.</Empty>
+      )}
     </section>
   );
 }

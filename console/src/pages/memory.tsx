@@ -1,11 +1,12 @@
-// Memory: hybrid search with each hit's score breakdown, and a memory's
-// details with its versions and outcomes.
+// Memory: hybrid search with each hit's score breakdown, a form that
+// remembers a fact, and a memory's details with its versions and outcomes.
 
 import { useState } from "react";
 import { useQuery } from "urql";
 
 import { href } from "../router";
 import { Empty, ErrorBox, Loading, when } from "../ui";
+import { RememberForm } from "./create-knowledge";
 
 const SEARCH = `query($q: String!) { searchMemories(query: $q, limit: 20) { vectorUsed hits {
   keywordRank vectorRank vectorSimilarity fusedScore scoreBoost tierBoost graphBoost boost finalScore
@@ -41,6 +42,10 @@ export function MemoryPage() {
   return (
     <section aria-labelledby="memory-title">
       <h1 id="memory-title">Memory</h1>
+      <details className="card">
+        <summary>Remember a fact</summary>
+        <RememberForm />
+      </details>
       <form
         className="start"
         role="search"

@@ -1,10 +1,12 @@
-// Plans and tools: the tenant's plans with their versions and steps, and
-// publishing a new version (the server's integrity errors shown inline).
+// Plans and tools: the tenant's plans with their versions and steps,
+// publishing a new version (the server's integrity errors shown inline),
+// and a new plan from zero (`new-plan`).
 
 import { useEffect, useState } from "react";
 import { useMutation, useQuery } from "urql";
 
 import { Empty, ErrorBox, Json, Loading, when } from "../ui";
+import { NewPlan } from "./new-plan";
 
 const PLANS = `{ plans(first: 100) { edges { node { id key version intent archivedAt } } } }`;
 const PLAN = `query($key: String!) { plan(key: $key) {
@@ -44,10 +46,19 @@ export function PlansPage() {
     plans: { edges: { node: { id: string; key: string; version: number; intent: string; archivedAt: string | null } }[] };
   }>({ query: PLANS, requestPolicy: "cache-and-network" });
   const [key, setKey] = useState<string | null>(null);
+  const [creating, setCreating] = useState(false);
+  const open = (planKey: string) => {
+    setCreating(false);
+    setKey(planKey);
+    reload({ requestPolicy: "network-only" });
+  };
   return (
     <section aria-labelledby="plans-title" className="split">
       <div>
         <h1 id="plans-title">Plans</h1>
+        <button type="button" onClick={() => setCreating(true)} aria-pressed={creating}>
+          New plan
+        </button>
         {error ? (
           <ErrorBox error={error} />
         ) : fetching && !data ? (
@@ -70,8 +81,10 @@ export function PlansPage() {
           </ul>
         )}
       </div>
-      {key ? (
-        <PlanDetail planKey={key} onPublished={() => reload({ requestPolicy: "network-only" })} />
+      {creating ? (
+        <NewPlan onPublished={open} />
+      ) : key ? (
+        <PlanDetail planKey={key} onPublished={open} />
       ) : (
         <Empty>Pick a plan to see its steps and publish a new version.</Empty>
       )}
@@ -79,7 +92,7 @@ export function PlansPage() {
   );
 }
 
-function PlanDetail({ planKey, onPublished }: { planKey: string; onPublished: () => void }) {
+function PlanDetail({ planKey, onPublished }: { planKey: string; onPublished: (key: string) => void }) {
   const [{ data, error, fetching }, reload] = useQuery<{ plan: Plan }>({
     query: PLAN,
     variables: { key: planKey },
@@ -87,7 +100,7 @@ function PlanDetail({ planKey, onPublished }: { planKey: string; onPublished: ()
   });
   const [draft, setDraft] = useState("");
   const [invalid, setInvalid] = useState<string | null>(null);
-  const [published, publish] = useMutation<{ publishPlan: { plan: { version: number } } }>(PUBLISH);
+  const [published, publish] = useMutation<{ publishPlan: { plan: { key: string; version: number } } }>(PUBLISH);
   const plan = data?.plan;
   useEffect(() => {
     if (!plan) return;
@@ -167,14 +180,20 @@ function PlanDetail({ planKey, onPublished }: { planKey: string; onPublished: ()
           }
           setInvalid(null);
           const answer = await publish({ input });
-          if (!answer.error) {
+          if (answer.data) {
             reload({ requestPolicy: "network-only" });
-            onPublished();
+            onPublished(answer.data.publishPlan.plan.key);
           }
         }}
       >
         <label htmlFor="plan-draft">Definition (JSON)</label>
         <textarea id="plan-draft" rows={14} value={draft} onChange={(e) => setDraft(e.target.value)} spellCheck={false} />
+        {draftKey(draft) && draftKey(draft) !== plan.key && (
+          <p className="hint" role="note">
+            The key is now <code>{draftKey(draft)}</code>: publishing makes a new plan of that key (or a new version
+            of it), and leaves <code>{plan.key}</code> as it is.
+          </p>
+        )}
         <button type="submit" disabled={published.fetching}>
           Publish new version
         </button>
@@ -188,4 +207,14 @@ function PlanDetail({ planKey, onPublished }: { planKey: string; onPublished: ()
       </form>
     </article>
   );
+}
+
+/** The `key` of a draft definition, if it parses. */
+function draftKey(draft: string): string | null {
+  try {
+    const parsed = JSON.parse(draft) as { key?: unknown };
+    return typeof parsed.key === "string" ? parsed.key : null;
+  } catch {
+    return null;
+  }
 }
