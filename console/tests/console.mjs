@@ -612,6 +612,30 @@ const checks = {
     await page.getByRole("button", { name: "Relate", exact: true }).click();
     await page.getByTestId("graph-counts").filter({ hasText: "2 entities, 1 relations" }).waitFor({ timeout: WAIT });
     await axe(page);
+
+    await page.getByRole("link", { name: "Operations" }).click();
+    await page.getByText("New webhook endpoint", { exact: true }).click();
+    const endpointForm = page.getByRole("form", { name: "New webhook endpoint" });
+    await endpointForm.getByLabel("Name", { exact: true }).fill("billing-hook");
+    await endpointForm.getByLabel("URL", { exact: true }).fill("http://127.0.0.1:9/hook");
+    await page.getByRole("button", { name: "Create endpoint" }).click();
+    await page.getByTestId("endpoint-secret").waitFor({ timeout: WAIT });
+    await page.getByRole("article", { name: "Webhook billing-hook" }).waitFor({ timeout: WAIT });
+    await page.getByText("New schedule", { exact: true }).click();
+    const scheduleForm = page.getByRole("form", { name: "New schedule" });
+    await scheduleForm.getByLabel("Name", { exact: true }).fill("weekday-greet");
+    await scheduleForm.getByLabel("Plan key").fill("greet");
+    await scheduleForm.getByLabel("Cron (minute hour day month weekday)").fill("0 9 * * 1-5");
+    await scheduleForm.getByLabel("Time zone").fill("Europe/Paris");
+    await page.getByRole("button", { name: "Create schedule" }).click();
+    const schedule = page.getByTestId("schedule").filter({ hasText: "weekday-greet" });
+    await schedule.waitFor({ timeout: WAIT });
+    const runs = await schedule.locator("td").nth(3).innerText();
+    assert.equal(runs.split(",").length, 6, `three upcoming runs (date, time each): ${runs}`);
+    const stored = await gql(tokens.initech, "{ schedules { name upcoming(count: 3) } webhookEndpoints { name } }");
+    assert.ok(stored.schedules.some((x) => x.name === "weekday-greet" && x.upcoming.length === 3));
+    assert.ok(stored.webhookEndpoints.some((x) => x.name === "billing-hook"));
+    await axe(page);
     return { plan: "greet", task: id };
   },
 

@@ -1,10 +1,12 @@
 // Operations: outbound webhooks with their deliveries, inbound hooks,
-// schedules with their next runs, and usage per day as a chart.
+// schedules with their next runs, and usage per day as a chart; new
+// endpoints and schedules (`create-operations`).
 
 import { useMemo } from "react";
 import { useQuery } from "urql";
 
 import { Empty, ErrorBox, Loading, Status, when } from "../ui";
+import { NewSchedule, NewWebhookEndpoint } from "./create-operations";
 
 const OPERATIONS = `{
   viewer { tenant { slug } }
@@ -34,7 +36,7 @@ interface Usage {
 }
 
 export function OperationsPage() {
-  const [{ data, error, fetching }] = useQuery<{
+  const [{ data, error, fetching }, reload] = useQuery<{
     viewer: { tenant: { slug: string } | null };
     webhookEndpoints: {
       name: string;
@@ -66,6 +68,7 @@ export function OperationsPage() {
       lastRunAt: string | null;
     }[];
   }>({ query: OPERATIONS, requestPolicy: "network-only" });
+  const reread = () => reload({ requestPolicy: "network-only" });
   if (error) return <ErrorBox error={error} />;
   if (fetching && !data) return <Loading what="operations" />;
   const hooks = (data?.connections.edges ?? [])
@@ -75,6 +78,10 @@ export function OperationsPage() {
     <section aria-labelledby="operations-title">
       <h1 id="operations-title">Operations</h1>
       <h2>Outbound webhooks</h2>
+      <details className="card">
+        <summary>New webhook endpoint</summary>
+        <NewWebhookEndpoint onCreated={reread} />
+      </details>
       {!data?.webhookEndpoints.length ? (
         <Empty>No endpoint receives this tenant's task events.</Empty>
       ) : (
@@ -133,6 +140,10 @@ export function OperationsPage() {
         </ul>
       )}
       <h2>Schedules</h2>
+      <details className="card">
+        <summary>New schedule</summary>
+        <NewSchedule onCreated={reread} />
+      </details>
       {!data?.schedules.length ? (
         <Empty>No schedules.</Empty>
       ) : (
