@@ -5,6 +5,7 @@ import { useMemo, useState } from "react";
 import { Provider, useQuery } from "urql";
 
 import { ClientsContext } from "./clients";
+import { NewTenant } from "./new-tenant";
 import { AccessPage } from "./pages/access";
 import { CapabilitiesPage } from "./pages/capabilities";
 import { OperationsPage } from "./pages/operations";
@@ -80,7 +81,7 @@ function Shell({ acting, onActIn, onSignOut }: ShellProps) {
   const route = useRoute();
   const [{ data, error, fetching }] = useQuery({ query: VIEWER });
   const platformAdmin = acting !== null || (data?.viewer?.roles ?? []).includes("PLATFORM_ADMIN");
-  const [tenants] = useQuery<{ tenants: { edges: { node: { slug: string; name: string } }[] } }>({
+  const [tenants, reloadTenants] = useQuery<{ tenants: { edges: { node: { slug: string; name: string } }[] } }>({
     query: TENANTS,
     pause: !platformAdmin,
   });
@@ -132,8 +133,14 @@ function Shell({ acting, onActIn, onSignOut }: ShellProps) {
             <h1 id="pick-title">Pick a tenant</h1>
             <p>
               A platform credential belongs to no tenant: choose the tenant to act in from <em>Acting in</em> above
-              (each request then names it, and that tenant's audit log records it).
+              (each request then names it, and that tenant's audit log records it), or make a new one.
             </p>
+            <NewTenant
+              onCreated={(slug) => {
+                reloadTenants({ requestPolicy: "network-only" });
+                onActIn(slug);
+              }}
+            />
           </section>
         ) : (
           <Page route={route} />

@@ -379,6 +379,14 @@ const checks = {
     await picker.waitFor({ timeout: WAIT });
     await page.getByRole("heading", { name: "Pick a tenant" }).waitFor({ timeout: WAIT });
     assert.equal(await page.locator("main").getByRole("alert").count(), 0, "no error before a tenant is picked");
+    // A new tenant from the prompt: the console then acts in it.
+    await page.getByLabel("Slug (a-z, 0-9 and -)").fill("umbrella");
+    await page.getByLabel("Name", { exact: true }).fill("Umbrella Corp");
+    await page.getByRole("button", { name: "Create tenant" }).click();
+    await page.getByText("No tasks yet").waitFor({ timeout: WAIT });
+    assert.equal(await page.getByLabel("Acting in").inputValue(), "umbrella");
+    const made = await gql(tokens.platform, "{ tenants(first: 100) { edges { node { slug name } } } }");
+    assert.ok(made.tenants.edges.some((e) => e.node.slug === "umbrella" && e.node.name === "Umbrella Corp"));
     await picker.selectOption("acme");
     await page.getByTestId("task-row").first().waitFor({ timeout: WAIT });
     assert.equal(await page.getByLabel("Acting in").inputValue(), "acme");
