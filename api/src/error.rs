@@ -2,7 +2,7 @@
 //! `extensions.code`; internal causes are logged here and never echoed.
 
 use async_graphql::{ErrorExtensions, ServerError};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use brainstem_domain::Error;
 
 pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
@@ -41,6 +41,26 @@ pub fn http_status(err: &Error) -> StatusCode {
         Error::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
         Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The headers HTTP asks of a refusal with `status`: when to retry (a rate
+/// limit's own wait, or a while when unavailable) and how to authenticate.
+pub fn refusal_headers(err: &Error, status: StatusCode, headers: &mut HeaderMap) {
+    if let Error::RateLimited {
+        retry_after_secs, ..
+    } = err
+    {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+    }
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        headers.insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(UNAVAILABLE_RETRY_AFTER_SECS),
+        );
+    }
+    if status == StatusCode::UNAUTHORIZED {
+        headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }
 }
 

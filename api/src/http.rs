@@ -326,25 +326,7 @@ fn request_failure(media: Media, err: &Error) -> Response {
     let (code, message) = code_and_message(err);
     let status = error::http_status(err);
     let mut response = error_response(status, media, code, &message);
-    if let Error::RateLimited {
-        retry_after_secs, ..
-    } = err
-    {
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
-    }
-    if status == StatusCode::SERVICE_UNAVAILABLE {
-        response.headers_mut().insert(
-            header::RETRY_AFTER,
-            HeaderValue::from(error::UNAVAILABLE_RETRY_AFTER_SECS),
-        );
-    }
-    if status == StatusCode::UNAUTHORIZED {
-        response
-            .headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    }
+    error::refusal_headers(err, status, response.headers_mut());
     response
 }
 

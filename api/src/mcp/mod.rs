@@ -32,7 +32,7 @@ use std::{net::IpAddr, net::SocketAddr, sync::Arc};
 use axum::{
     Extension, Router,
     extract::{ConnectInfo, Request, State},
-    http::{HeaderValue, StatusCode, header, request::Parts},
+    http::request::Parts,
     middleware::{Next, from_fn_with_state},
     response::{IntoResponse, Response},
 };
@@ -152,19 +152,7 @@ fn refusal(err: &Error) -> Response {
     let status = error::http_status(err);
     let body = json!({"error": message, "code": code});
     let mut response = (status, axum::Json(body)).into_response();
-    if status == StatusCode::UNAUTHORIZED {
-        response
-            .headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    }
-    if let Error::RateLimited {
-        retry_after_secs, ..
-    } = err
-    {
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
-    }
+    error::refusal_headers(err, status, response.headers_mut());
     response
 }
 
