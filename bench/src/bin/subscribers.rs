@@ -510,9 +510,9 @@ async fn client(args: Args) -> anyhow::Result<()> {
             // Announces readiness when dropped unannounced too, so a
             // connection that fails cannot stall the start.
             let mut ready = Announce(Some(ready));
-            // Latencies in microseconds, kept by each connection and
-            // gathered at the end.
-            let mut latencies: Vec<u64> = Vec::new();
+            // (send time, latency) in microseconds, kept by each
+            // connection and gathered at the end.
+            let mut latencies: Vec<(u64, u64)> = Vec::new();
             let mut request = url.into_client_request().ok()?;
             request.headers_mut().insert(
                 "sec-websocket-protocol",
@@ -547,7 +547,7 @@ async fn client(args: Args) -> anyhow::Result<()> {
                     let now = now_micros();
                     for stamp in stamps.split_whitespace() {
                         if let Ok(sent) = stamp.parse::<u64>() {
-                            latencies.push(now.saturating_sub(sent));
+                            latencies.push((sent, now.saturating_sub(sent)));
                         }
                     }
                     continue;
@@ -581,6 +581,8 @@ async fn client(args: Args) -> anyhow::Result<()> {
             _ => failed += 1,
         }
     }
+    timeline(&latencies);
+    let mut latencies: Vec<u64> = latencies.into_iter().map(|(_, l)| l).collect();
     latencies.sort_unstable();
     let pct = |p: f64| {
         if latencies.is_empty() {
@@ -594,6 +596,37 @@ async fn client(args: Args) -> anyhow::Result<()> {
         json!({"count": latencies.len(), "failed": failed, "client_cpu_s": cpu_seconds() - cpu_before, "p50_ms": pct(50.0), "p99_ms": pct(99.0), "max_ms": pct(100.0)})
     );
     Ok(())
+}
+
+/// Where the late deltas (over [`LATE_MS`]) fall in the run: per window of
+/// [`WINDOW_MS`] from the first delta sent, the deltas sent in it, how many
+/// arrived late and the latest; printed to stderr for windows with any.
+fn timeline(latencies: &[(u64, u64)]) {
+    const LATE_MS: u64 = 50;
+    const WINDOW_MS: u64 = 250;
+    let Some(start) = latencies.iter().map(|(sent, _)| *sent).min() else {
+        return;
+    };
+    let mut windows: std::collections::BTreeMap<u64, (u64, u64, u64)> = Default::default();
+    for &(sent, latency) in latencies {
+        let window = windows
+            .entry((sent - start) / 1000 / WINDOW_MS)
+            .or_default();
+        window.0 += 1;
+        if latency > LATE_MS * 1000 {
+            window.1 += 1;
+        }
+        window.2 = window.2.max(latency);
+    }
+    for (window, (sent, late, max)) in windows {
+        if late > 0 {
+            eprintln!(
+                "late deltas: sent at {:>5} ms: {late} of {sent} over {LATE_MS} ms, max {:.1} ms",
+                window * WINDOW_MS,
+                max as f64 / 1000.0
+            );
+        }
+    }
 }
 
 /// A subscriber's "I am subscribed" signal, sent once: on its first event,
