@@ -75,7 +75,7 @@ pub const TASK: &str = "id status mode intent confidence error input channel con
 
 const PAGE: &str = "pageInfo { hasNextPage hasPreviousPage startCursor endCursor }";
 
-const MEMORY: &str = "id tier category content score importance confidence status validFrom validTo \
+pub const MEMORY: &str = "id tier category content score importance confidence status validFrom validTo \
     subject { id type name key } createdAt";
 
 pub const START_TASK: &str = "start_task";
