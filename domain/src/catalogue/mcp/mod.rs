@@ -11,6 +11,11 @@
 //! stored plans ([`unchecked`]) accepts a well-formed key without reading
 //! connections (a connection may be deleted later; the step then fails).
 //!
+//! **Listing.** A connection's tool list (`tools/list`) is kept per
+//! process ([`lists`]): read again when the server announces a change
+//! (`notifications/tools/list_changed`), past `mcp_tool_list_ttl_secs`,
+//! or on demand (`mcpTools(connection:, refresh: true)`).
+//!
 //! **The call** ([`client`]) goes through the outbound client with the
 //! step's idempotency key; the step's timeout (`timeoutSecs`, else the
 //! connection's `timeout_ms`, else 30 s) and retry policy (the partner
@@ -19,6 +24,7 @@
 //! arguments against its own schema; here they need only be an object.
 
 pub mod client;
+pub mod lists;
 
 use std::{sync::Arc, time::Duration};
 
@@ -26,6 +32,8 @@ use async_trait::async_trait;
 use brainstem_entity::{TenantOwned, TenantScope, connection};
 use sea_orm::{ColumnTrait, DatabaseConnection, QueryFilter};
 use serde_json::{Value, json};
+
+pub use lists::{ListSettings, ToolLists};
 
 use crate::{
     Error, Result,
@@ -77,6 +85,15 @@ impl McpTool {
     }
 }
 
+/// The timeout of a connection of kind `mcp` (`timeout_ms`), else the
+/// default.
+fn timeout_of(config: &Value) -> Duration {
+    config
+        .get("timeout_ms")
+        .and_then(Value::as_u64)
+        .map_or(DEFAULT_TIMEOUT, Duration::from_millis)
+}
+
 /// The MCP tools `keys` name that the scope's tenant has a connection of
 /// kind `mcp` for; other keys are left out (unknown to the caller's
 /// check). Without a scope (a platform check) there is no tenant whose
@@ -105,12 +122,7 @@ pub(crate) async fn mcp_tools(
         .into_iter()
         .filter_map(|(key, name)| {
             let row = rows.iter().find(|r| r.name == name)?;
-            let timeout = row
-                .config
-                .get("timeout_ms")
-                .and_then(Value::as_u64)
-                .map_or(DEFAULT_TIMEOUT, Duration::from_millis);
-            McpTool::new(key, timeout).map(|t| Arc::new(t) as Arc<dyn Tool>)
+            McpTool::new(key, timeout_of(&row.config)).map(|t| Arc::new(t) as Arc<dyn Tool>)
         })
         .collect())
 }
@@ -167,25 +179,45 @@ pub struct RemoteTool {
     pub input_schema: Value,
 }
 
-/// Ask the MCP server of the scope's tenant's connection `name` which
-/// tools it offers (`tools/list`, read now: the server's list is never
-/// stale here). `NotFound` for another tenant's or no connection.
+/// The tools the MCP server of the scope's tenant's connection `name`
+/// offers: the list kept by `lists` when fresh (see [`lists`]), else
+/// asked now (`tools/list`, within the connection's timeout), as with
+/// `refresh`. `NotFound` for another tenant's or no connection.
 pub async fn list_remote(
     connections: &Connections,
     outbound: &Outbound,
+    lists: &ToolLists,
     scope: TenantScope,
     name: &str,
-) -> Result<Vec<RemoteTool>> {
+    refresh: bool,
+) -> Result<Arc<[RemoteTool]>> {
     let connection = connections.resolve(scope, name).await?;
     let (url, authorization) = endpoint_of(&connection)?;
+    let key = (scope.tenant_id(), name.to_owned());
+    let fingerprint = lists::fingerprint(
+        &connection.id.to_string(),
+        &url,
+        &connection.config,
+        authorization.as_deref(),
+    );
+    if refresh {
+        lists.forget(&key);
+    } else if let Some(kept) = lists.get(&key, fingerprint) {
+        return Ok(kept);
+    }
+    let unavailable =
+        |message: String| Error::Unavailable(format!("connection `{name}`: {message}"));
     let endpoint = client::Endpoint {
         url: &url,
-        authorization,
+        authorization: authorization.clone(),
     };
-    let listed = client::list_tools(outbound, &endpoint)
+    let timeout = timeout_of(&connection.config);
+    let listed = tokio::time::timeout(timeout, client::list_tools(outbound, &endpoint))
         .await
-        .map_err(|e| Error::Unavailable(format!("connection `{name}`: {}", e.message)))?;
-    Ok(listed
+        .map_err(|_| unavailable(format!("`tools/list` timed out after {timeout:?}")))?
+        .map_err(|e| unavailable(e.message))?;
+    let tools: Arc<[RemoteTool]> = listed
+        .tools
         .iter()
         .filter_map(|t| {
             let tool = t.get("name")?.as_str()?;
@@ -203,7 +235,12 @@ pub async fn list_remote(
                     .unwrap_or(json!({"type": "object"})),
             })
         })
-        .collect())
+        .collect();
+    let listen = listed
+        .watch
+        .map(|watch| (outbound.clone(), watch, url, authorization));
+    lists.keep(key, fingerprint, tools.clone(), listen);
+    Ok(tools)
 }
 
 #[async_trait]
