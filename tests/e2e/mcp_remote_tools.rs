@@ -1,14 +1,16 @@
 //! A tenant's MCP servers' tool lists: kept by the process, read again
 //! when the server announces a change (`notifications/tools/list_changed`)
-//! or on demand. The remote is the in-process rmcp server of
-//! [`crate::mcp_connections`].
+//! or on demand, and offered to agent steps that name no tools. The
+//! remote is the in-process rmcp server of [`crate::mcp_connections`];
+//! the model is the fake OpenAI-compatible server of the agent tests.
 
 use std::sync::atomic::Ordering;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::{
-    helpers::{TestApp, poll_until},
+    agent::{Turn, fake_model},
+    helpers::{Backend, TestApp, poll_until},
     mcp_connections::{Remote, connect_ledger, serve, tool},
 };
 
@@ -17,8 +19,23 @@ crate::on_both_backends!(
     a_refresh_asks_the_server_now,
 );
 
+crate::for_both_backends!(an_agent_step_naming_no_tools_is_offered_the_mcp_servers_tools);
+
 const LIST: &str =
     "query($c: String!, $r: Boolean!) { mcpTools(connection: $c, refresh: $r) { key } }";
+
+/// `acme`'s task `id`, with its steps' attempts.
+async fn read_task(app: &TestApp, id: &str) -> Value {
+    app.graphql(
+        Some(&app.admin_token("acme")),
+        "query($id: ID!) { task(id: $id) { id status error \
+            steps { stepId tool status error idempotencyKey } } }",
+        json!({"id": id}),
+    )
+    .await
+    .data()["task"]
+        .clone()
+}
 
 /// The keys `mcpTools` answers for `acme`'s connection `ledger`.
 async fn keys(app: &TestApp, refresh: bool) -> Vec<String> {
@@ -84,4 +101,126 @@ async fn a_refresh_asks_the_server_now(app: TestApp) {
     );
     assert_eq!(keys(&app, false).await.len(), 4);
     assert_eq!(remote.lists.load(Ordering::SeqCst), 2);
+}
+
+/// An agent step with no `tools` is offered the tools of the tenant's MCP
+/// servers under their own descriptions and schemas; its call runs as a
+/// step (idempotency key sent, guardrails checked). A step that names its
+/// tools is offered only those.
+async fn an_agent_step_naming_no_tools_is_offered_the_mcp_servers_tools(backend: Backend) {
+    let remote = Remote::default();
+    let url = serve(remote.clone()).await;
+    let (script, model) = fake_model(vec![
+        Turn::Calls(vec![
+            ("mcp_ledger_echo", r#"{"account": "ACC-9"}"#.to_owned()),
+            ("mcp_ledger_fail", "{}".to_owned()),
+        ]),
+        Turn::Text(vec!["Looked it up."]),
+    ])
+    .await;
+    let app = TestApp::spawn_with(backend, |c| crate::llm::use_fake(c, &model)).await;
+    app.create_tenant("acme").await;
+    connect_ledger(&app, "acme", &url).await;
+    // The existing rules hold: a guardrail blocks the failing tool.
+    app.graphql(
+        Some(&app.admin_token("acme")),
+        "mutation($input: SaveGuardrailInput!) { saveGuardrail(input: $input) { guardrail { name } } }",
+        json!({"input": {"name": "no-fail", "severity": "BLOCK",
+                         "condition": {"tool": "mcp:ledger/fail"}}}),
+    )
+    .await
+    .data();
+    app.publish_plan(
+        "acme",
+        json!({"key": "assist", "intent": "ledger.assist", "steps": [
+            {"id": "answer", "tool": "agent", "args": {}}
+        ]}),
+    )
+    .await
+    .data();
+    let id = app
+        .start_task(
+            "acme",
+            json!({"planKey": "assist", "input": "Look ACC-9 up."}),
+        )
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let task = poll_until("the agent's task settles", async || {
+        app.run_tasks().await;
+        let task = read_task(&app, &id).await;
+        matches!(task["status"].as_str(), Some("COMPLETED" | "FAILED")).then_some(task)
+    })
+    .await;
+    assert_eq!(task["status"], "COMPLETED", "{task}");
+
+    let offered = &script.requests()[0]["tools"];
+    let echo = offered
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "mcp_ledger_echo")
+        .unwrap_or_else(|| panic!("mcp_ledger_echo is offered: {offered}"));
+    assert_eq!(
+        echo["function"]["description"],
+        "answers with its arguments"
+    );
+    assert_eq!(echo["function"]["parameters"], json!({"type": "object"}));
+
+    let calls = remote.calls_of("echo");
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].arguments, json!({"account": "ACC-9"}));
+    let key = calls[0].idempotency_header.clone().unwrap();
+    let steps = task["steps"].as_array().unwrap();
+    assert!(
+        steps
+            .iter()
+            .any(|s| s["idempotencyKey"] == key.as_str() && s["status"] == "COMPLETED"),
+        "{key} {task}"
+    );
+    assert!(
+        remote.calls_of("fail").is_empty(),
+        "the guardrail blocks it"
+    );
+    assert!(
+        steps.iter().any(|s| s["tool"] == "mcp:ledger/fail"
+            && s["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("GUARDRAIL_BLOCKED"))),
+        "{task}"
+    );
+
+    // A step that names its tools is offered those only.
+    app.publish_plan(
+        "acme",
+        json!({"key": "narrow", "intent": "ledger.narrow", "steps": [
+            {"id": "answer", "tool": "agent", "args": {"tools": ["memory.recall"]}}
+        ]}),
+    )
+    .await
+    .data();
+    let before = script.requests().len();
+    let id = app
+        .start_task("acme", json!({"planKey": "narrow", "input": "Hello."}))
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    poll_until("the narrow task settles", async || {
+        app.run_tasks().await;
+        let task = read_task(&app, &id).await;
+        matches!(task["status"].as_str(), Some("COMPLETED" | "FAILED")).then_some(())
+    })
+    .await;
+    let names: Vec<Value> = script.requests()[before]["tools"]
+        .as_array()
+        .map(|t| t.iter().map(|t| t["function"]["name"].clone()).collect())
+        .unwrap_or_default();
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.as_str().unwrap().starts_with("mcp_")),
+        "{names:?}"
+    );
 }

@@ -16,6 +16,13 @@
 //! (`notifications/tools/list_changed`), past `mcp_tool_list_ttl_secs`,
 //! or on demand (`mcpTools(connection:, refresh: true)`).
 //!
+//! **Agents.** An agent step that names no tools is offered, besides the
+//! tenant's other tools, the tools of every connection of kind `mcp`
+//! ([`offered`]) under their servers' descriptions and schemas; a server
+//! that cannot be listed is left out of that iteration's menu, not a
+//! failure of the step. A call is a step like any other, resolved against
+//! the connection when it runs (guardrails, timeouts and retries apply).
+//!
 //! **The call** ([`client`]) goes through the outbound client with the
 //! step's idempotency key; the step's timeout (`timeoutSecs`, else the
 //! connection's `timeout_ms`, else 30 s) and retry policy (the partner
@@ -67,6 +74,9 @@ pub struct McpTool {
     connection: String,
     tool: String,
     description: String,
+    /// The server's schema when the tool was listed (offered to a
+    /// model); else any object, the server checking the arguments.
+    input_schema: Value,
     timeout: Duration,
 }
 
@@ -80,10 +90,15 @@ impl McpTool {
             description: format!(
                 "the tool `{tool}` of the MCP server of connection `{connection}`"
             ),
+            input_schema: json!({"type": "object"}),
             timeout,
         })
     }
 }
+
+/// The most MCP tools an agent step is offered without naming them, all
+/// connections together (a model's menu has room for a bounded number).
+pub const MAX_OFFERED: usize = 64;
 
 /// The timeout of a connection of kind `mcp` (`timeout_ms`), else the
 /// default.
@@ -243,6 +258,41 @@ pub async fn list_remote(
     Ok(tools)
 }
 
+/// The tools of every connection of kind `mcp` of the scope's tenant, as
+/// an agent step that names no tools offers them: with their servers'
+/// descriptions and schemas, at most [`MAX_OFFERED`]. A connection whose
+/// server cannot be listed now is left out (and logged).
+pub async fn offered(
+    connections: &Connections,
+    outbound: &Outbound,
+    lists: &ToolLists,
+    scope: TenantScope,
+) -> Result<Vec<Arc<dyn Tool>>> {
+    let mut offered: Vec<Arc<dyn Tool>> = Vec::new();
+    for (name, config) in connections.of_kind(scope, KIND).await? {
+        let listed = match list_remote(connections, outbound, lists, scope, &name, false).await {
+            Ok(listed) => listed,
+            Err(err) => {
+                tracing::warn!(connection = %name, %err, "an MCP server's tools are not offered");
+                continue;
+            }
+        };
+        for remote in listed.iter() {
+            if offered.len() >= MAX_OFFERED {
+                return Ok(offered);
+            }
+            if let Some(mut tool) = McpTool::new(&remote.key, timeout_of(&config)) {
+                if !remote.description.is_empty() {
+                    tool.description = remote.description.clone();
+                }
+                tool.input_schema = remote.input_schema.clone();
+                offered.push(Arc::new(tool));
+            }
+        }
+    }
+    Ok(offered)
+}
+
 #[async_trait]
 impl Tool for McpTool {
     fn key(&self) -> &str {
@@ -254,7 +304,7 @@ impl Tool for McpTool {
     }
 
     fn input_schema(&self) -> Value {
-        json!({"type": "object"})
+        self.input_schema.clone()
     }
 
     fn timeout(&self) -> Duration {
