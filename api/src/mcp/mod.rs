@@ -67,7 +67,7 @@ use crate::{
     state::{self, ACTING_TENANT, ApiState, REQUEST_ID},
 };
 
-pub use tools::Catalogue;
+pub use tools::{Catalogue, ToolDeclarationError};
 
 /// How `/mcp` is served.
 #[derive(Clone, Debug, Default)]
@@ -79,7 +79,10 @@ pub struct McpConfig {
 }
 
 /// The `/mcp` route, to merge into the application's router.
-pub fn routes(state: ApiState, config: &McpConfig) -> Result<Router<ApiState>, String> {
+pub fn routes(
+    state: ApiState,
+    config: &McpConfig,
+) -> Result<Router<ApiState>, ToolDeclarationError> {
     let catalogue = Arc::new(Catalogue::new(&schema::sdl())?);
     let server = McpServer {
         state: state.clone(),
