@@ -48,6 +48,7 @@ mod llm_partial;
 mod local_models;
 mod mcp;
 mod mcp_connections;
+mod mcp_inspector;
 mod mcp_remote_tools;
 mod mcp_resources;
 mod memory;

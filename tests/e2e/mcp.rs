@@ -125,7 +125,7 @@ pub(crate) async fn acme(app: &TestApp) {
     .data();
 }
 
-const ALL_TOOLS: &[&str] = &[
+pub(crate) const ALL_TOOLS: &[&str] = &[
     "add_memory",
     "answer_review",
     "get_task",
