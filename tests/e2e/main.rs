@@ -49,6 +49,7 @@ mod local_models;
 mod mcp;
 mod mcp_connections;
 mod mcp_inspector;
+mod mcp_oauth;
 mod mcp_remote_tools;
 mod mcp_resources;
 mod memory;

@@ -11,7 +11,7 @@ use std::{
     time::Duration,
 };
 
-use axum::http::request::Parts;
+use axum::{http::request::Parts, response::IntoResponse};
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
@@ -49,6 +49,8 @@ pub(crate) struct Remote {
     pub(crate) lists: Arc<AtomicUsize>,
     /// Streams (`GET /mcp`) opened.
     pub(crate) streams: Arc<AtomicUsize>,
+    /// When set, the only bearer token answered; any other is `401`.
+    pub(crate) accepted: Arc<Mutex<Option<String>>>,
 }
 
 impl Remote {
@@ -153,27 +155,42 @@ impl ServerHandler for Remote {
 /// Serve `remote` over Streamable HTTP (with sessions) on a random
 /// loopback port; its URL.
 pub(crate) async fn serve(remote: Remote) -> String {
-    let streams = remote.streams.clone();
+    let gate = remote.clone();
     let service = StreamableHttpService::new(
         move || Ok(remote.clone()),
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default(),
     );
-    let router =
-        axum::Router::new()
-            .route_service("/mcp", service)
-            .layer(axum::middleware::from_fn(
-                move |request: axum::extract::Request, next: axum::middleware::Next| {
-                    if request.method() == axum::http::Method::GET {
-                        streams.fetch_add(1, Ordering::SeqCst);
-                    }
-                    next.run(request)
-                },
-            ));
+    let router = axum::Router::new()
+        .route_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(gate, gate_request));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await });
     format!("http://{address}/mcp")
+}
+
+/// Count the streams (`GET`) opened, and refuse (`401`) a bearer token
+/// other than the accepted one, when there is one.
+async fn gate_request(
+    axum::extract::State(remote): axum::extract::State<Remote>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if request.method() == axum::http::Method::GET {
+        remote.streams.fetch_add(1, Ordering::SeqCst);
+    }
+    let accepted = remote.accepted.lock().unwrap().clone();
+    if let Some(token) = accepted {
+        let given = request
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        if given != Some(format!("Bearer {token}").as_str()) {
+            return axum::http::StatusCode::UNAUTHORIZED.into_response();
+        }
+    }
+    next.run(request).await
 }
 
 /// `tenant`'s connection `ledger` of kind `mcp` to `url`.

@@ -56,8 +56,9 @@ pub struct Domain {
     /// The client every outbound call a tenant's work can steer goes
     /// through (tools, partner tools, webhooks).
     pub outbound: outbound::Outbound,
-    /// The tool lists of tenants' MCP servers, kept by this process.
-    pub mcp_lists: mcp::ToolLists,
+    /// The tool lists and OAuth tokens of tenants' MCP servers, kept by
+    /// this process.
+    pub mcp: mcp::McpClients,
     /// The fair queue: tenants' settings and statistics.
     pub queue: queue::Queue,
 }
@@ -129,7 +130,7 @@ impl Domain {
             policies: policy::Policies::new(db.clone(), Default::default()),
             guardrails: guardrails::Guardrails::new(db.clone()),
             outbound: outbound::Outbound::default(),
-            mcp_lists: mcp::ToolLists::default(),
+            mcp: mcp::McpClients::default(),
             statements,
             db,
         }
@@ -154,9 +155,9 @@ impl Domain {
         self
     }
 
-    /// Keep MCP servers' tool lists as `settings` say.
+    /// Keep MCP servers' tool lists (and OAuth tokens) as `settings` say.
     pub fn with_mcp_tool_lists(mut self, settings: mcp::ListSettings) -> Self {
-        self.mcp_lists = mcp::ToolLists::new(settings);
+        self.mcp = mcp::McpClients::new(settings);
         self
     }
 
@@ -204,7 +205,7 @@ impl Domain {
         mcp::list_remote(
             &self.connections,
             &self.outbound,
-            &self.mcp_lists,
+            &self.mcp,
             scope,
             name,
             refresh,

@@ -20,7 +20,9 @@
 //!
 //! Failures: a timeout, a connection failure, `429` or `5xx` may pass and
 //! are retryable (the step's retry policy applies); any other refusal, a
-//! JSON-RPC error or a result with `isError` fails the step for good.
+//! JSON-RPC error or a result with `isError` fails the step for good. A
+//! `401` is told apart ([`ExchangeError::Unauthorized`]): a connection
+//! with OAuth client credentials tries once more with a new token.
 
 use reqwest::{Method, header::HeaderMap};
 use serde_json::{Value, json};
@@ -41,6 +43,34 @@ pub struct Endpoint<'a> {
     pub url: &'a str,
     /// The `Authorization` header's value, from the connection's secret.
     pub authorization: Option<String>,
+}
+
+/// How an exchange failed.
+#[derive(Debug)]
+pub enum ExchangeError {
+    /// The server refused the credential (`401`): a new one may pass.
+    Unauthorized(ToolError),
+    Failed(ToolError),
+}
+
+impl From<ToolError> for ExchangeError {
+    fn from(e: ToolError) -> Self {
+        ExchangeError::Failed(e)
+    }
+}
+
+impl From<CallFailure> for ExchangeError {
+    fn from(f: CallFailure) -> Self {
+        ExchangeError::Failed(f.into())
+    }
+}
+
+impl From<ExchangeError> for ToolError {
+    fn from(e: ExchangeError) -> Self {
+        match e {
+            ExchangeError::Unauthorized(e) | ExchangeError::Failed(e) => e,
+        }
+    }
 }
 
 /// A session with a server, for one call.
@@ -89,7 +119,7 @@ pub async fn call_tool(
     tool: &str,
     arguments: Value,
     idempotency_key: &str,
-) -> Result<Value, ToolError> {
+) -> Result<Value, ExchangeError> {
     let mut session = Session::open(outbound, endpoint).await?;
     let result = session
         .request(
@@ -106,7 +136,8 @@ pub async fn call_tool(
     if result.get("isError").and_then(Value::as_bool) == Some(true) {
         return Err(
             ToolError::fatal(format!("MCP tool `{tool}` failed: {}", text_of(&result)))
-                .with_output(result),
+                .with_output(result)
+                .into(),
         );
     }
     Ok(result)
@@ -114,7 +145,10 @@ pub async fn call_tool(
 
 /// The tools the server lists (`tools/list`, every page, at most
 /// [`MAX_PAGES`]), as it describes them.
-pub async fn list_tools(outbound: &Outbound, endpoint: &Endpoint<'_>) -> Result<Listed, ToolError> {
+pub async fn list_tools(
+    outbound: &Outbound,
+    endpoint: &Endpoint<'_>,
+) -> Result<Listed, ExchangeError> {
     let mut session = Session::open(outbound, endpoint).await?;
     let mut tools = Vec::new();
     let mut cursor: Option<String> = None;
@@ -243,7 +277,10 @@ pub const MAX_PAGES: u64 = 10;
 
 impl<'a> Session<'a> {
     /// `initialize`, then `notifications/initialized`.
-    async fn open(outbound: &'a Outbound, endpoint: &'a Endpoint<'a>) -> Result<Self, ToolError> {
+    async fn open(
+        outbound: &'a Outbound,
+        endpoint: &'a Endpoint<'a>,
+    ) -> Result<Self, ExchangeError> {
         let mut session = Session {
             outbound,
             endpoint,
@@ -300,7 +337,7 @@ impl Session<'_> {
         method: &str,
         params: Value,
         idempotency_key: Option<&str>,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<Value, ExchangeError> {
         let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         let mut request = self.post(&body)?;
         if let Some(key) = idempotency_key {
@@ -328,14 +365,14 @@ impl Session<'_> {
                 .get("message")
                 .and_then(Value::as_str)
                 .unwrap_or("an error");
-            return Err(ToolError::fatal(format!(
-                "the MCP server refused `{method}`: {text}"
-            )));
+            return Err(
+                ToolError::fatal(format!("the MCP server refused `{method}`: {text}")).into(),
+            );
         }
         Ok(message.get("result").cloned().unwrap_or(Value::Null))
     }
 
-    async fn notify(&self, method: &str) -> Result<(), ToolError> {
+    async fn notify(&self, method: &str) -> Result<(), ExchangeError> {
         let request = self.post(&json!({"jsonrpc": "2.0", "method": method}))?;
         let response = self.outbound.send(request).await.map_err(failure(method))?;
         check_status(method, response.status().as_u16())
@@ -352,15 +389,13 @@ fn failure(method: &str) -> impl Fn(CallFailure) -> ToolError + '_ {
     }
 }
 
-fn check_status(method: &str, status: u16) -> Result<(), ToolError> {
+fn check_status(method: &str, status: u16) -> Result<(), ExchangeError> {
+    let answered = format!("the MCP server answered `{method}` with {status}");
     match status {
         200..=299 => Ok(()),
-        429 | 500..=599 => Err(ToolError::retryable(format!(
-            "the MCP server answered `{method}` with {status}"
-        ))),
-        _ => Err(ToolError::fatal(format!(
-            "the MCP server answered `{method}` with {status}"
-        ))),
+        401 => Err(ExchangeError::Unauthorized(ToolError::fatal(answered))),
+        429 | 500..=599 => Err(ToolError::retryable(answered).into()),
+        _ => Err(ToolError::fatal(answered).into()),
     }
 }
 

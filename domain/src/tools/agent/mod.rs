@@ -163,7 +163,7 @@ impl Tool for Agent {
                 Some(keys) => ports.plans.mcp_tools(scope, keys).await,
                 None => {
                     let outbound = &ctx.settings.outbound;
-                    mcp::offered(&ports.connections, outbound, &ports.mcp_lists, scope).await
+                    mcp::offered(&ports.connections, outbound, &ports.mcp, scope).await
                 }
             };
             tools.extend(mcp.map_err(listing)?);
