@@ -16,6 +16,7 @@ use brainstem_api::{
 };
 use brainstem_domain::{
     Domain,
+    catalogue::mcp::ListSettings as McpListSettings,
     crypto::{EncryptionKey, Keyring},
     db::{self, Backend},
     events::EventBus,
@@ -379,6 +380,10 @@ async fn prepare(config: &Config, extra: Vec<Arc<dyn Tool>>) -> anyhow::Result<D
     let domain = domain
         .with_connection_keys(keyring)
         .with_outbound(outbound(config)?)
+        .with_mcp_tool_lists(McpListSettings {
+            capacity: config.mcp_tool_list_cache_entries.max(1),
+            ttl: Duration::from_secs(config.mcp_tool_list_ttl_secs),
+        })
         .with_tenant_max_running(config.tenant_max_running)
         .with_webhook_config(WebhookConfig {
             retry_base: Duration::from_secs(config.webhook_retry_base_secs.max(1)),

@@ -62,8 +62,46 @@ pub struct ApiConfig {
     pub mcp: mcp::McpConfig,
 }
 
+/// Why the HTTP application could not be built: a configuration the
+/// operator gave, or tools that do not match this build's schema.
+#[derive(Debug)]
+pub enum SetupError {
+    Auth(auth::AuthSetupError),
+    McpTools(mcp::ToolDeclarationError),
+}
+
+impl std::fmt::Display for SetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SetupError::Auth(e) => e.fmt(f),
+            SetupError::McpTools(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for SetupError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SetupError::Auth(e) => Some(e),
+            SetupError::McpTools(e) => Some(e),
+        }
+    }
+}
+
+impl From<auth::AuthSetupError> for SetupError {
+    fn from(e: auth::AuthSetupError) -> Self {
+        SetupError::Auth(e)
+    }
+}
+
+impl From<mcp::ToolDeclarationError> for SetupError {
+    fn from(e: mcp::ToolDeclarationError) -> Self {
+        SetupError::McpTools(e)
+    }
+}
+
 /// Build the whole HTTP application.
-pub fn router(domain: Domain, config: ApiConfig) -> Result<Router, auth::AuthSetupError> {
+pub fn router(domain: Domain, config: ApiConfig) -> Result<Router, SetupError> {
     let auth = Arc::new(Authenticator::new(config.auth, domain.clone())?);
     let surface = schema::Surface::new(brainstem_domain::rate_limit::RateLimiter::new(
         config.rate_limits,
@@ -84,7 +122,6 @@ pub fn router(domain: Domain, config: ApiConfig) -> Result<Router, auth::AuthSet
         metrics_token: config.metrics_token.map(Arc::new),
         departure: config.departure,
     };
-    let mcp = mcp::routes(state.clone(), &config.mcp)
-        .map_err(|e| auth::AuthSetupError(format!("the MCP tools do not match the schema: {e}")))?;
+    let mcp = mcp::routes(state.clone(), &config.mcp)?;
     Ok(http::routes(state, mcp))
 }

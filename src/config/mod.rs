@@ -183,6 +183,13 @@ pub struct Config {
     /// any. Every MCP request carries its own credential, so DNS
     /// rebinding gains a page nothing; list hosts to refuse the others.
     pub mcp_allowed_hosts: Vec<String>,
+    /// How long a process keeps an MCP server's tool list (a connection
+    /// of kind `mcp`) before asking again; a server that announces a
+    /// change (`notifications/tools/list_changed`) is asked at once.
+    pub mcp_tool_list_ttl_secs: u64,
+    /// How many MCP servers' tool lists a process keeps (each with at
+    /// most one open stream listening for changes).
+    pub mcp_tool_list_cache_entries: usize,
     /// How intents are detected when a task names none: `rules` (patterns,
     /// no model) or `llm` (the model, falling back to the rules).
     pub intent_detector: Detector,
@@ -367,6 +374,8 @@ impl Default for Config {
             connection_encryption_key: None,
             metrics_token: None,
             mcp_allowed_hosts: Vec::new(),
+            mcp_tool_list_ttl_secs: 300,
+            mcp_tool_list_cache_entries: 256,
             connection_encryption_old_keys: Vec::new(),
             intent_detector: Detector::Rules,
             llm_provider: LlmProvider::Auto,

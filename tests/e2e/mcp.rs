@@ -27,7 +27,7 @@ use crate::helpers::{Backend, TestApp, http_client, poll_until};
 
 /// An MCP client that keeps the progress notifications it receives.
 #[derive(Clone, Default)]
-struct Client {
+pub(crate) struct Client {
     progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
 }
 
@@ -48,7 +48,7 @@ impl ClientHandler for Client {
     }
 }
 
-type Session = RunningService<RoleClient, Client>;
+pub(crate) type Session = RunningService<RoleClient, Client>;
 
 /// Connect to the app's `/mcp` with `credential` and initialize.
 async fn try_connect(app: &TestApp, credential: &str) -> Result<(Session, Client), String> {
@@ -65,7 +65,7 @@ async fn try_connect(app: &TestApp, credential: &str) -> Result<(Session, Client
     Ok((session, client))
 }
 
-async fn connect(app: &TestApp, credential: &str) -> (Session, Client) {
+pub(crate) async fn connect(app: &TestApp, credential: &str) -> (Session, Client) {
     try_connect(app, credential).await.expect("an MCP session")
 }
 
@@ -90,7 +90,7 @@ async fn call(session: &Peer<RoleClient>, tool: &str, arguments: Value) -> CallT
 }
 
 /// The structured result of a successful call.
-async fn ok(session: &Peer<RoleClient>, tool: &str, arguments: Value) -> Value {
+pub(crate) async fn ok(session: &Peer<RoleClient>, tool: &str, arguments: Value) -> Value {
     let result = call(session, tool, arguments).await;
     assert_ne!(result.is_error, Some(true), "{tool}: {result:?}");
     result.structured_content.expect("structured content")
@@ -111,7 +111,7 @@ async fn error_code(session: &Peer<RoleClient>, tool: &str, arguments: Value) ->
 }
 
 /// Tenant `acme` with the plan `note`: two steps that write the state.
-async fn acme(app: &TestApp) {
+pub(crate) async fn acme(app: &TestApp) {
     app.create_tenant("acme").await;
     app.publish_plan(
         "acme",
@@ -125,7 +125,7 @@ async fn acme(app: &TestApp) {
     .data();
 }
 
-const ALL_TOOLS: &[&str] = &[
+pub(crate) const ALL_TOOLS: &[&str] = &[
     "add_memory",
     "answer_review",
     "get_task",

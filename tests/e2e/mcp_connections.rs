@@ -4,18 +4,21 @@
 //! tool that answers, one that is too slow and one that fails.
 
 use std::{
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 
-use axum::http::request::Parts;
+use axum::{http::request::Parts, response::IntoResponse};
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
         PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
     },
-    service::RequestContext,
+    service::{Peer, RequestContext},
     transport::{
         StreamableHttpServerConfig, StreamableHttpService,
         streamable_http_server::session::local::LocalSessionManager,
@@ -27,21 +30,45 @@ use crate::helpers::{TestApp, poll_until};
 
 /// What the remote saw of one call.
 #[derive(Clone, Debug)]
-struct Seen {
-    tool: String,
-    arguments: Value,
-    authorization: Option<String>,
-    idempotency_header: Option<String>,
-    idempotency_meta: Option<String>,
+pub(crate) struct Seen {
+    pub(crate) tool: String,
+    pub(crate) arguments: Value,
+    pub(crate) authorization: Option<String>,
+    pub(crate) idempotency_header: Option<String>,
+    pub(crate) idempotency_meta: Option<String>,
 }
 
 #[derive(Clone, Default)]
-struct Remote {
+pub(crate) struct Remote {
     seen: Arc<Mutex<Vec<Seen>>>,
+    /// Tools listed after the first three, added by a test.
+    added: Arc<Mutex<Vec<Tool>>>,
+    /// Each session's peer, to announce a change of the list on.
+    peers: Arc<Mutex<Vec<Peer<RoleServer>>>>,
+    /// `tools/list` requests answered.
+    pub(crate) lists: Arc<AtomicUsize>,
+    /// Streams (`GET /mcp`) opened.
+    pub(crate) streams: Arc<AtomicUsize>,
+    /// When set, the only bearer token answered; any other is `401`.
+    pub(crate) accepted: Arc<Mutex<Option<String>>>,
 }
 
 impl Remote {
-    fn calls_of(&self, tool: &str) -> Vec<Seen> {
+    /// List `tool` too, from now on (announced only by [`Remote::announce`]).
+    pub(crate) fn add(&self, tool: Tool) {
+        self.added.lock().unwrap().push(tool);
+    }
+
+    /// Send `notifications/tools/list_changed` on every session (a
+    /// session no longer served is skipped).
+    pub(crate) async fn announce(&self) {
+        let peers = self.peers.lock().unwrap().clone();
+        for peer in peers {
+            let _ = peer.notify_tool_list_changed().await;
+        }
+    }
+
+    pub(crate) fn calls_of(&self, tool: &str) -> Vec<Seen> {
         self.seen
             .lock()
             .unwrap()
@@ -52,7 +79,7 @@ impl Remote {
     }
 }
 
-fn tool(name: &'static str, description: &'static str) -> Tool {
+pub(crate) fn tool(name: &'static str, description: &'static str) -> Tool {
     let schema = json!({"type": "object"});
     let Value::Object(schema) = schema else {
         unreachable!()
@@ -62,19 +89,28 @@ fn tool(name: &'static str, description: &'static str) -> Tool {
 
 impl ServerHandler for Remote {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
     }
 
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(vec![
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        self.peers.lock().unwrap().push(context.peer.clone());
+        let mut tools = vec![
             tool("echo", "answers with its arguments"),
             tool("slow", "answers after 3 s"),
             tool("fail", "always fails"),
-        ]))
+        ];
+        tools.extend(self.added.lock().unwrap().iter().cloned());
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(
@@ -118,21 +154,47 @@ impl ServerHandler for Remote {
 
 /// Serve `remote` over Streamable HTTP (with sessions) on a random
 /// loopback port; its URL.
-async fn serve(remote: Remote) -> String {
+pub(crate) async fn serve(remote: Remote) -> String {
+    let gate = remote.clone();
     let service = StreamableHttpService::new(
         move || Ok(remote.clone()),
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default(),
     );
-    let router = axum::Router::new().route_service("/mcp", service);
+    let router = axum::Router::new()
+        .route_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(gate, gate_request));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await });
     format!("http://{address}/mcp")
 }
 
+/// Count the streams (`GET`) opened, and refuse (`401`) a bearer token
+/// other than the accepted one, when there is one.
+async fn gate_request(
+    axum::extract::State(remote): axum::extract::State<Remote>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if request.method() == axum::http::Method::GET {
+        remote.streams.fetch_add(1, Ordering::SeqCst);
+    }
+    let accepted = remote.accepted.lock().unwrap().clone();
+    if let Some(token) = accepted {
+        let given = request
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        if given != Some(format!("Bearer {token}").as_str()) {
+            return axum::http::StatusCode::UNAUTHORIZED.into_response();
+        }
+    }
+    next.run(request).await
+}
+
 /// `tenant`'s connection `ledger` of kind `mcp` to `url`.
-async fn connect_ledger(app: &TestApp, tenant: &str, url: &str) {
+pub(crate) async fn connect_ledger(app: &TestApp, tenant: &str, url: &str) {
     app.graphql(
         Some(&app.admin_token(tenant)),
         "mutation($input: CreateConnectionInput!) { createConnection(input: $input) { connection { id } } }",

@@ -18,12 +18,16 @@
 //! - `start_task` in a waiting mode reports the task's events as MCP
 //!   progress notifications when the client sent a `progressToken`
 //!   ([`wait`]).
+//! - A task and a memory are resources, `brainstem://tasks/{id}` and
+//!   `brainstem://memories/{id}` ([`resources`]), read through the same
+//!   GraphQL-as-the-caller path as the tools.
 //! - A tool's failure (a GraphQL error: `NOT_FOUND`, `FORBIDDEN`, …) is a
 //!   tool result with `isError` and the errors' codes, which the calling
 //!   model can read; an unknown tool, or one the caller may not use, is a
 //!   protocol error (`-32602`).
 
 pub mod json_schema;
+pub mod resources;
 pub mod tools;
 mod wait;
 
@@ -45,7 +49,8 @@ use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, JsonObject,
-        ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+        ListResourceTemplatesResult, ListToolsResult, PaginatedRequestParams,
+        ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
     },
     service::RequestContext,
     transport::{
@@ -62,7 +67,7 @@ use crate::{
     state::{self, ACTING_TENANT, ApiState, REQUEST_ID},
 };
 
-pub use tools::Catalogue;
+pub use tools::{Catalogue, ToolDeclarationError};
 
 /// How `/mcp` is served.
 #[derive(Clone, Debug, Default)]
@@ -74,7 +79,10 @@ pub struct McpConfig {
 }
 
 /// The `/mcp` route, to merge into the application's router.
-pub fn routes(state: ApiState, config: &McpConfig) -> Result<Router<ApiState>, String> {
+pub fn routes(
+    state: ApiState,
+    config: &McpConfig,
+) -> Result<Router<ApiState>, ToolDeclarationError> {
     let catalogue = Arc::new(Catalogue::new(&schema::sdl())?);
     let server = McpServer {
         state: state.clone(),
@@ -221,13 +229,20 @@ fn tool_result(response: async_graphql::Response, field: &str) -> CallToolResult
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("brainstem", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "Brainstem runs tasks for your tenant: start one (start_task), follow it \
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .build(),
+        )
+        .with_server_info(Implementation::new("brainstem", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "Brainstem runs tasks for your tenant: start one (start_task), follow it \
                  (get_task), decide its reviews (answer_review), and read or add the \
-                 tenant's memories. Ids are Brainstem's global ids, as in its GraphQL API.",
-            )
+                 tenant's memories. Ids are Brainstem's global ids, as in its GraphQL API; \
+                 a task and a memory are also resources, brainstem://tasks/{id} and \
+                 brainstem://memories/{id}.",
+        )
     }
 
     async fn list_tools(
@@ -266,6 +281,32 @@ impl ServerHandler for McpServer {
                 .into());
         }
         Ok(self.run(&caller, tool, arguments).await.into())
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let caller = caller(&context)?;
+        let templates = resources::visible_to(&caller.credential.principal)
+            .map(resources::Template::listed)
+            .collect();
+        Ok(ListResourceTemplatesResult::with_all_items(templates))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let caller = caller(&context)?;
+        let uri = request.uri;
+        let Some((template, id)) = resources::resolve(&uri, &caller.credential.principal) else {
+            return Err(resources::not_found(&uri));
+        };
+        let response = self.execute(&caller, template.request(id)).await;
+        resources::read_result(&uri, template.field, response).map(Into::into)
     }
 }
 

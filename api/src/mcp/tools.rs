@@ -9,7 +9,7 @@
 //! runs through the schema's pipeline, so scopes, tenant scoping, row
 //! security, rate limits and audit are the GraphQL API's own.
 
-use std::{borrow::Cow, collections::BTreeMap, sync::Arc};
+use std::{borrow::Cow, collections::BTreeMap, fmt, sync::Arc};
 
 use brainstem_domain::Principal;
 use rmcp::model::{JsonObject, MetaObject, Tool, ToolAnnotations};
@@ -75,7 +75,7 @@ pub const TASK: &str = "id status mode intent confidence error input channel con
 
 const PAGE: &str = "pageInfo { hasNextPage hasPreviousPage startCursor endCursor }";
 
-const MEMORY: &str = "id tier category content score importance confidence status validFrom validTo \
+pub const MEMORY: &str = "id tier category content score importance confidence status validFrom validTo \
     subject { id type name key } createdAt";
 
 pub const START_TASK: &str = "start_task";
@@ -188,6 +188,35 @@ pub struct Prepared {
     selection: String,
 }
 
+/// A tool declared against a schema that cannot serve it (a field or
+/// type the SDL lacks, or an SDL that does not parse): a programming
+/// error, refused when the application is built.
+#[derive(Debug)]
+pub struct ToolDeclarationError {
+    /// The tool, when one is at fault (not the SDL as a whole).
+    pub tool: Option<&'static str>,
+    pub reason: String,
+}
+
+impl fmt::Display for ToolDeclarationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.tool {
+            Some(tool) => write!(
+                f,
+                "the MCP tool `{tool}` does not match the GraphQL schema: {}",
+                self.reason
+            ),
+            None => write!(
+                f,
+                "the GraphQL schema cannot be read for the MCP tools: {}",
+                self.reason
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ToolDeclarationError {}
+
 /// The tools, prepared once from the SDL.
 pub struct Catalogue {
     tools: BTreeMap<&'static str, Prepared>,
@@ -197,11 +226,16 @@ impl Catalogue {
     /// Prepare every tool of [`SPECS`] against `sdl` (the schema's SDL).
     /// A tool naming a field the schema lacks is a programming error
     /// caught at start-up and by the tests.
-    pub fn new(sdl: &str) -> Result<Self, String> {
-        let sdl = Sdl::parse(sdl)?;
+    pub fn new(sdl: &str) -> Result<Self, ToolDeclarationError> {
+        let sdl = Sdl::parse(sdl).map_err(|reason| ToolDeclarationError { tool: None, reason })?;
         let mut tools = BTreeMap::new();
         for spec in SPECS {
-            let shape = sdl.field(spec.root, spec.field)?;
+            let shape =
+                sdl.field(spec.root, spec.field)
+                    .map_err(|reason| ToolDeclarationError {
+                        tool: Some(spec.name),
+                        reason,
+                    })?;
             let e = spec.effects;
             let annotations = ToolAnnotations::with_title(spec.title)
                 .read_only(e.read_only)
@@ -335,6 +369,20 @@ mod tests {
                 panic!("{}: {e}\n{}", prepared.spec.name, request.query);
             }
         }
+    }
+
+    #[test]
+    fn a_tool_the_schema_cannot_serve_is_named_in_the_error() {
+        let sdl = "type Query { viewer: Int } type Mutation { other: Int }";
+        let err = Catalogue::new(sdl).err().expect("no field for the tools");
+        assert_eq!(err.tool, Some(START_TASK));
+        assert!(
+            err.to_string()
+                .starts_with("the MCP tool `start_task` does not match the GraphQL schema"),
+            "{err}"
+        );
+        let err = Catalogue::new("type {").err().expect("not an SDL");
+        assert_eq!(err.tool, None);
     }
 
     #[test]

@@ -197,24 +197,27 @@ impl AdminQuery {
         Ok(connection(page, |c| c.id.uuid(), Connection))
     }
 
-    /// The tools the MCP server of a connection of kind `mcp` offers,
-    /// asked now (needs `admin`). A plan step names one by its `key`.
+    /// The tools the MCP server of a connection of kind `mcp` offers
+    /// (needs `admin`). A plan step names one by its `key`. The list is
+    /// kept until the server announces a change or it expires
+    /// (`mcp_tool_list_ttl_secs`); `refresh` asks the server now.
     async fn mcp_tools(
         &self,
         ctx: &Context<'_>,
         connection: String,
+        #[graphql(default = false)] refresh: bool,
     ) -> async_graphql::Result<Vec<McpTool>> {
         let tools = domain(ctx)
-            .mcp_tools_of(principal(ctx)?, &connection)
+            .mcp_tools_of(principal(ctx)?, &connection, refresh)
             .await
             .gql()?;
         Ok(tools
-            .into_iter()
+            .iter()
             .map(|t| McpTool {
-                key: t.key,
-                name: t.name,
-                description: t.description,
-                input_schema: Json(t.input_schema),
+                key: t.key.clone(),
+                name: t.name.clone(),
+                description: t.description.clone(),
+                input_schema: Json(t.input_schema.clone()),
             })
             .collect())
     }

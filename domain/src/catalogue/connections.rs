@@ -12,7 +12,10 @@ use std::{fmt, sync::Arc};
 
 use brainstem_entity::{ConnectionId, TenantId, TenantOwned, TenantScope, connection};
 use chrono::{DateTime, Utc};
-use sea_orm::{ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, QueryFilter};
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, QueryFilter, QueryOrder,
+    QuerySelect,
+};
 use serde_json::{Value, json};
 
 use crate::{
@@ -63,6 +66,9 @@ pub struct DecryptedConnection {
     pub config: Value,
     pub secret: Option<SecretJson>,
 }
+
+/// The most connections of one kind [`Connections::of_kind`] reads.
+pub const MAX_OF_KIND: u64 = 50;
 
 /// What `create` needs. Its `Debug` redacts the secret and, in the config,
 /// anything under a secret-looking key (such a config is refused, but may
@@ -273,6 +279,18 @@ impl Connections {
         )
         .await?;
         Ok(Connection::from(&row))
+    }
+
+    /// The names and configs of the scope's tenant's connections of
+    /// `kind`, by name, at most [`MAX_OF_KIND`] (no secret is opened).
+    pub async fn of_kind(&self, scope: TenantScope, kind: &str) -> Result<Vec<(String, Value)>> {
+        let rows = connection::Entity::find_in(scope)
+            .filter(connection::Column::Kind.eq(kind))
+            .order_by_asc(connection::Column::Name)
+            .limit(MAX_OF_KIND)
+            .all(&self.db)
+            .await?;
+        Ok(rows.into_iter().map(|r| (r.name, r.config)).collect())
     }
 
     /// The connection named `name` in the scope's tenant, with its secret

@@ -29,8 +29,8 @@ use uuid::Uuid;
 use crate::{
     Result,
     catalogue::{
-        capabilities::Capabilities, connections::Connections, plans::Plans, policy::Policies,
-        prompts::Prompts,
+        capabilities::Capabilities, connections::Connections, mcp::McpClients, plans::Plans,
+        policy::Policies, prompts::Prompts,
     },
     memory::{Memories, graph::Graph},
     models::{llm::budget::Ledger, usage::Usage},
@@ -47,6 +47,9 @@ pub struct ToolPorts {
     /// The tenant's connections, whose secrets `http_request` borrows for
     /// its headers.
     pub connections: Connections,
+    /// The tool lists and OAuth tokens of the tenant's MCP servers: the
+    /// agent's menu, and the tokens `mcp:` tools send.
+    pub mcp: McpClients,
     /// Plans and the tools a tenant may use: the agent's menu.
     pub plans: Plans,
     /// System prompts and preferences: the agent's prompt.

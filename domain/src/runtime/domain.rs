@@ -56,6 +56,9 @@ pub struct Domain {
     /// The client every outbound call a tenant's work can steer goes
     /// through (tools, partner tools, webhooks).
     pub outbound: outbound::Outbound,
+    /// The tool lists and OAuth tokens of tenants' MCP servers, kept by
+    /// this process.
+    pub mcp: mcp::McpClients,
     /// The fair queue: tenants' settings and statistics.
     pub queue: queue::Queue,
 }
@@ -127,6 +130,7 @@ impl Domain {
             policies: policy::Policies::new(db.clone(), Default::default()),
             guardrails: guardrails::Guardrails::new(db.clone()),
             outbound: outbound::Outbound::default(),
+            mcp: mcp::McpClients::default(),
             statements,
             db,
         }
@@ -148,6 +152,12 @@ impl Domain {
     pub fn with_outbound(mut self, outbound: outbound::Outbound) -> Self {
         self.webhooks = self.webhooks.with_outbound(outbound.clone());
         self.outbound = outbound;
+        self
+    }
+
+    /// Keep MCP servers' tool lists (and OAuth tokens) as `settings` say.
+    pub fn with_mcp_tool_lists(mut self, settings: mcp::ListSettings) -> Self {
+        self.mcp = mcp::McpClients::new(settings);
         self
     }
 
@@ -183,14 +193,24 @@ impl Domain {
     }
 
     /// The tools the MCP server of the tenant's connection `name` (of kind
-    /// `mcp`) offers, asked now (tenant admins, like connections).
+    /// `mcp`) offers (tenant admins, like connections): the list this
+    /// process keeps, or asked now when it has none fresh or `refresh`.
     pub async fn mcp_tools_of(
         &self,
         principal: &Principal,
         name: &str,
-    ) -> Result<Vec<mcp::RemoteTool>> {
+        refresh: bool,
+    ) -> Result<Arc<[mcp::RemoteTool]>> {
         let scope = principal.require_scope("admin")?;
-        mcp::list_remote(&self.connections, &self.outbound, scope, name).await
+        mcp::list_remote(
+            &self.connections,
+            &self.outbound,
+            &self.mcp,
+            scope,
+            name,
+            refresh,
+        )
+        .await
     }
 
     /// Whether the database answers; used by `/readyz`.

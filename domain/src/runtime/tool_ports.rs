@@ -164,6 +164,7 @@ impl Domain {
             memory: self.memory.clone(),
             graph: self.graph.clone(),
             connections: self.connections.clone(),
+            mcp: self.mcp.clone(),
             plans: self.plans.clone(),
             prompts: self.prompts.clone(),
             policies: self.policies.clone(),

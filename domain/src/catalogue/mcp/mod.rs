@@ -1,7 +1,9 @@
 //! MCP servers as tools: a tenant connection of kind `mcp` (config `url`,
 //! optional `timeout_ms`; secret `{"token": …}`, sent as `Authorization:
-//! Bearer …`, or `{"authorization": …}`, sent as it is) lends its server's
-//! tools to the tenant's plans as `mcp:<connection>/<tool>`.
+//! Bearer …`, or `{"authorization": …}`, sent as it is; or OAuth client
+//! credentials, config `oauth` and secret `{"client_secret": …}`, see
+//! [`oauth`]) lends its server's tools to the tenant's plans as
+//! `mcp:<connection>/<tool>`.
 //!
 //! **Resolution.** Like partner tools, `mcp:` keys are not in the registry:
 //! the integrity check and the executor resolve them against the tenant's
@@ -11,6 +13,18 @@
 //! stored plans ([`unchecked`]) accepts a well-formed key without reading
 //! connections (a connection may be deleted later; the step then fails).
 //!
+//! **Listing.** A connection's tool list (`tools/list`) is kept per
+//! process ([`lists`]): read again when the server announces a change
+//! (`notifications/tools/list_changed`), past `mcp_tool_list_ttl_secs`,
+//! or on demand (`mcpTools(connection:, refresh: true)`).
+//!
+//! **Agents.** An agent step that names no tools is offered, besides the
+//! tenant's other tools, the tools of every connection of kind `mcp`
+//! ([`offered`]) under their servers' descriptions and schemas; a server
+//! that cannot be listed is left out of that iteration's menu, not a
+//! failure of the step. A call is a step like any other, resolved against
+//! the connection when it runs (guardrails, timeouts and retries apply).
+//!
 //! **The call** ([`client`]) goes through the outbound client with the
 //! step's idempotency key; the step's timeout (`timeoutSecs`, else the
 //! connection's `timeout_ms`, else 30 s) and retry policy (the partner
@@ -19,13 +33,36 @@
 //! arguments against its own schema; here they need only be an object.
 
 pub mod client;
+pub mod lists;
+pub mod oauth;
 
 use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
-use brainstem_entity::{TenantOwned, TenantScope, connection};
+use brainstem_entity::{TenantId, TenantOwned, TenantScope, connection};
 use sea_orm::{ColumnTrait, DatabaseConnection, QueryFilter};
 use serde_json::{Value, json};
+
+pub use lists::{ListSettings, ToolLists};
+pub use oauth::Tokens;
+
+/// What a process keeps of its tenants' MCP servers: their tool lists
+/// and their OAuth tokens. Cheap to clone; every clone shares them.
+#[derive(Clone, Default)]
+pub struct McpClients {
+    pub lists: ToolLists,
+    pub tokens: Tokens,
+}
+
+impl McpClients {
+    /// At most `settings.capacity` lists and as many tokens.
+    pub fn new(settings: ListSettings) -> Self {
+        Self {
+            lists: ToolLists::new(settings),
+            tokens: Tokens::new(settings.capacity),
+        }
+    }
+}
 
 use crate::{
     Error, Result,
@@ -59,6 +96,9 @@ pub struct McpTool {
     connection: String,
     tool: String,
     description: String,
+    /// The server's schema when the tool was listed (offered to a
+    /// model); else any object, the server checking the arguments.
+    input_schema: Value,
     timeout: Duration,
 }
 
@@ -72,9 +112,23 @@ impl McpTool {
             description: format!(
                 "the tool `{tool}` of the MCP server of connection `{connection}`"
             ),
+            input_schema: json!({"type": "object"}),
             timeout,
         })
     }
+}
+
+/// The most MCP tools an agent step is offered without naming them, all
+/// connections together (a model's menu has room for a bounded number).
+pub const MAX_OFFERED: usize = 64;
+
+/// The timeout of a connection of kind `mcp` (`timeout_ms`), else the
+/// default.
+fn timeout_of(config: &Value) -> Duration {
+    config
+        .get("timeout_ms")
+        .and_then(Value::as_u64)
+        .map_or(DEFAULT_TIMEOUT, Duration::from_millis)
 }
 
 /// The MCP tools `keys` name that the scope's tenant has a connection of
@@ -105,12 +159,7 @@ pub(crate) async fn mcp_tools(
         .into_iter()
         .filter_map(|(key, name)| {
             let row = rows.iter().find(|r| r.name == name)?;
-            let timeout = row
-                .config
-                .get("timeout_ms")
-                .and_then(Value::as_u64)
-                .map_or(DEFAULT_TIMEOUT, Duration::from_millis);
-            McpTool::new(key, timeout).map(|t| Arc::new(t) as Arc<dyn Tool>)
+            McpTool::new(key, timeout_of(&row.config)).map(|t| Arc::new(t) as Arc<dyn Tool>)
         })
         .collect())
 }
@@ -124,37 +173,112 @@ pub(crate) fn unchecked<'a>(keys: impl IntoIterator<Item = &'a str>) -> Vec<Arc<
         .collect()
 }
 
-/// Where a connection of kind `mcp` points and the `Authorization` its
-/// secret makes.
-fn endpoint_of(connection: &DecryptedConnection) -> Result<(String, Option<String>)> {
-    if connection.kind != KIND {
-        return Err(Error::validation(format!(
-            "connection `{}` is of kind `{}`, not `{KIND}`",
-            connection.name, connection.kind
-        )));
-    }
-    let url = connection
-        .config
-        .get("url")
-        .and_then(Value::as_str)
-        .ok_or_else(|| {
-            Error::validation(format!(
-                "connection `{}` has no `url` in its config",
-                connection.name
-            ))
-        })?;
-    let secret = connection.secret.as_ref().map(|s| s.expose());
-    let authorization = secret.and_then(|s| {
-        s.get("authorization")
+/// How a connection's server is reached as its tenant: a fixed
+/// `Authorization` (or none), or a token from OAuth client credentials.
+enum Auth {
+    Header(Option<String>),
+    Client(oauth::ClientCredentials),
+}
+
+/// A connection of kind `mcp`'s server, as its credential reaches it.
+struct Server<'a> {
+    outbound: &'a Outbound,
+    tokens: &'a Tokens,
+    key: (TenantId, String),
+    url: String,
+    auth: Auth,
+}
+
+impl<'a> Server<'a> {
+    /// Where `connection` points and how it authenticates; refused for a
+    /// connection of another kind, without `url`, or with incomplete
+    /// OAuth credentials.
+    fn of(
+        connection: &DecryptedConnection,
+        scope: TenantScope,
+        outbound: &'a Outbound,
+        tokens: &'a Tokens,
+    ) -> Result<Self> {
+        if connection.kind != KIND {
+            return Err(Error::validation(format!(
+                "connection `{}` is of kind `{}`, not `{KIND}`",
+                connection.name, connection.kind
+            )));
+        }
+        let url = connection
+            .config
+            .get("url")
             .and_then(Value::as_str)
-            .map(str::to_owned)
-            .or_else(|| {
-                s.get("token")
-                    .and_then(Value::as_str)
-                    .map(|t| format!("Bearer {t}"))
-            })
-    });
-    Ok((url.to_owned(), authorization))
+            .ok_or_else(|| {
+                Error::validation(format!(
+                    "connection `{}` has no `url` in its config",
+                    connection.name
+                ))
+            })?;
+        let auth = match oauth::ClientCredentials::of(
+            &connection.name,
+            &connection.config,
+            connection.secret.as_ref(),
+        )? {
+            Some(credentials) => Auth::Client(credentials),
+            None => {
+                let secret = connection.secret.as_ref().map(|s| s.expose());
+                Auth::Header(secret.and_then(|s| {
+                    s.get("authorization")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                        .or_else(|| {
+                            s.get("token")
+                                .and_then(Value::as_str)
+                                .map(|t| format!("Bearer {t}"))
+                        })
+                }))
+            }
+        };
+        Ok(Self {
+            outbound,
+            tokens,
+            key: (scope.tenant_id(), connection.name.clone()),
+            url: url.to_owned(),
+            auth,
+        })
+    }
+
+    /// What stands for the credential in a kept list's fingerprint.
+    fn credential_fingerprint(&self) -> Option<String> {
+        match &self.auth {
+            Auth::Header(header) => header.clone(),
+            Auth::Client(credentials) => Some(format!("oauth:{}", credentials.fingerprint())),
+        }
+    }
+
+    /// The endpoint to call now: the fixed header, or a bearer token.
+    async fn endpoint(&self) -> std::result::Result<client::Endpoint<'_>, ToolError> {
+        let authorization = match &self.auth {
+            Auth::Header(header) => header.clone(),
+            Auth::Client(credentials) => Some(
+                self.tokens
+                    .bearer(self.outbound, &self.key, credentials)
+                    .await?,
+            ),
+        };
+        Ok(client::Endpoint {
+            url: &self.url,
+            authorization,
+        })
+    }
+
+    /// After a `401`: whether a new credential may pass (a new token is
+    /// asked for at the next [`Server::endpoint`]).
+    fn renew(&self) -> bool {
+        match &self.auth {
+            Auth::Header(_) => false,
+            Auth::Client(_) => {
+                self.tokens.forget(&self.key);
+                true
+            }
+        }
+    }
 }
 
 /// A tool a connection's MCP server lists, as a plan names it.
@@ -167,25 +291,58 @@ pub struct RemoteTool {
     pub input_schema: Value,
 }
 
-/// Ask the MCP server of the scope's tenant's connection `name` which
-/// tools it offers (`tools/list`, read now: the server's list is never
-/// stale here). `NotFound` for another tenant's or no connection.
+/// The tools the MCP server of the scope's tenant's connection `name`
+/// offers: the list kept by `lists` when fresh (see [`lists`]), else
+/// asked now (`tools/list`, within the connection's timeout), as with
+/// `refresh`. `NotFound` for another tenant's or no connection.
 pub async fn list_remote(
     connections: &Connections,
     outbound: &Outbound,
+    clients: &McpClients,
     scope: TenantScope,
     name: &str,
-) -> Result<Vec<RemoteTool>> {
+    refresh: bool,
+) -> Result<Arc<[RemoteTool]>> {
+    let lists = &clients.lists;
     let connection = connections.resolve(scope, name).await?;
-    let (url, authorization) = endpoint_of(&connection)?;
-    let endpoint = client::Endpoint {
-        url: &url,
-        authorization,
+    let server = Server::of(&connection, scope, outbound, &clients.tokens)?;
+    let key = (scope.tenant_id(), name.to_owned());
+    let fingerprint = lists::fingerprint(
+        &connection.id.to_string(),
+        &server.url,
+        &connection.config,
+        server.credential_fingerprint().as_deref(),
+    );
+    if refresh {
+        lists.forget(&key);
+    } else if let Some(kept) = lists.get(&key, fingerprint) {
+        return Ok(kept);
+    }
+    let unavailable =
+        |message: String| Error::Unavailable(format!("connection `{name}`: {message}"));
+    let timeout = timeout_of(&connection.config);
+    let listing = async {
+        let mut renewed = false;
+        loop {
+            let endpoint = server.endpoint().await?;
+            match client::list_tools(outbound, &endpoint).await {
+                Err(client::ExchangeError::Unauthorized(_)) if !renewed && server.renew() => {
+                    renewed = true;
+                }
+                other => {
+                    break other
+                        .map(|listed| (listed, endpoint.authorization))
+                        .map_err(ToolError::from);
+                }
+            }
+        }
     };
-    let listed = client::list_tools(outbound, &endpoint)
+    let (listed, authorization) = tokio::time::timeout(timeout, listing)
         .await
-        .map_err(|e| Error::Unavailable(format!("connection `{name}`: {}", e.message)))?;
-    Ok(listed
+        .map_err(|_| unavailable(format!("`tools/list` timed out after {timeout:?}")))?
+        .map_err(|e| unavailable(e.message))?;
+    let tools: Arc<[RemoteTool]> = listed
+        .tools
         .iter()
         .filter_map(|t| {
             let tool = t.get("name")?.as_str()?;
@@ -203,7 +360,48 @@ pub async fn list_remote(
                     .unwrap_or(json!({"type": "object"})),
             })
         })
-        .collect())
+        .collect();
+    let url = server.url.clone();
+    let listen = listed
+        .watch
+        .map(|watch| (outbound.clone(), watch, url, authorization));
+    lists.keep(key, fingerprint, tools.clone(), listen);
+    Ok(tools)
+}
+
+/// The tools of every connection of kind `mcp` of the scope's tenant, as
+/// an agent step that names no tools offers them: with their servers'
+/// descriptions and schemas, at most [`MAX_OFFERED`]. A connection whose
+/// server cannot be listed now is left out (and logged).
+pub async fn offered(
+    connections: &Connections,
+    outbound: &Outbound,
+    clients: &McpClients,
+    scope: TenantScope,
+) -> Result<Vec<Arc<dyn Tool>>> {
+    let mut offered: Vec<Arc<dyn Tool>> = Vec::new();
+    for (name, config) in connections.of_kind(scope, KIND).await? {
+        let listed = match list_remote(connections, outbound, clients, scope, &name, false).await {
+            Ok(listed) => listed,
+            Err(err) => {
+                tracing::warn!(connection = %name, %err, "an MCP server's tools are not offered");
+                continue;
+            }
+        };
+        for remote in listed.iter() {
+            if offered.len() >= MAX_OFFERED {
+                return Ok(offered);
+            }
+            if let Some(mut tool) = McpTool::new(&remote.key, timeout_of(&config)) {
+                if !remote.description.is_empty() {
+                    tool.description = remote.description.clone();
+                }
+                tool.input_schema = remote.input_schema.clone();
+                offered.push(Arc::new(tool));
+            }
+        }
+    }
+    Ok(offered)
 }
 
 #[async_trait]
@@ -217,7 +415,7 @@ impl Tool for McpTool {
     }
 
     fn input_schema(&self) -> Value {
-        json!({"type": "object"})
+        self.input_schema.clone()
     }
 
     fn timeout(&self) -> Duration {
@@ -229,26 +427,34 @@ impl Tool for McpTool {
     }
 
     async fn call(&self, ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+        let scope = TenantScope::new(ctx.tenant);
         let connection = ctx
             .ports
             .connections
-            .resolve(TenantScope::new(ctx.tenant), &self.connection)
+            .resolve(scope, &self.connection)
             .await
             .map_err(|e| ToolError::fatal(format!("`{}`: {e}", self.key)))?;
-        let (url, authorization) =
-            endpoint_of(&connection).map_err(|e| ToolError::fatal(e.to_string()))?;
-        let endpoint = client::Endpoint {
-            url: &url,
-            authorization,
+        let outbound = &ctx.settings.outbound;
+        let server = Server::of(&connection, scope, outbound, &ctx.ports.mcp.tokens)
+            .map_err(|e| ToolError::fatal(e.to_string()))?;
+        let mut renewed = false;
+        let result = loop {
+            let endpoint = server.endpoint().await?;
+            let called = client::call_tool(
+                outbound,
+                &endpoint,
+                &self.tool,
+                args.clone(),
+                &ctx.idempotency_key,
+            )
+            .await;
+            match called {
+                Err(client::ExchangeError::Unauthorized(_)) if !renewed && server.renew() => {
+                    renewed = true;
+                }
+                other => break other?,
+            }
         };
-        let result = client::call_tool(
-            &ctx.settings.outbound,
-            &endpoint,
-            &self.tool,
-            args,
-            &ctx.idempotency_key,
-        )
-        .await?;
         // The structured result when the server gives one, else the
         // content blocks.
         let output = match result.get("structuredContent") {

@@ -2,8 +2,9 @@
 //!
 //! Each iteration is one step of the task. It calls the model with the
 //! conversation so far and the tools the tenant may use (built-in ones,
-//! the partner tools of the capabilities it subscribes to, and its plans
-//! as `plan_<key>`; the step's `tools` narrows them). If the model calls tools, the step adds one step
+//! the partner tools of the capabilities it subscribes to, the tools of
+//! its MCP servers (connections of kind `mcp`), and its plans as
+//! `plan_<key>`; the step's `tools` narrows them). If the model calls tools, the step adds one step
 //! per call, then one step for the next iteration, to the task's plan; the
 //! executor runs them like any other step (idempotency key, audit,
 //! redaction, events, timeouts, crash recovery). The next iteration answers
@@ -62,7 +63,7 @@ use super::{
     generate::{FRAME_INTERVAL, arg_u64, check_budget},
 };
 use crate::{
-    catalogue::{plans::StepDef, policy::ExecutorPolicy},
+    catalogue::{mcp, plans::StepDef, policy::ExecutorPolicy},
     models::llm::{FinishReason, Message, frames, prompt},
 };
 use answer::Finish;
@@ -155,11 +156,17 @@ impl Tool for Agent {
                 .await
                 .map_err(listing)?;
             let allowed = state.allowed.as_deref();
-            // An MCP tool is offered when the step names it: the tenant's
-            // connections lend it, without asking the server for a list.
-            if let Some(keys) = allowed {
-                tools.extend(ports.plans.mcp_tools(scope, keys).await.map_err(listing)?);
-            }
+            // A step that names an MCP tool is offered it without asking
+            // the server for a list; one that names none is offered every
+            // tool of the tenant's MCP servers, as their servers list them.
+            let mcp = match allowed {
+                Some(keys) => ports.plans.mcp_tools(scope, keys).await,
+                None => {
+                    let outbound = &ctx.settings.outbound;
+                    mcp::offered(&ports.connections, outbound, &ports.mcp, scope).await
+                }
+            };
+            tools.extend(mcp.map_err(listing)?);
             let menu = calls::Menu::new(tools, allowed);
             match ports.plans.registry().get(crate::tools::plan_run::KEY) {
                 Some(runner) => {
