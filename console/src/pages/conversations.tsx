@@ -1,16 +1,24 @@
-// Conversations: a chat on the tenant's agent plans. Each message is a
-// task (a turn) of the conversation; the answer's tokens stream in as they
-// are produced, tool calls show as they start, and memory suggestions can
-// be accepted.
+// Conversations: the tenant's conversations, newest first, 25 a page (older
+// and newer by cursor), and a chat on the tenant's agent plans. Each message
+// is a task (a turn) of the conversation; the answer's tokens stream in as
+// they are produced, tool calls show as they start, and memory suggestions
+// can be accepted.
 
 import { useEffect, useMemo, useState } from "react";
 import { useMutation, useQuery, useSubscription } from "urql";
 
 import { mergeDelta } from "../live";
+import { type Cursor, type PageInfo, Pager, pageArgs } from "../paging";
 import { href } from "../router";
 import { Empty, ErrorBox, Loading, Status } from "../ui";
 
-const LIST = `{ conversations(first: 50) { edges { node { id title updatedAt } } } }`;
+const LIST = `query($first: Int, $after: String, $last: Int, $before: String) {
+  conversations(first: $first, after: $after, last: $last, before: $before, orderBy: CREATED_AT_DESC) {
+    edges { node { id title updatedAt } }
+    pageInfo { hasNextPage hasPreviousPage startCursor endCursor }
+  }
+}`;
+const PAGE_SIZE = 25;
 const START = `mutation($title: String!) { startConversation(input: {title: $title}) { conversation { id } } }`;
 const TURNS = `query($id: ID!) { conversation(id: $id) { id title turns(first: 100) { edges { node {
   id input status error result { content memorySuggestions } } } } } }`;
@@ -28,9 +36,11 @@ interface Turn {
 }
 
 export function ConversationsPage({ id }: { id?: string }) {
+  const [cursor, setCursor] = useState<Cursor>(null);
+  const variables = useMemo(() => pageArgs(cursor, PAGE_SIZE), [cursor]);
   const [{ data, error, fetching }, reload] = useQuery<{
-    conversations: { edges: { node: { id: string; title: string; updatedAt: string } }[] };
-  }>({ query: LIST, requestPolicy: "cache-and-network" });
+    conversations: { edges: { node: { id: string; title: string; updatedAt: string } }[]; pageInfo: PageInfo };
+  }>({ query: LIST, variables, requestPolicy: "cache-and-network" });
   const [title, setTitle] = useState("");
   const [started, start] = useMutation<{ startConversation: { conversation: { id: string } } }>(START);
   return (
@@ -46,7 +56,9 @@ export function ConversationsPage({ id }: { id?: string }) {
             const newId = answer.data?.startConversation.conversation.id;
             if (newId) {
               setTitle("");
-              reload({ requestPolicy: "network-only" });
+              // The new conversation is the newest.
+              if (cursor) setCursor(null);
+              else reload({ requestPolicy: "network-only" });
               location.hash = href({ page: "conversation", id: newId });
             }
           }}
@@ -75,6 +87,13 @@ export function ConversationsPage({ id }: { id?: string }) {
             ))}
           </ul>
         )}
+        <Pager
+          label="Conversation pages"
+          cursor={cursor}
+          pageInfo={data?.conversations.pageInfo}
+          fetching={fetching}
+          onPage={setCursor}
+        />
       </div>
       {id ? <Chat id={id} /> : <Empty>Pick a conversation or start one.</Empty>}
     </section>

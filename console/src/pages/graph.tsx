@@ -1,15 +1,23 @@
-// The knowledge graph around an entity: its neighbours drawn with
-// Cytoscape (loaded on this page only), a click on a node adds that
-// node's neighbourhood.
+// The knowledge graph: the tenant's entities, newest first, 25 a page (older
+// and newer by cursor), filtered by name; and around an entity, its
+// neighbours drawn with Cytoscape (loaded on this page only), a click on a
+// node adds that node's neighbourhood.
 
-import { useEffect, useRef, useState } from "react";
+import { useEffect, useMemo, useRef, useState } from "react";
 import { useClient, useQuery } from "urql";
 
+import { type Cursor, type PageInfo, Pager, pageArgs } from "../paging";
 import { href } from "../router";
 import { NewEntityForm, RelateForm } from "./create-knowledge";
 import { Empty, ErrorBox, Loading } from "../ui";
 
-const ENTITIES = `query($name: String) { entities(first: 50, filter: {nameContains: $name}) { edges { node { id name type } } } }`;
+const ENTITIES = `query($name: String, $first: Int, $after: String, $last: Int, $before: String) {
+  entities(filter: {nameContains: $name}, first: $first, after: $after, last: $last, before: $before, orderBy: CREATED_AT_DESC) {
+    edges { node { id name type } }
+    pageInfo { hasNextPage hasPreviousPage startCursor endCursor }
+  }
+}`;
+const PAGE_SIZE = 25;
 const AROUND = `query($id: ID!) { neighborhood(entityId: $id, depth: 1) {
   center { id name type } neighbors { entity { id name type } distance }
   relations { id type fromId toId weight } } }`;
@@ -30,9 +38,13 @@ export function GraphPage({ id }: { id?: string }) {
   const [name, setName] = useState("");
   // Bumped by each relation added here: the neighbourhood is drawn again.
   const [relations, setRelations] = useState(0);
-  const [{ data, error, fetching }, reload] = useQuery<{ entities: { edges: { node: Node }[] } }>({
+  const [cursor, setCursor] = useState<Cursor>(null);
+  // A new name starts from the newest page.
+  useEffect(() => setCursor(null), [name]);
+  const variables = useMemo(() => ({ name: name || null, ...pageArgs(cursor, PAGE_SIZE) }), [name, cursor]);
+  const [{ data, error, fetching }, reload] = useQuery<{ entities: { edges: { node: Node }[]; pageInfo: PageInfo } }>({
     query: ENTITIES,
-    variables: { name: name || null },
+    variables,
   });
   return (
     <section aria-labelledby="graph-title" className="split">
@@ -42,7 +54,9 @@ export function GraphPage({ id }: { id?: string }) {
           <summary>New entity</summary>
           <NewEntityForm
             onCreated={(created) => {
-              reload({ requestPolicy: "network-only" });
+              // The new entity is the newest.
+              if (cursor) setCursor(null);
+              else reload({ requestPolicy: "network-only" });
               location.hash = href({ page: "graph", id: created });
             }}
           />
@@ -67,6 +81,13 @@ export function GraphPage({ id }: { id?: string }) {
             ))}
           </ul>
         )}
+        <Pager
+          label="Entity pages"
+          cursor={cursor}
+          pageInfo={data?.entities.pageInfo}
+          fetching={fetching}
+          onPage={setCursor}
+        />
       </div>
       {id ? (
         <div>

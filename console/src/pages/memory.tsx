@@ -1,9 +1,12 @@
 // Memory: hybrid search with each hit's score breakdown, a form that
-// remembers a fact, and a memory's details with its versions and outcomes.
+// remembers a fact, the tenant's memories newest first (25 a page, older
+// and newer by cursor), and a memory's details with its versions and
+// outcomes.
 
-import { useState } from "react";
+import { useMemo, useState } from "react";
 import { useQuery } from "urql";
 
+import { type Cursor, type PageInfo, Pager, pageArgs } from "../paging";
 import { href } from "../router";
 import { Empty, ErrorBox, Loading, when } from "../ui";
 import { RememberForm } from "./create-knowledge";
@@ -11,6 +14,14 @@ import { RememberForm } from "./create-knowledge";
 const SEARCH = `query($q: String!) { searchMemories(query: $q, limit: 20) { vectorUsed hits {
   keywordRank vectorRank vectorSimilarity fusedScore scoreBoost tierBoost graphBoost boost finalScore
   memory { id content tier category } } } }`;
+
+const LIST = `query($first: Int, $after: String, $last: Int, $before: String) {
+  memories(first: $first, after: $after, last: $last, before: $before, orderBy: CREATED_AT_DESC) {
+    edges { node { id content tier category createdAt } }
+    pageInfo { hasNextPage hasPreviousPage startCursor endCursor }
+  }
+}`;
+const PAGE_SIZE = 25;
 
 const MEMORY = `query($id: ID!) { node(id: $id) { ... on Memory {
   id content tier category status score uses importance confidence version createdAt updatedAt
@@ -104,6 +115,67 @@ export function MemoryPage() {
           </tbody>
         </table>
       )}
+      <NewestMemories />
+    </section>
+  );
+}
+
+interface Listed {
+  id: string;
+  content: string;
+  tier: string;
+  category: string;
+  createdAt: string;
+}
+
+function NewestMemories() {
+  const [cursor, setCursor] = useState<Cursor>(null);
+  const variables = useMemo(() => pageArgs(cursor, PAGE_SIZE), [cursor]);
+  const [{ data, error, fetching }] = useQuery<{ memories: { edges: { node: Listed }[]; pageInfo: PageInfo } }>({
+    query: LIST,
+    variables,
+    requestPolicy: "cache-and-network",
+  });
+  return (
+    <section aria-labelledby="memories-title">
+      <h2 id="memories-title">Newest memories</h2>
+      {error ? (
+        <ErrorBox error={error} />
+      ) : fetching && !data ? (
+        <Loading what="memories" />
+      ) : !data?.memories.edges.length ? (
+        <Empty>No memories yet.</Empty>
+      ) : (
+        <table className="list" aria-label="Memories">
+          <thead>
+            <tr>
+              <th scope="col">Memory</th>
+              <th scope="col">Tier</th>
+              <th scope="col">Category</th>
+              <th scope="col">Created</th>
+            </tr>
+          </thead>
+          <tbody>
+            {data.memories.edges.map(({ node: m }) => (
+              <tr key={m.id} data-testid="memory-row">
+                <td>
+                  <a href={href({ page: "memory-detail", id: m.id })}>{m.content}</a>
+                </td>
+                <td>{m.tier}</td>
+                <td>{m.category}</td>
+                <td>{when(m.createdAt)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      <Pager
+        label="Memory pages"
+        cursor={cursor}
+        pageInfo={data?.memories.pageInfo}
+        fetching={fetching}
+        onPage={setCursor}
+      />
     </section>
   );
 }
