@@ -14,6 +14,7 @@ import { gzipSync } from "node:zlib";
 import { chromium } from "playwright-core";
 
 import { axe, base, gql, seqs, shots, signIn, startFromForm, statusEvent, tokens, WAIT } from "./harness.mjs";
+import { freshChecks } from "./fresh.mjs";
 import { listChecks } from "./lists.mjs";
 
 const checks = {
@@ -665,6 +666,7 @@ const checks = {
   },
 
   ...listChecks,
+  ...freshChecks,
 };
 
 const browser = await chromium.launch({

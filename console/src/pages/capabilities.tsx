@@ -1,10 +1,12 @@
 // Capabilities and connections: what the tenant subscribes to, and its
 // connections to other systems. Secrets are write-only: the form sends
-// one, the list only says whether a connection has one.
+// one, the list only says whether a connection has one. The page polls
+// while it is visible (neither has a subscription).
 
 import { useState } from "react";
 import { useMutation, useQuery } from "urql";
 
+import { Polling, usePoll } from "../poll";
 import { Empty, ErrorBox, Json, Loading, Status, when } from "../ui";
 
 const DATA = `{
@@ -24,11 +26,15 @@ export function CapabilitiesPage() {
   const [secret, setSecret] = useState("");
   const [invalid, setInvalid] = useState<string | null>(null);
   const [created, create] = useMutation(CREATE);
+  const polling = usePoll(() => reload({ requestPolicy: "network-only" }));
   if (error) return <ErrorBox error={error} />;
   if (fetching && !data) return <Loading what="capabilities" />;
   return (
     <section aria-labelledby="capabilities-title">
-      <h1 id="capabilities-title">Capabilities and connections</h1>
+      <div className="heading">
+        <h1 id="capabilities-title">Capabilities and connections</h1>
+        <Polling on={polling} />
+      </div>
       <h2>Subscriptions</h2>
       {!data?.subscriptions.edges.length ? (
         <Empty>This tenant subscribes to no capability.</Empty>

@@ -1,10 +1,12 @@
 // Operations: outbound webhooks with their deliveries, inbound hooks,
 // schedules with their next runs, and usage per day as a chart; new
-// endpoints and schedules (`create-operations`).
+// endpoints and schedules (`create-operations`). None of it has a
+// subscription: the page polls while it is visible.
 
 import { useMemo } from "react";
 import { useQuery } from "urql";
 
+import { Polling, usePoll } from "../poll";
 import { Empty, ErrorBox, Loading, Status, when } from "../ui";
 import { NewSchedule, NewWebhookEndpoint } from "./create-operations";
 
@@ -69,6 +71,7 @@ export function OperationsPage() {
     }[];
   }>({ query: OPERATIONS, requestPolicy: "network-only" });
   const reread = () => reload({ requestPolicy: "network-only" });
+  const polling = usePoll(reread);
   if (error) return <ErrorBox error={error} />;
   if (fetching && !data) return <Loading what="operations" />;
   const hooks = (data?.connections.edges ?? [])
@@ -76,7 +79,10 @@ export function OperationsPage() {
     .filter((c) => c.kind === "webhook" || c.kind === "inbound_email");
   return (
     <section aria-labelledby="operations-title">
-      <h1 id="operations-title">Operations</h1>
+      <div className="heading">
+        <h1 id="operations-title">Operations</h1>
+        <Polling on={polling} />
+      </div>
       <h2>Outbound webhooks</h2>
       <details className="card">
         <summary>New webhook endpoint</summary>
@@ -187,10 +193,11 @@ function UsageChart() {
       return { from: from.toISOString(), to: to.toISOString() };
     });
   }, []);
-  const [{ data, error, fetching }] = useQuery<Record<string, Usage>>({
+  const [{ data, error, fetching }, reload] = useQuery<Record<string, Usage>>({
     query: usageQuery(days),
     requestPolicy: "network-only",
   });
+  usePoll(() => reload({ requestPolicy: "network-only" }));
   if (error) return <ErrorBox error={error} />;
   if (fetching && !data) return <Loading what="usage" />;
   const rows = days.map((_, i) => data?.[`d${i}`]).filter((u): u is Usage => !!u);

@@ -1,10 +1,12 @@
 // Plans and tools: the tenant's plans with their versions and steps,
 // publishing a new version (the server's integrity errors shown inline),
-// and a new plan from zero (`new-plan`).
+// and a new plan from zero (`new-plan`). The list polls while the page is
+// visible (plans have no subscription); a plan's draft is left alone.
 
 import { useEffect, useState } from "react";
 import { useMutation, useQuery } from "urql";
 
+import { Polling, usePoll } from "../poll";
 import { Empty, ErrorBox, Json, Loading, when } from "../ui";
 import { NewPlan } from "./new-plan";
 
@@ -47,6 +49,7 @@ export function PlansPage() {
   }>({ query: PLANS, requestPolicy: "cache-and-network" });
   const [key, setKey] = useState<string | null>(null);
   const [creating, setCreating] = useState(false);
+  const polling = usePoll(() => reload({ requestPolicy: "network-only" }));
   const open = (planKey: string) => {
     setCreating(false);
     setKey(planKey);
@@ -55,7 +58,10 @@ export function PlansPage() {
   return (
     <section aria-labelledby="plans-title" className="split">
       <div>
-        <h1 id="plans-title">Plans</h1>
+        <div className="heading">
+          <h1 id="plans-title">Plans</h1>
+          <Polling on={polling} />
+        </div>
         <button type="button" onClick={() => setCreating(true)} aria-pressed={creating}>
           New plan
         </button>
