@@ -1,8 +1,10 @@
 // Browser checks that pages stay fresh without a reload: the pages with no
-// subscription poll while shown and stop while hidden. Run by console.mjs
-// with the others.
+// subscription poll while shown and stop while hidden; a task's token
+// counter rises while its text streams. Run by console.mjs with the others.
 
-import { base, gql, signIn, tokens, WAIT } from "./harness.mjs";
+import assert from "node:assert/strict";
+
+import { base, gql, signIn, startFromForm, statusEvent, tokens, WAIT } from "./harness.mjs";
 
 /** Tells the page it is hidden (`false`) or shown again (`true`), as a
  * switch of tabs would. */
@@ -55,5 +57,51 @@ export const freshChecks = {
     await setShown(page, true);
     await page.getByTestId("connection").filter({ hasText: "hooli-crm" }).waitFor({ timeout: WAIT });
     return {};
+  },
+
+  async "a task's token counter rises while its text streams"(page) {
+    // The stream's stored events (the step settling, the task completing)
+    // are held back from the page until released, so the page sees the
+    // tokens arrive while, for all it knows, the step is still running.
+    let holding = false;
+    const held = [];
+    let toPage = null;
+    await page.routeWebSocket(/\/graphql\/ws$/, (ws) => {
+      const server = ws.connectToServer();
+      toPage = ws;
+      server.onMessage((message) => {
+        const event = JSON.parse(message)?.payload?.data?.taskEvents;
+        if (holding && event?.kind !== "TOKEN_DELTA") held.push(message);
+        else ws.send(message);
+      });
+    });
+    await signIn(page, "acme");
+    const id = await startFromForm(page, "held", "Count my tokens as they come");
+    await statusEvent(page, "NEEDS_REVIEW");
+    const usage = page.getByTestId("usage");
+    const outputTokens = async () => Number((await usage.innerText()).match(/and (\d+) output tokens/)[1]);
+    assert.equal(await outputTokens(), 0);
+    holding = true;
+    const review = await gql(tokens.acme, "query($id: ID!) { task(id: $id) { pendingReview { id } } }", { id });
+    await gql(
+      tokens.acme,
+      "mutation($t: ID!, $r: ID!) { resumeTask(input: {taskId: $t, reviewId: $r}) { task { id } } }",
+      { t: id, r: review.task.pendingReview.id },
+    );
+    await page.waitForFunction(
+      () =>
+        Number(document.querySelector('[data-testid="usage"]')?.textContent.match(/and (\d+) output tokens/)?.[1]) > 0,
+      null,
+      { timeout: WAIT },
+    );
+    const streaming = await outputTokens();
+    assert.match(await usage.innerText(), /streaming now/);
+    holding = false;
+    for (const message of held.splice(0)) toPage.send(message);
+    await statusEvent(page, "COMPLETED");
+    const stored = await gql(tokens.acme, "query($id: ID!) { task(id: $id) { usage { outputTokens } } }", { id });
+    await usage.filter({ hasText: ` and ${stored.task.usage.outputTokens} output tokens ` }).waitFor({ timeout: WAIT });
+    assert.doesNotMatch(await usage.innerText(), /streaming now/);
+    return { streaming, stored: stored.task.usage.outputTokens };
   },
 };

@@ -1,6 +1,8 @@
 // One task: its state and steps (read once, then again when its status
 // changes) and a live timeline of its events, tokens streaming into the
 // step that produces them; cancel and retry, each after a confirmation.
+// Its token counter rises as text streams: the stored usage, plus the
+// tokens streamed since the task was last read.
 
 import { useEffect, useReducer, useRef, useState } from "react";
 import { useMutation, useQuery } from "urql";
@@ -72,14 +74,22 @@ export function TaskPage({ id }: { id: string }) {
   useEffect(() => follow(ws, id, update, lastSeq.current), [ws, id, run]);
   // Read the task again whenever its status or steps move on.
   const seen = useRef(0);
+  // Tokens streamed when the task was last asked for, and when the answer
+  // shown was asked for: the stored usage counts those.
+  const streamedAtRead = useRef(0);
+  const [counted, setCounted] = useState(0);
   useEffect(() => {
     const last = timeline.events[timeline.events.length - 1];
     if (!last || last.seq === seen.current) return;
     if (["STATUS_CHANGED", "STEP_COMPLETED", "STEP_FAILED"].includes(last.kind)) {
       seen.current = last.seq;
+      streamedAtRead.current = timeline.streamed;
       reload({ requestPolicy: "network-only" });
     }
-  }, [timeline.events, reload]);
+  }, [timeline.events, timeline.streamed, reload]);
+  useEffect(() => {
+    if (data) setCounted(streamedAtRead.current);
+  }, [data]);
   const [cancelled, cancel] = useMutation(CANCEL);
   const [retried, retry] = useMutation(RETRY);
 
@@ -88,6 +98,7 @@ export function TaskPage({ id }: { id: string }) {
   const task = data?.task;
   if (!task) return <Empty>No such task.</Empty>;
   const settled = ["COMPLETED", "FAILED", "CANCELLED"].includes(task.status);
+  const streaming = Math.max(0, timeline.streamed - counted);
   // A step's streamed text shows under its first event.
   const firstOfStep: Record<string, number> = {};
   for (const e of timeline.events) {
@@ -100,9 +111,10 @@ export function TaskPage({ id }: { id: string }) {
         <Status status={task.status} /> · {task.plan ? `${task.plan.key} v${task.plan.version}` : "no plan yet"} ·{" "}
         {task.channel} · started {when(task.startedAt)} · trace <code>{task.traceId}</code>
       </p>
-      <p className="facts" data-testid="usage">
-        {task.usage.inputTokens} input and {task.usage.outputTokens} output tokens · cost{" "}
+      <p className="facts" data-testid="usage" aria-live="off">
+        {task.usage.inputTokens} input and {task.usage.outputTokens + streaming} output tokens{streaming > 0 && ` (${streaming} streaming now, estimated)`} · cost{" "}
         {(task.usage.costMicros / 1e6).toFixed(6)}
+        {streaming > 0 && " so far"}
       </p>
       {task.error && <ErrorBox error={task.error} />}
       <div className="actions">
