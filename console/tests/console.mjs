@@ -14,6 +14,7 @@ import { gzipSync } from "node:zlib";
 import { chromium } from "playwright-core";
 
 import { axe, base, gql, seqs, shots, signIn, startFromForm, statusEvent, tokens, WAIT } from "./harness.mjs";
+import { finishChecks } from "./finish.mjs";
 import { freshChecks } from "./fresh.mjs";
 import { listChecks } from "./lists.mjs";
 
@@ -547,7 +548,7 @@ const checks = {
     await page.getByRole("button", { name: "Search" }).click();
     await page.getByText("Initech's parking lot closes at nine on Fridays.").first().waitFor({ timeout: WAIT });
 
-    await page.getByRole("link", { name: "Graph" }).click();
+    await page.getByRole("link", { name: "Graph", exact: true }).click();
     await page.getByText("New entity", { exact: true }).first().click();
     const addEntity = async (type, name) => {
       await page.getByLabel("Type", { exact: true }).fill(type);
@@ -627,7 +628,7 @@ const checks = {
     await page.getByLabel("Search memories").fill("Acme Freight");
     await page.getByRole("button", { name: "Search" }).click();
     await page.getByText("Nothing matches").waitFor({ timeout: WAIT });
-    await page.getByRole("link", { name: "Graph" }).click();
+    await page.getByRole("link", { name: "Graph", exact: true }).click();
     await page.getByText("No entities.").waitFor({ timeout: WAIT });
     await page.getByRole("link", { name: "Access" }).click();
     await page.getByRole("heading", { name: "Audit log" }).waitFor({ timeout: WAIT });
@@ -667,6 +668,7 @@ const checks = {
 
   ...listChecks,
   ...freshChecks,
+  ...finishChecks,
 };
 
 const browser = await chromium.launch({

@@ -212,7 +212,13 @@ function Neighbourhood({ id }: { id: string }) {
   );
 }
 
-/** A colour the stylesheet names (`styles.css`'s `:root`), as the theme sets it now. */
+/** A colour the stylesheet names (`styles.css`'s `:root`), as the theme
+ * sets it now: resolved on an element (the name holds `light-dark(…)`). */
 function themeColour(name: string): string {
-  return getComputedStyle(document.documentElement).getPropertyValue(name).trim() || "#1b1f24";
+  const probe = document.createElement("span");
+  probe.style.color = `var(${name})`;
+  document.body.append(probe);
+  const colour = getComputedStyle(probe).color;
+  probe.remove();
+  return colour || "#1b1f24";
 }
