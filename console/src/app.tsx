@@ -208,7 +208,7 @@ function Page({ route }: { route: Route }) {
     case "graph":
       return <GraphPage id={route.id} />;
     case "access":
-      return <AccessPage />;
+      return <AccessPage filter={route} />;
     case "plans":
       return <PlansPage />;
     case "capabilities":
