@@ -22,6 +22,7 @@ import { type Route, section, useRoute } from "./router";
 import { connect, storeActing, storedActing, storedToken, storeToken, type Clients } from "./session";
 import { applyTheme, storedTheme, type Theme } from "./theme";
 import { ErrorBox, Loading } from "./ui";
+import { graphql } from "./graphql";
 
 export function App() {
   const [token, setToken] = useState<string | null>(storedToken);
@@ -58,8 +59,30 @@ export function App() {
   );
 }
 
-const VIEWER = `{ viewer { subject roles tenant { name slug } } }`;
-const TENANTS = `{ tenants(first: 100) { edges { node { slug name } } } }`;
+const VIEWER = graphql(`
+  {
+    viewer {
+      subject
+      roles
+      tenant {
+        name
+        slug
+      }
+    }
+  }
+`);
+const TENANTS = graphql(`
+  {
+    tenants(first: 100) {
+      edges {
+        node {
+          slug
+          name
+        }
+      }
+    }
+  }
+`);
 
 const SECTIONS: [string, string][] = [
   ["tasks", "Tasks"],
@@ -91,7 +114,7 @@ function Shell({ acting, onActIn, onSignOut }: ShellProps) {
   const [theme, setTheme] = useState<Theme>(storedTheme);
   const [{ data, error, fetching }] = useQuery({ query: VIEWER });
   const platformAdmin = acting !== null || (data?.viewer?.roles ?? []).includes("PLATFORM_ADMIN");
-  const [tenants, reloadTenants] = useQuery<{ tenants: { edges: { node: { slug: string; name: string } }[] } }>({
+  const [tenants, reloadTenants] = useQuery({
     query: TENANTS,
     pause: !platformAdmin,
   });

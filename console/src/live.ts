@@ -6,27 +6,32 @@
 // them only when their step settles).
 
 import type { Client as WsClient } from "graphql-ws";
+import { stringifyDocument } from "urql";
 
-export interface TaskEvent {
-  __typename: string;
-  seq: number;
-  kind: string;
-  stepId: string | null;
-  tool: string | null;
-  status: string | null;
-  summary: string;
-  error: string | null;
-  createdAt: string;
-  offset?: number;
-  text?: string;
-}
+import { graphql, type ResultOf, type VariablesOf } from "./graphql";
 
-const EVENTS = `subscription($id: ID!, $after: Int) {
-  taskEvents(taskId: $id, after: $after) {
-    __typename seq kind stepId tool status summary error createdAt
-    ... on TokenDelta { offset text }
+const EVENTS = graphql(`
+  subscription TaskEvents($id: ID!, $after: Int) {
+    taskEvents(taskId: $id, after: $after) {
+      __typename
+      seq
+      kind
+      stepId
+      tool
+      status
+      summary
+      error
+      createdAt
+      ... on TokenDelta {
+        offset
+        text
+      }
+    }
   }
-}`;
+`);
+
+/** One event of a task's stream, as the schema types it. */
+export type TaskEvent = ResultOf<typeof EVENTS>["taskEvents"];
 
 export interface Timeline {
   /** Stored events, in order, each once. */
@@ -93,8 +98,9 @@ export function follow(
   const start = () => {
     if (stopped) return;
     onChange((t) => ({ ...t, live: true, ended: false }));
-    unsubscribe = ws.subscribe<{ taskEvents: TaskEvent }>(
-      { query: EVENTS, variables: { id: taskId, after: lastSeq } },
+    const variables: VariablesOf<typeof EVENTS> = { id: taskId, after: lastSeq };
+    unsubscribe = ws.subscribe<ResultOf<typeof EVENTS>>(
+      { query: stringifyDocument(EVENTS), variables },
       {
         next(result) {
           const event = result.data?.taskEvents;

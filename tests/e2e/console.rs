@@ -21,7 +21,9 @@ use serde_json::{Value, json};
 
 use crate::helpers::{Backend, TestApp, WAIT};
 
-fn workdir() -> PathBuf {
+/// Where the console's packages are installed (and, for the browser
+/// test, its build).
+pub(crate) fn workdir() -> PathBuf {
     std::env::var_os("BRAINSTEM_CONSOLE_WORKDIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("console"))

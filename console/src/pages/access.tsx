@@ -7,34 +7,76 @@ import { useEffect, useMemo, useState } from "react";
 import { useMutation, useQuery } from "urql";
 
 import { DayFilter, FilterText } from "../filters";
-import { type Cursor, type PageInfo, Pager, pageArgs } from "../paging";
+import { type Cursor, Pager, pageArgs } from "../paging";
 import { type AuditFilter, dayRange, href } from "../router";
 import { Empty, ErrorBox, Json, Loading, when } from "../ui";
+import { graphql } from "../graphql";
 
-const KEYS = `{ apiKeys(first: 100) { edges { node { id name prefix scopes createdBy createdAt lastUsedAt revoked } } } }`;
-const CREATE = `mutation($name: String!, $scopes: [String!]!) { createApiKey(input: {name: $name, scopes: $scopes}) { apiKey { id } secret } }`;
-const REVOKE = `mutation($id: ID!) { revokeApiKey(input: {id: $id}) { apiKey { id revoked } } }`;
-const AUDIT = `query($filter: AuditLogFilter, $first: Int, $after: String, $last: Int, $before: String) {
-  auditLog(filter: $filter, first: $first, after: $after, last: $last, before: $before, orderBy: CREATED_AT_DESC) {
-    edges { node { id action actor target data createdAt verified } }
-    pageInfo { hasNextPage hasPreviousPage startCursor endCursor }
+const KEYS = graphql(`
+  {
+    apiKeys(first: 100) {
+      edges {
+        node {
+          id
+          name
+          prefix
+          scopes
+          createdBy
+          createdAt
+          lastUsedAt
+          revoked
+        }
+      }
+    }
   }
-}`;
+`);
+const CREATE = graphql(`
+  mutation ($name: String!, $scopes: [String!]!) {
+    createApiKey(input: { name: $name, scopes: $scopes }) {
+      apiKey {
+        id
+      }
+      secret
+    }
+  }
+`);
+const REVOKE = graphql(`
+  mutation ($id: ID!) {
+    revokeApiKey(input: { id: $id }) {
+      apiKey {
+        id
+        revoked
+      }
+    }
+  }
+`);
+const AUDIT = graphql(`
+  query ($filter: AuditLogFilter, $first: Int, $after: String, $last: Int, $before: String) {
+    auditLog(filter: $filter, first: $first, after: $after, last: $last, before: $before, orderBy: CREATED_AT_DESC) {
+      edges {
+        node {
+          id
+          action
+          actor
+          target
+          data
+          createdAt
+          verified
+        }
+      }
+      pageInfo {
+        hasNextPage
+        hasPreviousPage
+        startCursor
+        endCursor
+      }
+    }
+  }
+`);
 const AUDIT_PAGE = 50;
 
-interface Key {
-  id: string;
-  name: string;
-  prefix: string;
-  scopes: string[];
-  createdBy: string;
-  createdAt: string;
-  lastUsedAt: string | null;
-  revoked: boolean;
-}
-
 export function AccessPage({ filter }: { filter: AuditFilter }) {
-  const [{ data, error, fetching }, reload] = useQuery<{ apiKeys: { edges: { node: Key }[] } }>({
+  const [{ data, error, fetching }, reload] = useQuery({
     query: KEYS,
     requestPolicy: "network-only",
   });
@@ -43,7 +85,7 @@ export function AccessPage({ filter }: { filter: AuditFilter }) {
   const [secret, setSecret] = useState<string | null>(null);
   // Bumped by each change made here: the audit log reads again.
   const [changes, setChanges] = useState(0);
-  const [created, create] = useMutation<{ createApiKey: { secret: string } }>(CREATE);
+  const [created, create] = useMutation(CREATE);
   const [revoked, revoke] = useMutation(REVOKE);
   return (
     <section aria-labelledby="access-title">
@@ -155,22 +197,7 @@ function AuditLog({ changes, filter }: { changes: number; filter: AuditFilter })
     location.hash = href({ page: "access", ...filter, ...change });
   };
   const filteredLog = Boolean(filter.action || filter.actor || filter.from || filter.to);
-  const [{ data, error, fetching }, reload] = useQuery<{
-    auditLog: {
-      edges: {
-        node: {
-          id: string;
-          action: string;
-          actor: string;
-          target: string;
-          data: unknown;
-          createdAt: string;
-          verified: boolean;
-        };
-      }[];
-      pageInfo: PageInfo;
-    };
-  }>({ query: AUDIT, variables, requestPolicy: "network-only" });
+  const [{ data, error, fetching }, reload] = useQuery({ query: AUDIT, variables, requestPolicy: "network-only" });
   useEffect(() => {
     if (changes > 0) {
       setCursor(null);

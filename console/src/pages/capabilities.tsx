@@ -8,18 +8,53 @@ import { useMutation, useQuery } from "urql";
 
 import { Polling, usePoll } from "../poll";
 import { Empty, ErrorBox, Json, Loading, Status, when } from "../ui";
+import { graphql } from "../graphql";
 
-const DATA = `{
-  subscriptions(first: 100) { edges { node { id status active trialEndsAt capability { key name version } } } }
-  connections(first: 100) { edges { node { id name kind config hasSecret updatedAt } } }
-}`;
-const CREATE = `mutation($input: CreateConnectionInput!) { createConnection(input: $input) { connection { id name hasSecret } } }`;
+const DATA = graphql(`
+  {
+    subscriptions(first: 100) {
+      edges {
+        node {
+          id
+          status
+          active
+          trialEndsAt
+          capability {
+            key
+            name
+            version
+          }
+        }
+      }
+    }
+    connections(first: 100) {
+      edges {
+        node {
+          id
+          name
+          kind
+          config
+          hasSecret
+          updatedAt
+        }
+      }
+    }
+  }
+`);
+const CREATE = graphql(`
+  mutation ($input: CreateConnectionInput!) {
+    createConnection(input: $input) {
+      connection {
+        id
+        name
+        hasSecret
+      }
+    }
+  }
+`);
 
 export function CapabilitiesPage() {
-  const [{ data, error, fetching }, reload] = useQuery<{
-    subscriptions: { edges: { node: { id: string; status: string; active: boolean; trialEndsAt: string | null; capability: { key: string; name: string; version: number } } }[] };
-    connections: { edges: { node: { id: string; name: string; kind: string; config: unknown; hasSecret: boolean; updatedAt: string } }[] };
-  }>({ query: DATA, requestPolicy: "network-only" });
+  const [{ data, error, fetching }, reload] = useQuery({ query: DATA, requestPolicy: "network-only" });
   const [name, setName] = useState("");
   const [kind, setKind] = useState("http");
   const [config, setConfig] = useState("{}");

@@ -8,41 +8,103 @@ import { useEffect, useMemo, useState } from "react";
 import { useMutation, useQuery, useSubscription } from "urql";
 
 import { mergeDelta } from "../live";
-import { type Cursor, type PageInfo, Pager, pageArgs } from "../paging";
+import { type Cursor, Pager, pageArgs } from "../paging";
 import { href } from "../router";
 import { Empty, ErrorBox, Loading, Status } from "../ui";
+import { graphql, type ResultOf } from "../graphql";
 
-const LIST = `query($first: Int, $after: String, $last: Int, $before: String) {
-  conversations(first: $first, after: $after, last: $last, before: $before, orderBy: CREATED_AT_DESC) {
-    edges { node { id title updatedAt } }
-    pageInfo { hasNextPage hasPreviousPage startCursor endCursor }
+const LIST = graphql(`
+  query ($first: Int, $after: String, $last: Int, $before: String) {
+    conversations(first: $first, after: $after, last: $last, before: $before, orderBy: CREATED_AT_DESC) {
+      edges {
+        node {
+          id
+          title
+          updatedAt
+        }
+      }
+      pageInfo {
+        hasNextPage
+        hasPreviousPage
+        startCursor
+        endCursor
+      }
+    }
   }
-}`;
+`);
 const PAGE_SIZE = 25;
-const START = `mutation($title: String!) { startConversation(input: {title: $title}) { conversation { id } } }`;
-const TURNS = `query($id: ID!) { conversation(id: $id) { id title turns(first: 100) { edges { node {
-  id input status error result { content memorySuggestions } } } } } }`;
-const SEND = `mutation($input: StartTaskInput!) { startTask(input: $input) { task { id } } }`;
-const LIVE = `subscription($id: ID!) { conversationEvents(conversationId: $id) {
-  __typename taskId seq kind stepId tool status summary ... on TokenDelta { offset text } } }`;
-const ACCEPT = `mutation($taskId: ID!, $index: Int!) { acceptMemorySuggestion(input: {taskId: $taskId, index: $index}) { merged } }`;
-
-interface Turn {
-  id: string;
-  input: string;
-  status: string;
-  error: string | null;
-  result: { content: string; memorySuggestions: string[] } | null;
-}
+const START = graphql(`
+  mutation ($title: String!) {
+    startConversation(input: { title: $title }) {
+      conversation {
+        id
+      }
+    }
+  }
+`);
+const TURNS = graphql(`
+  query ($id: ID!) {
+    conversation(id: $id) {
+      id
+      title
+      turns(first: 100) {
+        edges {
+          node {
+            id
+            input
+            status
+            error
+            result {
+              content
+              memorySuggestions
+            }
+          }
+        }
+      }
+    }
+  }
+`);
+const SEND = graphql(`
+  mutation ($input: StartTaskInput!) {
+    startTask(input: $input) {
+      task {
+        id
+      }
+    }
+  }
+`);
+const LIVE = graphql(`
+  subscription ($id: ID!) {
+    conversationEvents(conversationId: $id) {
+      __typename
+      taskId
+      seq
+      kind
+      stepId
+      tool
+      status
+      summary
+      ... on TokenDelta {
+        offset
+        text
+      }
+    }
+  }
+`);
+const ACCEPT = graphql(`
+  mutation ($taskId: ID!, $index: Int!) {
+    acceptMemorySuggestion(input: { taskId: $taskId, index: $index }) {
+      merged
+    }
+  }
+`);
 
 export function ConversationsPage({ id }: { id?: string }) {
   const [cursor, setCursor] = useState<Cursor>(null);
   const variables = useMemo(() => pageArgs(cursor, PAGE_SIZE), [cursor]);
-  const [{ data, error, fetching }, reload] = useQuery<{
-    conversations: { edges: { node: { id: string; title: string; updatedAt: string } }[]; pageInfo: PageInfo };
-  }>({ query: LIST, variables, requestPolicy: "cache-and-network" });
+  const [{ data, error, fetching }, reload] = useQuery({ query: LIST, variables, requestPolicy: "cache-and-network" });
   const [title, setTitle] = useState("");
-  const [started, start] = useMutation<{ startConversation: { conversation: { id: string } } }>(START);
+  const [started, start] = useMutation(START);
   return (
     <section aria-labelledby="conversations-title" className="split">
       <div>
@@ -80,7 +142,10 @@ export function ConversationsPage({ id }: { id?: string }) {
           <ul className="plain" aria-label="Conversations">
             {data.conversations.edges.map(({ node }) => (
               <li key={node.id}>
-                <a href={href({ page: "conversation", id: node.id })} aria-current={node.id === id ? "page" : undefined}>
+                <a
+                  href={href({ page: "conversation", id: node.id })}
+                  aria-current={node.id === id ? "page" : undefined}
+                >
                   {node.title || "Untitled"}
                 </a>
               </li>
@@ -101,12 +166,12 @@ export function ConversationsPage({ id }: { id?: string }) {
 }
 
 function Chat({ id }: { id: string }) {
-  const [{ data, error, fetching }, reload] = useQuery<{ conversation: { title: string; turns: { edges: { node: Turn }[] } } }>({
+  const [{ data, error, fetching }, reload] = useQuery({
     query: TURNS,
     variables: { id },
     requestPolicy: "network-only",
   });
-  const [live] = useSubscription<{ conversationEvents: LiveEvent }, LiveState>(
+  const [live] = useSubscription<ResultOf<typeof LIVE>, LiveState>(
     { query: LIVE, variables: { id } },
     (state = { text: {}, tools: {}, settled: 0 }, event) => fold(state, event.conversationEvents),
   );
@@ -190,17 +255,7 @@ function Chat({ id }: { id: string }) {
   );
 }
 
-interface LiveEvent {
-  __typename: string;
-  taskId: string;
-  seq: number;
-  kind: string;
-  stepId: string | null;
-  tool: string | null;
-  status: string | null;
-  offset?: number;
-  text?: string;
-}
+type LiveEvent = ResultOf<typeof LIVE>["conversationEvents"];
 
 interface LiveState {
   /** Streamed answer text per turn. */
@@ -219,7 +274,11 @@ function fold(state: LiveState, e: LiveEvent): LiveState {
   if (e.kind === "STEP_STARTED" && e.tool && e.tool !== "agent") {
     return { ...state, tools: { ...state.tools, [e.taskId]: [...(state.tools[e.taskId] ?? []), e.tool] } };
   }
-  if (e.kind === "STATUS_CHANGED" && e.status && ["COMPLETED", "FAILED", "CANCELLED", "NEEDS_REVIEW"].includes(e.status)) {
+  if (
+    e.kind === "STATUS_CHANGED" &&
+    e.status &&
+    ["COMPLETED", "FAILED", "CANCELLED", "NEEDS_REVIEW"].includes(e.status)
+  ) {
     return { ...state, settled: state.settled + 1 };
   }
   return state;

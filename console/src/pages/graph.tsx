@@ -6,33 +6,67 @@
 import { useEffect, useMemo, useRef, useState } from "react";
 import { useClient, useQuery } from "urql";
 
-import { type Cursor, type PageInfo, Pager, pageArgs } from "../paging";
+import { type Cursor, Pager, pageArgs } from "../paging";
 import { href } from "../router";
 import { NewEntityForm, RelateForm } from "./create-knowledge";
 import { Empty, ErrorBox, Loading } from "../ui";
+import { graphql, type ResultOf } from "../graphql";
 
-const ENTITIES = `query($name: String, $first: Int, $after: String, $last: Int, $before: String) {
-  entities(filter: {nameContains: $name}, first: $first, after: $after, last: $last, before: $before, orderBy: CREATED_AT_DESC) {
-    edges { node { id name type } }
-    pageInfo { hasNextPage hasPreviousPage startCursor endCursor }
+const ENTITIES = graphql(`
+  query ($name: String, $first: Int, $after: String, $last: Int, $before: String) {
+    entities(
+      filter: { nameContains: $name }
+      first: $first
+      after: $after
+      last: $last
+      before: $before
+      orderBy: CREATED_AT_DESC
+    ) {
+      edges {
+        node {
+          id
+          name
+          type
+        }
+      }
+      pageInfo {
+        hasNextPage
+        hasPreviousPage
+        startCursor
+        endCursor
+      }
+    }
   }
-}`;
+`);
 const PAGE_SIZE = 25;
-const AROUND = `query($id: ID!) { neighborhood(entityId: $id, depth: 1) {
-  center { id name type } neighbors { entity { id name type } distance }
-  relations { id type fromId toId weight } } }`;
+const AROUND = graphql(`
+  query ($id: ID!) {
+    neighborhood(entityId: $id, depth: 1) {
+      center {
+        id
+        name
+        type
+      }
+      neighbors {
+        entity {
+          id
+          name
+          type
+        }
+        distance
+      }
+      relations {
+        id
+        type
+        fromId
+        toId
+        weight
+      }
+    }
+  }
+`);
 
-interface Node {
-  id: string;
-  name: string;
-  type: string;
-}
-
-interface Around {
-  center: Node;
-  neighbors: { entity: Node; distance: number }[];
-  relations: { id: string; type: string; fromId: string; toId: string; weight: number }[];
-}
+type Around = ResultOf<typeof AROUND>["neighborhood"];
 
 export function GraphPage({ id }: { id?: string }) {
   const [name, setName] = useState("");
@@ -42,7 +76,7 @@ export function GraphPage({ id }: { id?: string }) {
   // A new name starts from the newest page.
   useEffect(() => setCursor(null), [name]);
   const variables = useMemo(() => ({ name: name || null, ...pageArgs(cursor, PAGE_SIZE) }), [name, cursor]);
-  const [{ data, error, fetching }, reload] = useQuery<{ entities: { edges: { node: Node }[]; pageInfo: PageInfo } }>({
+  const [{ data, error, fetching }, reload] = useQuery({
     query: ENTITIES,
     variables,
   });
@@ -106,14 +140,18 @@ function Neighbourhood({ id }: { id: string }) {
   const box = useRef<HTMLDivElement>(null);
   const [error, setError] = useState<string | null>(null);
   const [loading, setLoading] = useState(true);
-  const [shown, setShown] = useState<{ nodes: number; edges: number; expanded: string[] }>({ nodes: 0, edges: 0, expanded: [] });
+  const [shown, setShown] = useState<{ nodes: number; edges: number; expanded: string[] }>({
+    nodes: 0,
+    edges: 0,
+    expanded: [],
+  });
 
   useEffect(() => {
     let disposed = false;
     let graph: import("cytoscape").Core | null = null;
     const expanded = new Set<string>();
     const load = async (entity: string) => {
-      const result = await client.query<{ neighborhood: Around }>(AROUND, { id: entity }).toPromise();
+      const result = await client.query(AROUND, { id: entity }).toPromise();
       if (result.error) throw new Error(result.error.message);
       return result.data!.neighborhood;
     };
@@ -125,11 +163,23 @@ function Neighbourhood({ id }: { id: string }) {
         }
       }
       for (const r of around.relations) {
-        if (graph.getElementById(r.id).empty() && !graph.getElementById(r.fromId).empty() && !graph.getElementById(r.toId).empty()) {
+        if (
+          graph.getElementById(r.id).empty() &&
+          !graph.getElementById(r.fromId).empty() &&
+          !graph.getElementById(r.toId).empty()
+        ) {
           graph.add({ group: "edges", data: { id: r.id, source: r.fromId, target: r.toId, label: r.type } });
         }
       }
-      graph.layout({ name: "breadthfirst", roots: [id], spacingFactor: 1.2, padding: 40, animate: false } as import("cytoscape").LayoutOptions).run();
+      graph
+        .layout({
+          name: "breadthfirst",
+          roots: [id],
+          spacingFactor: 1.2,
+          padding: 40,
+          animate: false,
+        } as import("cytoscape").LayoutOptions)
+        .run();
       setShown({ nodes: graph.nodes().length, edges: graph.edges().length, expanded: [...expanded] });
     };
     (async () => {

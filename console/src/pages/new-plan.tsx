@@ -6,8 +6,18 @@ import { useState } from "react";
 import { useMutation } from "urql";
 
 import { ErrorBox } from "../ui";
+import { graphql, type VariablesOf } from "../graphql";
 
-const PUBLISH = `mutation($input: PublishPlanInput!) { publishPlan(input: $input) { plan { key version } } }`;
+const PUBLISH = graphql(`
+  mutation ($input: PublishPlanInput!) {
+    publishPlan(input: $input) {
+      plan {
+        key
+        version
+      }
+    }
+  }
+`);
 
 const TEMPLATE = JSON.stringify(
   [
@@ -23,14 +33,15 @@ export function NewPlan({ onPublished }: { onPublished: (key: string) => void })
   const [intent, setIntent] = useState("");
   const [steps, setSteps] = useState(TEMPLATE);
   const [invalid, setInvalid] = useState<string | null>(null);
-  const [published, publish] = useMutation<{ publishPlan: { plan: { key: string } } }>(PUBLISH);
+  const [published, publish] = useMutation(PUBLISH);
   return (
     <form
       aria-label="New plan"
       className="publish"
       onSubmit={async (e) => {
         e.preventDefault();
-        let parsed: unknown;
+        // The server checks the steps (its integrity errors are shown).
+        let parsed: VariablesOf<typeof PUBLISH>["input"]["steps"];
         try {
           parsed = JSON.parse(steps);
         } catch (err) {

@@ -9,44 +9,67 @@ import { useMutation, useQuery } from "urql";
 import { Polling, usePoll } from "../poll";
 import { Empty, ErrorBox, Json, Loading, when } from "../ui";
 import { NewPlan } from "./new-plan";
+import { graphql, type VariablesOf } from "../graphql";
 
-const PLANS = `{ plans(first: 100) { edges { node { id key version intent archivedAt } } } }`;
-const PLAN = `query($key: String!) { plan(key: $key) {
-  key version intent description priority patterns archivedAt createdBy createdAt capabilityKey
-  steps { id tool args condition stopOnFailure requiresReview maxAttempts timeoutSecs }
-  versions { version createdBy createdAt } } }`;
-const PUBLISH = `mutation($input: PublishPlanInput!) { publishPlan(input: $input) { plan { key version } } }`;
-
-interface Step {
-  id: string;
-  tool: string;
-  args: unknown;
-  condition: string | null;
-  stopOnFailure: boolean;
-  requiresReview: boolean;
-  maxAttempts: number;
-  timeoutSecs: number | null;
-}
-
-interface Plan {
-  key: string;
-  version: number;
-  intent: string;
-  description: string;
-  priority: number;
-  patterns: string[];
-  archivedAt: string | null;
-  createdBy: string;
-  createdAt: string;
-  capabilityKey: string | null;
-  steps: Step[];
-  versions: { version: number; createdBy: string; createdAt: string }[];
-}
+const PLANS = graphql(`
+  {
+    plans(first: 100) {
+      edges {
+        node {
+          id
+          key
+          version
+          intent
+          archivedAt
+        }
+      }
+    }
+  }
+`);
+const PLAN = graphql(`
+  query ($key: String!) {
+    plan(key: $key) {
+      key
+      version
+      intent
+      description
+      priority
+      patterns
+      archivedAt
+      createdBy
+      createdAt
+      capabilityKey
+      steps {
+        id
+        tool
+        args
+        condition
+        stopOnFailure
+        requiresReview
+        maxAttempts
+        timeoutSecs
+      }
+      versions {
+        version
+        createdBy
+        createdAt
+      }
+    }
+  }
+`);
+const PUBLISH = graphql(`
+  mutation ($input: PublishPlanInput!) {
+    publishPlan(input: $input) {
+      plan {
+        key
+        version
+      }
+    }
+  }
+`);
 
 export function PlansPage() {
-  const [{ data, error, fetching }, reload] = useQuery<{
-    plans: { edges: { node: { id: string; key: string; version: number; intent: string; archivedAt: string | null } }[] };
-  }>({ query: PLANS, requestPolicy: "cache-and-network" });
+  const [{ data, error, fetching }, reload] = useQuery({ query: PLANS, requestPolicy: "cache-and-network" });
   const [key, setKey] = useState<string | null>(null);
   const [creating, setCreating] = useState(false);
   const polling = usePoll(() => reload({ requestPolicy: "network-only" }));
@@ -99,14 +122,14 @@ export function PlansPage() {
 }
 
 function PlanDetail({ planKey, onPublished }: { planKey: string; onPublished: (key: string) => void }) {
-  const [{ data, error, fetching }, reload] = useQuery<{ plan: Plan }>({
+  const [{ data, error, fetching }, reload] = useQuery({
     query: PLAN,
     variables: { key: planKey },
     requestPolicy: "network-only",
   });
   const [draft, setDraft] = useState("");
   const [invalid, setInvalid] = useState<string | null>(null);
-  const [published, publish] = useMutation<{ publishPlan: { plan: { key: string; version: number } } }>(PUBLISH);
+  const [published, publish] = useMutation(PUBLISH);
   const plan = data?.plan;
   useEffect(() => {
     if (!plan) return;
@@ -177,7 +200,8 @@ function PlanDetail({ planKey, onPublished }: { planKey: string; onPublished: (k
         className="publish"
         onSubmit={async (e) => {
           e.preventDefault();
-          let input: unknown;
+          // The server checks the definition (its integrity errors are shown).
+          let input: VariablesOf<typeof PUBLISH>["input"];
           try {
             input = JSON.parse(draft);
           } catch (err) {
@@ -193,11 +217,17 @@ function PlanDetail({ planKey, onPublished }: { planKey: string; onPublished: (k
         }}
       >
         <label htmlFor="plan-draft">Definition (JSON)</label>
-        <textarea id="plan-draft" rows={14} value={draft} onChange={(e) => setDraft(e.target.value)} spellCheck={false} />
+        <textarea
+          id="plan-draft"
+          rows={14}
+          value={draft}
+          onChange={(e) => setDraft(e.target.value)}
+          spellCheck={false}
+        />
         {draftKey(draft) && draftKey(draft) !== plan.key && (
           <p className="hint" role="note">
-            The key is now <code>{draftKey(draft)}</code>: publishing makes a new plan of that key (or a new version
-            of it), and leaves <code>{plan.key}</code> as it is.
+            The key is now <code>{draftKey(draft)}</code>: publishing makes a new plan of that key (or a new version of
+            it), and leaves <code>{plan.key}</code> as it is.
           </p>
         )}
         <button type="submit" disabled={published.fetching}>

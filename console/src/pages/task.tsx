@@ -11,53 +11,81 @@ import { useClients } from "../clients";
 import { emptyTimeline, follow, type Timeline } from "../live";
 import { numbered, Waterfall } from "./waterfall";
 import { clock, Empty, ErrorBox, Json, Loading, Status, when } from "../ui";
+import { graphql } from "../graphql";
 
-const TASK = `query($id: ID!) { task(id: $id) {
-  id status input intent channel error traceId createdAt startedAt completedAt
-  plan { key version }
-  usage { inputTokens outputTokens costMicros }
-  result { content model }
-  pendingReview { id stepId reason proposed }
-  steps { stepId tool attempt status args output summary error startedAt finishedAt durationMs }
-} }`;
+const TASK = graphql(`
+  query ($id: ID!) {
+    task(id: $id) {
+      id
+      status
+      input
+      intent
+      channel
+      error
+      traceId
+      createdAt
+      startedAt
+      completedAt
+      plan {
+        key
+        version
+      }
+      usage {
+        inputTokens
+        outputTokens
+        costMicros
+      }
+      result {
+        content
+        model
+      }
+      pendingReview {
+        id
+        stepId
+        reason
+        proposed
+      }
+      steps {
+        stepId
+        tool
+        attempt
+        status
+        args
+        output
+        summary
+        error
+        startedAt
+        finishedAt
+        durationMs
+      }
+    }
+  }
+`);
 
-const CANCEL = `mutation($id: ID!) { cancelTask(input: {id: $id}) { task { id status } } }`;
-const RETRY = `mutation($id: ID!) { retryTask(input: {id: $id}) { task { id status } } }`;
-
-interface Step {
-  stepId: string;
-  tool: string;
-  attempt: number;
-  status: string;
-  args: unknown;
-  output: unknown;
-  summary: string;
-  error: string | null;
-  startedAt: string;
-  finishedAt: string;
-  durationMs: number;
-}
-
-interface Task {
-  id: string;
-  status: string;
-  input: string;
-  intent: string | null;
-  channel: string;
-  error: string | null;
-  traceId: string;
-  createdAt: string;
-  startedAt: string | null;
-  completedAt: string | null;
-  plan: { key: string; version: number } | null;
-  usage: { inputTokens: number; outputTokens: number; costMicros: number };
-  result: { content: string; model: string } | null;
-  steps: Step[];
-}
+const CANCEL = graphql(`
+  mutation ($id: ID!) {
+    cancelTask(input: { id: $id }) {
+      task {
+        id
+        status
+      }
+    }
+  }
+`);
+const RETRY = graphql(`
+  mutation ($id: ID!) {
+    retryTask(input: { id: $id }) {
+      task {
+        id
+        status
+      }
+    }
+  }
+`);
 
 export function TaskPage({ id }: { id: string }) {
   const { ws } = useClients();
-  const [{ data, error, fetching }, reload] = useQuery<{ task: Task }>({
+  const [{ data, error, fetching }, reload] = useQuery({
     query: TASK,
     variables: { id },
     requestPolicy: "network-only",
@@ -112,8 +140,8 @@ export function TaskPage({ id }: { id: string }) {
         {task.channel} · started {when(task.startedAt)} · trace <code>{task.traceId}</code>
       </p>
       <p className="facts" data-testid="usage" aria-live="off">
-        {task.usage.inputTokens} input and {task.usage.outputTokens + streaming} output tokens{streaming > 0 && ` (${streaming} streaming now, estimated)`} · cost{" "}
-        {(task.usage.costMicros / 1e6).toFixed(6)}
+        {task.usage.inputTokens} input and {task.usage.outputTokens + streaming} output tokens
+        {streaming > 0 && ` (${streaming} streaming now, estimated)`} · cost {(task.usage.costMicros / 1e6).toFixed(6)}
         {streaming > 0 && " so far"}
       </p>
       {task.error && <ErrorBox error={task.error} />}
@@ -151,7 +179,10 @@ export function TaskPage({ id }: { id: string }) {
       <div className="columns">
         <section aria-labelledby="timeline-title">
           <h2 id="timeline-title">
-            Timeline <span className={timeline.live ? "live on" : "live off"}>{timeline.live ? "live" : timeline.ended ? "ended" : "reconnecting"}</span>
+            Timeline{" "}
+            <span className={timeline.live ? "live on" : "live off"}>
+              {timeline.live ? "live" : timeline.ended ? "ended" : "reconnecting"}
+            </span>
           </h2>
           {timeline.events.length === 0 ? (
             <Empty>No events yet.</Empty>

@@ -6,37 +6,77 @@
 import { useEffect, useMemo, useState } from "react";
 import { useMutation, useQuery, useSubscription } from "urql";
 
-import { type Cursor, isNewest, type PageInfo, Pager, pageArgs } from "../paging";
+import { type Cursor, isNewest, Pager, pageArgs } from "../paging";
 import { DayFilter, FilterText } from "../filters";
 import { dayRange, href, type TaskListFilter } from "../router";
+import { graphql, type ResultOf, type VariablesOf } from "../graphql";
 import { Empty, ErrorBox, Loading, Status, when } from "../ui";
 
 const STATUSES = ["PENDING", "EXECUTING", "NEEDS_REVIEW", "AWAITING_APPROVAL", "COMPLETED", "FAILED", "CANCELLED"];
 const CHANNELS = ["WEB", "API", "WEBHOOK", "EMAIL", "SYSTEM"];
 
-const TASK_FIELDS = "id status intent channel input createdAt updatedAt plan { key version }";
+const ROW = graphql(`
+  fragment TaskRow on Task {
+    id
+    status
+    intent
+    channel
+    input
+    createdAt
+    updatedAt
+    plan {
+      key
+      version
+    }
+  }
+`);
 
 const PAGE_SIZE = 50;
 
-const TASKS = `query($filter: TaskFilter, $first: Int, $after: String, $last: Int, $before: String) {
-  tasks(first: $first, after: $after, last: $last, before: $before, filter: $filter, orderBy: CREATED_AT_DESC) {
-    edges { node { ${TASK_FIELDS} } }
-    pageInfo { hasNextPage hasPreviousPage startCursor endCursor }
+const TASKS = graphql(
+  `
+    query Tasks($filter: TaskFilter, $first: Int, $after: String, $last: Int, $before: String) {
+      tasks(first: $first, after: $after, last: $last, before: $before, filter: $filter, orderBy: CREATED_AT_DESC) {
+        edges {
+          node {
+            ...TaskRow
+          }
+        }
+        pageInfo {
+          hasNextPage
+          hasPreviousPage
+          startCursor
+          endCursor
+        }
+      }
+    }
+  `,
+  [ROW],
+);
+const UPDATES = graphql(
+  `
+    subscription TaskUpdates {
+      taskUpdates {
+        ...TaskRow
+      }
+    }
+  `,
+  [ROW],
+);
+const START = graphql(`
+  mutation ($input: StartTaskInput!) {
+    startTask(input: $input) {
+      task {
+        id
+      }
+    }
   }
-}`;
-const UPDATES = `subscription { taskUpdates { ${TASK_FIELDS} } }`;
-const START = `mutation($input: StartTaskInput!) { startTask(input: $input) { task { id } } }`;
+`);
 
-interface Row {
-  id: string;
-  status: string;
-  intent: string | null;
-  channel: string;
-  input: string;
-  createdAt: string;
-  updatedAt: string;
-  plan: { key: string; version: number } | null;
-}
+type Row = ResultOf<typeof ROW>;
+type TaskFilter = NonNullable<VariablesOf<typeof TASKS>["filter"]>;
+type TaskStatus = NonNullable<TaskFilter["statuses"]>[number];
+type Channel = NonNullable<TaskFilter["channel"]>;
 
 /** Whether a task passes the list's filters (as the server's `TaskFilter` decides). */
 function passes(task: Row, filter: TaskListFilter): boolean {
@@ -61,10 +101,11 @@ export function TasksPage({ filter }: { filter: TaskListFilter }) {
   const variables = useMemo(() => {
     const { after, before } = dayRange(filter.from, filter.to);
     const taskFilter = {
-      ...(filter.status ? { statuses: [filter.status] } : {}),
+      // The URL's values go as they are: the server refuses one it does not know.
+      ...(filter.status ? { statuses: [filter.status as TaskStatus] } : {}),
       ...(filter.plan ? { planKey: filter.plan } : {}),
       ...(filter.q ? { inputContains: filter.q } : {}),
-      ...(filter.channel ? { channel: filter.channel } : {}),
+      ...(filter.channel ? { channel: filter.channel as Channel } : {}),
       ...(after ? { createdAfter: after } : {}),
       ...(before ? { createdBefore: before } : {}),
     };
@@ -74,13 +115,11 @@ export function TasksPage({ filter }: { filter: TaskListFilter }) {
       ...page,
     };
   }, [filter.status, filter.plan, filter.q, filter.channel, filter.from, filter.to, cursor]);
-  const [{ data, error, fetching }] = useQuery<{
-    tasks: { edges: { node: Row }[]; pageInfo: PageInfo };
-  }>({
+  const [{ data, error, fetching }] = useQuery({
     query: TASKS,
     variables,
   });
-  const [live] = useSubscription<{ taskUpdates: Row }>({ query: UPDATES });
+  const [live] = useSubscription({ query: UPDATES });
   const [rows, setRows] = useState<Row[]>([]);
   useEffect(() => {
     if (data) setRows(data.tasks.edges.map((e) => e.node));
@@ -176,7 +215,7 @@ export function TasksPage({ filter }: { filter: TaskListFilter }) {
 function StartTask() {
   const [planKey, setPlanKey] = useState("");
   const [input, setInput] = useState("");
-  const [result, start] = useMutation<{ startTask: { task: { id: string } } }>(START);
+  const [result, start] = useMutation(START);
   return (
     <form
       className="start"
