@@ -14,6 +14,7 @@ import { gzipSync } from "node:zlib";
 import { chromium } from "playwright-core";
 
 import { axe, base, gql, seqs, shots, signIn, startFromForm, statusEvent, tokens, WAIT } from "./harness.mjs";
+import { editorChecks } from "./editor.mjs";
 import { finishChecks } from "./finish.mjs";
 import { freshChecks } from "./fresh.mjs";
 import { listChecks } from "./lists.mjs";
@@ -669,6 +670,7 @@ const checks = {
   ...listChecks,
   ...freshChecks,
   ...finishChecks,
+  ...editorChecks,
 };
 
 const browser = await chromium.launch({

@@ -1,11 +1,14 @@
 // A plan from zero: its key, intent and steps (JSON, from a template that
-// runs), published as version 1; the server's integrity errors are shown
-// inline, and the new plan is opened once published.
+// runs; a picker appends a step of a tool, and the arguments are checked
+// against the tools' schemas as they are typed), published as version 1;
+// the server's integrity errors are shown inline, and the new plan is
+// opened once published.
 
 import { useState } from "react";
 import { useMutation } from "urql";
 
 import { ErrorBox } from "../ui";
+import { StepsCheck, stepsOf, ToolPicker, useTools, withStep } from "./plan-tools";
 import { graphql, type VariablesOf } from "../graphql";
 
 const PUBLISH = graphql(`
@@ -34,6 +37,7 @@ export function NewPlan({ onPublished }: { onPublished: (key: string) => void })
   const [steps, setSteps] = useState(TEMPLATE);
   const [invalid, setInvalid] = useState<string | null>(null);
   const [published, publish] = useMutation(PUBLISH);
+  const tools = useTools();
   return (
     <form
       aria-label="New plan"
@@ -71,6 +75,21 @@ export function NewPlan({ onPublished }: { onPublished: (key: string) => void })
         onChange={(e) => setSteps(e.target.value)}
         spellCheck={false}
       />
+      <ToolPicker
+        id="new-plan-tool"
+        tools={tools}
+        onAdd={(tool) => {
+          try {
+            const parsed: unknown = JSON.parse(steps);
+            if (!Array.isArray(parsed)) throw new Error("not an array");
+            setSteps(JSON.stringify(withStep(parsed, tool), null, 2));
+            setInvalid(null);
+          } catch {
+            setInvalid("The steps are not a JSON array yet: fix them to add a step.");
+          }
+        }}
+      />
+      <StepsCheck draft={steps} steps={stepsOf.array} tools={tools} />
       <button type="submit" disabled={!key.trim() || !intent.trim() || published.fetching}>
         Publish plan
       </button>

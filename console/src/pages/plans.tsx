@@ -9,6 +9,7 @@ import { useMutation, useQuery } from "urql";
 import { Polling, usePoll } from "../poll";
 import { Empty, ErrorBox, Json, Loading, when } from "../ui";
 import { NewPlan } from "./new-plan";
+import { StepsCheck, stepsOf, ToolPicker, useTools, withStep } from "./plan-tools";
 import { graphql, type VariablesOf } from "../graphql";
 
 const PLANS = graphql(`
@@ -130,6 +131,7 @@ function PlanDetail({ planKey, onPublished }: { planKey: string; onPublished: (k
   const [draft, setDraft] = useState("");
   const [invalid, setInvalid] = useState<string | null>(null);
   const [published, publish] = useMutation(PUBLISH);
+  const tools = useTools();
   const plan = data?.plan;
   useEffect(() => {
     if (!plan) return;
@@ -224,6 +226,21 @@ function PlanDetail({ planKey, onPublished }: { planKey: string; onPublished: (k
           onChange={(e) => setDraft(e.target.value)}
           spellCheck={false}
         />
+        <ToolPicker
+          id="plan-draft-tool"
+          tools={tools}
+          onAdd={(tool) => {
+            try {
+              const parsed = JSON.parse(draft) as { steps?: unknown };
+              if (!Array.isArray(parsed.steps)) throw new Error("no steps");
+              setDraft(JSON.stringify({ ...parsed, steps: withStep(parsed.steps, tool) }, null, 2));
+              setInvalid(null);
+            } catch {
+              setInvalid("The definition is not JSON with a steps array yet: fix it to add a step.");
+            }
+          }}
+        />
+        <StepsCheck draft={draft} steps={stepsOf.definition} tools={tools} />
         {draftKey(draft) && draftKey(draft) !== plan.key && (
           <p className="hint" role="note">
             The key is now <code>{draftKey(draft)}</code>: publishing makes a new plan of that key (or a new version of
