@@ -12,9 +12,9 @@ function shown(): boolean {
   return document.visibilityState === "visible";
 }
 
-/** Calls `reread` every `ms` while the page is visible; returns whether it
- * is polling now. */
-export function usePoll(reread: () => void, ms = POLL_MS): boolean {
+/** Calls `reread` every `ms` while the page is visible (and `wanted`);
+ * returns whether it is polling now. */
+export function usePoll(reread: () => void, ms = POLL_MS, wanted = true): boolean {
   const [visible, setVisible] = useState(shown);
   const latest = useRef(reread);
   latest.current = reread;
@@ -27,11 +27,11 @@ export function usePoll(reread: () => void, ms = POLL_MS): boolean {
     return () => document.removeEventListener("visibilitychange", changed);
   }, []);
   useEffect(() => {
-    if (!visible) return;
+    if (!visible || !wanted) return;
     const timer = setInterval(() => latest.current(), ms);
     return () => clearInterval(timer);
-  }, [visible, ms]);
-  return visible;
+  }, [visible, ms, wanted]);
+  return visible && wanted;
 }
 
 /** Says whether a polled page is kept up to date now. */

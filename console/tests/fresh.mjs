@@ -1,10 +1,15 @@
 // Browser checks that pages stay fresh without a reload: the pages with no
 // subscription poll while shown and stop while hidden; a task's token
-// counter rises while its text streams. Run by console.mjs with the others.
+// counter rises while its text streams; a conversation's turn settles on
+// the page without its stream. Run by console.mjs with the others.
 
 import assert from "node:assert/strict";
 
 import { base, gql, signIn, startFromForm, statusEvent, tokens, WAIT } from "./harness.mjs";
+
+/** How long a polled page may take to show a change: several polls (5 s
+ * apart), on a machine that may be busy. */
+const POLLED = 2 * WAIT;
 
 /** Tells the page it is hidden (`false`) or shown again (`true`), as a
  * switch of tabs would. */
@@ -35,7 +40,7 @@ export const freshChecks = {
     await page
       .getByRole("list", { name: "Plans" })
       .getByRole("button", { name: "fresh v1" })
-      .waitFor({ timeout: WAIT });
+      .waitFor({ timeout: POLLED });
 
     await page.goto(`${base}/console/#/operations`);
     await drawn();
@@ -43,7 +48,7 @@ export const freshChecks = {
       tokens.hooli,
       'mutation { createSchedule(input: {name: "hooli-nightly", planKey: "fresh", cron: "0 3 * * *", timeZone: "UTC"}) { schedule { name } } }',
     );
-    await page.getByTestId("schedule").filter({ hasText: "hooli-nightly" }).waitFor({ timeout: WAIT });
+    await page.getByTestId("schedule").filter({ hasText: "hooli-nightly" }).waitFor({ timeout: POLLED });
 
     await page.goto(`${base}/console/#/capabilities`);
     await drawn();
@@ -103,5 +108,30 @@ export const freshChecks = {
     await usage.filter({ hasText: ` and ${stored.task.usage.outputTokens} output tokens ` }).waitFor({ timeout: WAIT });
     assert.doesNotMatch(await usage.innerText(), /streaming now/);
     return { streaming, stored: stored.task.usage.outputTokens };
+  },
+
+  async "a conversation's turn shows its answer even when the stream misses its end"(page) {
+    // The conversation's live events never reach the page (a stream joined
+    // late, or down while the turn ran, loses them).
+    await page.routeWebSocket(/\/graphql\/ws$/, (ws) => {
+      const server = ws.connectToServer();
+      server.onMessage((message) => {
+        if (!JSON.parse(message)?.payload?.data?.conversationEvents) ws.send(message);
+      });
+    });
+    await signIn(page, "acme");
+    await page.goto(`${base}/console/#/conversations`);
+    await page.getByLabel("Title", { exact: true }).fill("A quiet stream");
+    await page.getByRole("button", { name: "New conversation" }).click();
+    await page.waitForURL(/#\/conversations\/.+/, { timeout: WAIT });
+    await page.getByLabel("Message", { exact: true }).fill("Are you there?");
+    await page.getByRole("button", { name: "Send" }).click();
+    await page
+      .getByTestId("turn")
+      .first()
+      .getByTestId("answer")
+      .filter({ hasText: "COMPLETED" })
+      .waitFor({ timeout: WAIT });
+    return {};
   },
 };

@@ -149,7 +149,7 @@ async fn the_console_works_in_a_real_browser() {
         shots.display(),
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_eq!(results.len(), 25, "{stdout}");
+    assert_eq!(results.len(), 26, "{stdout}");
     // The figures, for the record.
     for r in &results {
         println!("{r}");

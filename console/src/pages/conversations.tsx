@@ -9,6 +9,7 @@ import { useMutation, useQuery, useSubscription } from "urql";
 
 import { mergeDelta } from "../live";
 import { type Cursor, Pager, pageArgs } from "../paging";
+import { usePoll } from "../poll";
 import { href } from "../router";
 import { Empty, ErrorBox, Loading, Status } from "../ui";
 import { graphql, type ResultOf } from "../graphql";
@@ -185,6 +186,11 @@ function Chat({ id }: { id: string }) {
   const [, accept] = useMutation(ACCEPT);
   const [accepted, setAccepted] = useState<Record<string, boolean>>({});
   const turns = useMemo(() => data?.conversation.turns.edges.map((e) => e.node) ?? [], [data]);
+  // The stream is live only: a turn that ended before it was joined (or
+  // while it was down) would wait for ever. Until every turn has settled,
+  // the turns are also read again every 2 s.
+  const unsettled = turns.some((t) => !["COMPLETED", "FAILED", "CANCELLED", "NEEDS_REVIEW"].includes(t.status));
+  usePoll(() => reload({ requestPolicy: "network-only" }), 2000, unsettled);
 
   if (error) return <ErrorBox error={error} />;
   if (fetching && !data) return <Loading what="the conversation" />;
