@@ -1,7 +1,8 @@
-// Browser checks of the plan editor: a tool picked from the tools steps can
-// use appends a step, and each step's arguments are checked against its
-// tool's input schema while they are typed. Run by console.mjs with the
-// others.
+// Browser checks of what plans are made of: in the plan editor, a tool
+// picked from the tools steps can use appends a step, and each step's
+// arguments are checked against its tool's input schema while they are
+// typed; the capabilities page lists the tools a tenant's MCP server lends
+// its plans. Run by console.mjs with the others.
 
 import assert from "node:assert/strict";
 
@@ -39,6 +40,23 @@ export const editorChecks = {
     definition.steps[0].args.reason = "";
     await draft.fill(JSON.stringify(definition, null, 2));
     await problems.getByText('step "request_review" args.reason: at least 1 character').waitFor({ timeout: WAIT });
+    await axe(page);
+    return {};
+  },
+
+  async "the capabilities page lists the tools of the tenant's MCP server"(page) {
+    // tests/e2e/console.rs gives hooli a connection `ledger` to an MCP
+    // server with the tools echo, slow and fail.
+    await signIn(page, "hooli");
+    await page.goto(`${base}/console/#/capabilities`);
+    await page.getByRole("button", { name: "List the tools of ledger" }).click();
+    const tools = page.getByRole("table", { name: "Tools of ledger" });
+    await tools.getByText("mcp:ledger/echo").waitFor({ timeout: WAIT });
+    assert.deepEqual(await tools.locator("tbody td:first-child").allInnerTexts(), [
+      "mcp:ledger/echo",
+      "mcp:ledger/slow",
+      "mcp:ledger/fail",
+    ]);
     await axe(page);
     return {};
   },

@@ -61,8 +61,17 @@ async fn the_console_works_in_a_real_browser() {
     // initech's task list is paged and filtered: its tasks are started by
     // the browser checks, of these two plans.
     app.create_tenant("initech").await;
-    // hooli's conversations, entities and memories are paged.
+    // hooli's conversations, entities and memories are paged; its MCP
+    // server (in this process) lends it tools the capabilities page lists.
     app.create_tenant("hooli").await;
+    let mcp = crate::mcp_connections::serve(crate::mcp_connections::Remote::default()).await;
+    app.graphql(
+        Some(&app.admin_token("hooli")),
+        "mutation($input: CreateConnectionInput!) { createConnection(input: $input) { connection { id } } }",
+        json!({"input": {"name": "ledger", "kind": "mcp", "config": {"url": mcp}}}),
+    )
+    .await
+    .data();
     app.publish_plan(
         "initech",
         json!({"key": "quick", "intent": "t.quick",
@@ -149,7 +158,7 @@ async fn the_console_works_in_a_real_browser() {
         shots.display(),
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_eq!(results.len(), 26, "{stdout}");
+    assert_eq!(results.len(), 27, "{stdout}");
     // The figures, for the record.
     for r in &results {
         println!("{r}");

@@ -36,7 +36,7 @@ struct Seen {
 }
 
 #[derive(Clone, Default)]
-struct Remote {
+pub(crate) struct Remote {
     seen: Arc<Mutex<Vec<Seen>>>,
 }
 
@@ -117,8 +117,8 @@ impl ServerHandler for Remote {
 }
 
 /// Serve `remote` over Streamable HTTP (with sessions) on a random
-/// loopback port; its URL.
-async fn serve(remote: Remote) -> String {
+/// loopback port; its URL. The console's browser test lists its tools too.
+pub(crate) async fn serve(remote: Remote) -> String {
     let service = StreamableHttpService::new(
         move || Ok(remote.clone()),
         Arc::new(LocalSessionManager::default()),

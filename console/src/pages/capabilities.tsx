@@ -1,12 +1,14 @@
 // Capabilities and connections: what the tenant subscribes to, and its
 // connections to other systems. Secrets are write-only: the form sends
 // one, the list only says whether a connection has one. The page polls
-// while it is visible (neither has a subscription).
+// while it is visible (neither has a subscription). The tools of its MCP
+// servers are listed on demand (`mcp-tools`).
 
 import { useState } from "react";
 import { useMutation, useQuery } from "urql";
 
 import { Polling, usePoll } from "../poll";
+import { McpCatalogue } from "./mcp-tools";
 import { Empty, ErrorBox, Json, Loading, Status, when } from "../ui";
 import { graphql } from "../graphql";
 
@@ -110,6 +112,9 @@ export function CapabilitiesPage() {
           </tbody>
         </table>
       )}
+      <McpCatalogue
+        connections={(data?.connections.edges ?? []).filter((e) => e.node.kind === "mcp").map((e) => e.node.name)}
+      />
       <form
         className="publish"
         aria-label="New connection"
