@@ -1,10 +1,11 @@
 // The console: sign in with a bearer token, then the tenant's pages. All
 // data comes from the public GraphQL API, scoped by the token's tenant.
 
-import { useMemo, useState } from "react";
+import { useMemo, useRef, useState } from "react";
 import { Provider, useQuery } from "urql";
 
 import { ClientsContext } from "./clients";
+import { focusHeading, useFocusOnNavigation } from "./focus";
 import { NewTenant } from "./new-tenant";
 import { AccessPage } from "./pages/access";
 import { CapabilitiesPage } from "./pages/capabilities";
@@ -19,7 +20,9 @@ import { TaskPage } from "./pages/task";
 import { TasksPage } from "./pages/tasks";
 import { type Route, section, useRoute } from "./router";
 import { connect, storeActing, storedActing, storedToken, storeToken, type Clients } from "./session";
+import { applyTheme, storedTheme, type Theme } from "./theme";
 import { ErrorBox, Loading } from "./ui";
+import { graphql } from "./graphql";
 
 export function App() {
   const [token, setToken] = useState<string | null>(storedToken);
@@ -56,8 +59,30 @@ export function App() {
   );
 }
 
-const VIEWER = `{ viewer { subject roles tenant { name slug } } }`;
-const TENANTS = `{ tenants(first: 100) { edges { node { slug name } } } }`;
+const VIEWER = graphql(`
+  {
+    viewer {
+      subject
+      roles
+      tenant {
+        name
+        slug
+      }
+    }
+  }
+`);
+const TENANTS = graphql(`
+  {
+    tenants(first: 100) {
+      edges {
+        node {
+          slug
+          name
+        }
+      }
+    }
+  }
+`);
 
 const SECTIONS: [string, string][] = [
   ["tasks", "Tasks"],
@@ -77,11 +102,19 @@ interface ShellProps {
   onSignOut: () => void;
 }
 
+/** What makes one page another, for moving the focus (a list's filters do not). */
+function pageKey(route: Route): string {
+  return "id" in route ? `${route.page}/${route.id ?? ""}` : route.page;
+}
+
 function Shell({ acting, onActIn, onSignOut }: ShellProps) {
   const route = useRoute();
+  const main = useRef<HTMLElement>(null);
+  useFocusOnNavigation(pageKey(route), main);
+  const [theme, setTheme] = useState<Theme>(storedTheme);
   const [{ data, error, fetching }] = useQuery({ query: VIEWER });
   const platformAdmin = acting !== null || (data?.viewer?.roles ?? []).includes("PLATFORM_ADMIN");
-  const [tenants, reloadTenants] = useQuery<{ tenants: { edges: { node: { slug: string; name: string } }[] } }>({
+  const [tenants, reloadTenants] = useQuery({
     query: TENANTS,
     pause: !platformAdmin,
   });
@@ -97,6 +130,17 @@ function Shell({ acting, onActIn, onSignOut }: ShellProps) {
   const viewer = data?.viewer;
   return (
     <div className="shell">
+      <a
+        className="skip"
+        href="#main"
+        onClick={(e) => {
+          // The hash names routes: focus the page's heading instead of following it.
+          e.preventDefault();
+          if (main.current) focusHeading(main.current);
+        }}
+      >
+        Skip to content
+      </a>
       <header className="top">
         <strong>Brainstem</strong>
         <nav aria-label="Main">
@@ -125,9 +169,29 @@ function Shell({ acting, onActIn, onSignOut }: ShellProps) {
             </select>
           </span>
         )}
+        <span className="theme">
+          <label htmlFor="theme">Theme</label>{" "}
+          <select
+            id="theme"
+            value={theme}
+            onChange={(e) => {
+              const picked = e.target.value as Theme;
+              applyTheme(picked);
+              setTheme(picked);
+            }}
+          >
+            <option value="system">as the system</option>
+            <option value="light">light</option>
+            <option value="dark">dark</option>
+          </select>
+        </span>
+        {/* Same tab: GraphiQL reads this tab's session for its headers. */}
+        <a href="graphiql.html" title="GraphiQL, signed in as this session">
+          GraphiQL
+        </a>
         <button onClick={onSignOut}>Sign out</button>
       </header>
-      <main>
+      <main ref={main} id="main">
         {platformAdmin && !acting && !viewer?.tenant ? (
           <section aria-labelledby="pick-title" className="card">
             <h1 id="pick-title">Pick a tenant</h1>
@@ -167,7 +231,7 @@ function Page({ route }: { route: Route }) {
     case "graph":
       return <GraphPage id={route.id} />;
     case "access":
-      return <AccessPage />;
+      return <AccessPage filter={route} />;
     case "plans":
       return <PlansPage />;
     case "capabilities":

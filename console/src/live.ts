@@ -1,43 +1,59 @@
 // A task's events, live and resumable: subscribes to `taskEvents` after the
 // last stored sequence number seen and, when the stream drops, subscribes
 // again from there, so no stored event is lost or shown twice. Token
-// deltas are merged by offset, so a delta seen twice adds nothing.
+// deltas are merged by offset, so a delta seen twice adds nothing; the
+// tokens they carry are counted as they arrive (the stored usage counts
+// them only when their step settles).
 
 import type { Client as WsClient } from "graphql-ws";
+import { stringifyDocument } from "urql";
 
-export interface TaskEvent {
-  __typename: string;
-  seq: number;
-  kind: string;
-  stepId: string | null;
-  tool: string | null;
-  status: string | null;
-  summary: string;
-  error: string | null;
-  createdAt: string;
-  offset?: number;
-  text?: string;
-}
+import { graphql, type ResultOf, type VariablesOf } from "./graphql";
 
-const EVENTS = `subscription($id: ID!, $after: Int) {
-  taskEvents(taskId: $id, after: $after) {
-    __typename seq kind stepId tool status summary error createdAt
-    ... on TokenDelta { offset text }
+const EVENTS = graphql(`
+  subscription TaskEvents($id: ID!, $after: Int) {
+    taskEvents(taskId: $id, after: $after) {
+      __typename
+      seq
+      kind
+      stepId
+      tool
+      status
+      summary
+      error
+      createdAt
+      ... on TokenDelta {
+        offset
+        text
+      }
+    }
   }
-}`;
+`);
+
+/** One event of a task's stream, as the schema types it. */
+export type TaskEvent = ResultOf<typeof EVENTS>["taskEvents"];
 
 export interface Timeline {
   /** Stored events, in order, each once. */
   events: TaskEvent[];
   /** Streamed text per step. */
   text: Record<string, string>;
+  /** Output tokens streamed so far, over every step (an estimate: see `tokensIn`). */
+  streamed: number;
   /** Whether the stream is connected now. */
   live: boolean;
   ended: boolean;
 }
 
 export function emptyTimeline(): Timeline {
-  return { events: [], text: {}, live: false, ended: false };
+  return { events: [], text: {}, streamed: 0, live: false, ended: false };
+}
+
+/** The tokens in a piece of streamed text. Providers stream about one
+ * token a delta; a long delta (the text so far, sent to a stream joined
+ * mid-step) counts as one token per four characters. */
+export function tokensIn(added: string): number {
+  return added.length > 16 ? Math.round(added.length / 4) : 1;
 }
 
 /** `sofar` with a token delta at `offset` merged in, or `null` when the
@@ -51,8 +67,14 @@ export function mergeDelta(sofar: string, offset: number, text: string): string 
 /** Fold one event into the timeline (pure: returns a new one). */
 export function fold(timeline: Timeline, event: TaskEvent): Timeline {
   if (event.__typename === "TokenDelta" && event.stepId && event.text !== undefined) {
-    const merged = mergeDelta(timeline.text[event.stepId] ?? "", event.offset ?? 0, event.text);
-    return merged === null ? timeline : { ...timeline, text: { ...timeline.text, [event.stepId]: merged } };
+    const sofar = timeline.text[event.stepId] ?? "";
+    const merged = mergeDelta(sofar, event.offset ?? 0, event.text);
+    if (merged === null) return timeline;
+    return {
+      ...timeline,
+      text: { ...timeline.text, [event.stepId]: merged },
+      streamed: timeline.streamed + tokensIn(merged.slice(sofar.length)),
+    };
   }
   const last = timeline.events.length ? timeline.events[timeline.events.length - 1].seq : 0;
   if (event.seq <= last) return timeline;
@@ -76,8 +98,9 @@ export function follow(
   const start = () => {
     if (stopped) return;
     onChange((t) => ({ ...t, live: true, ended: false }));
-    unsubscribe = ws.subscribe<{ taskEvents: TaskEvent }>(
-      { query: EVENTS, variables: { id: taskId, after: lastSeq } },
+    const variables: VariablesOf<typeof EVENTS> = { id: taskId, after: lastSeq };
+    unsubscribe = ws.subscribe<ResultOf<typeof EVENTS>>(
+      { query: stringifyDocument(EVENTS), variables },
       {
         next(result) {
           const event = result.data?.taskEvents;

@@ -5,13 +5,22 @@ import { useState } from "react";
 import { useMutation } from "urql";
 
 import { ErrorBox } from "./ui";
+import { graphql } from "./graphql";
 
-const CREATE = `mutation($input: CreateTenantInput!) { createTenant(input: $input) { tenant { slug } } }`;
+const CREATE = graphql(`
+  mutation ($input: CreateTenantInput!) {
+    createTenant(input: $input) {
+      tenant {
+        slug
+      }
+    }
+  }
+`);
 
 export function NewTenant({ onCreated }: { onCreated: (slug: string) => void }) {
   const [slug, setSlug] = useState("");
   const [name, setName] = useState("");
-  const [result, create] = useMutation<{ createTenant: { tenant: { slug: string } } }>(CREATE);
+  const [result, create] = useMutation(CREATE);
   return (
     <form
       aria-label="New tenant"

@@ -1,6 +1,9 @@
 // Hash routes (`#/tasks`, `#/tasks/<id>`, …): the server serves one page.
-// The task list's filters ride in the hash's query (`#/tasks?status=FAILED&plan=refund&q=order`),
-// so a filtered list survives a reload and can be shared.
+// The task list's filters ride in the hash's query
+// (`#/tasks?status=FAILED&plan=refund&q=order&channel=API&from=2026-01-01&to=2026-01-31`),
+// and the audit log's likewise (`#/access?action=api_key.&actor=user:ada`),
+// so a filtered list survives a reload and can be shared. Dates are days
+// (`from` and `to` both included), in the browser's time zone.
 
 import { useEffect, useState } from "react";
 
@@ -9,6 +12,43 @@ export interface TaskListFilter {
   status: string;
   plan: string;
   q: string;
+  channel: string;
+  from: string;
+  to: string;
+}
+
+const TASK_FILTERS = ["status", "plan", "q", "channel", "from", "to"] as const;
+
+/** The audit log's filters, as the URL keeps them (empty: not filtered). */
+export interface AuditFilter {
+  /** Actions starting with this. */
+  action: string;
+  actor: string;
+  from: string;
+  to: string;
+}
+
+const AUDIT_FILTERS = ["action", "actor", "from", "to"] as const;
+
+/** The instants a day range covers, for a connection's filter: from the
+ * start of `from` to the start of the day after `to` (absent: open). */
+export function dayRange(from: string, to: string): { after?: string; before?: string } {
+  const start = (day: string) => new Date(`${day}T00:00:00`);
+  const range: { after?: string; before?: string } = {};
+  if (from && !Number.isNaN(start(from).getTime())) range.after = start(from).toISOString();
+  if (to && !Number.isNaN(start(to).getTime())) {
+    const next = start(to);
+    next.setDate(next.getDate() + 1);
+    range.before = next.toISOString();
+  }
+  return range;
+}
+
+function withQuery(path: string, values: Record<string, string>, keys: readonly string[]): string {
+  const params = new URLSearchParams();
+  for (const key of keys) if (values[key]) params.set(key, values[key]);
+  const query = params.toString();
+  return query ? `${path}?${query}` : path;
 }
 
 export type Route =
@@ -20,7 +60,7 @@ export type Route =
   | { page: "memory" }
   | { page: "memory-detail"; id: string }
   | { page: "graph"; id?: string }
-  | { page: "access" }
+  | ({ page: "access" } & AuditFilter)
   | { page: "plans" }
   | { page: "capabilities" }
   | { page: "operations" };
@@ -29,12 +69,9 @@ export function parse(hash: string): Route {
   const [path, query = ""] = hash.replace(/^#\/?/, "").split("?", 2);
   const [first, second] = path.split("/").filter(Boolean);
   const params = new URLSearchParams(query);
-  const tasks: Route = {
-    page: "tasks",
-    status: params.get("status") ?? "",
-    plan: params.get("plan") ?? "",
-    q: params.get("q") ?? "",
-  };
+  const read = <K extends string>(keys: readonly K[]) =>
+    Object.fromEntries(keys.map((k) => [k, params.get(k) ?? ""])) as Record<K, string>;
+  const tasks: Route = { page: "tasks", ...read(TASK_FILTERS) };
   const id = second ? decodeURIComponent(second) : undefined;
   switch (first) {
     case "tasks":
@@ -48,7 +85,7 @@ export function parse(hash: string): Route {
     case "graph":
       return { page: "graph", id };
     case "access":
-      return { page: "access" };
+      return { page: "access", ...read(AUDIT_FILTERS) };
     case "plans":
       return { page: "plans" };
     case "capabilities":
@@ -71,12 +108,10 @@ export function href(route: Route): string {
       return with_id("memory", route.id);
     case "graph":
       return with_id("graph", route.id);
-    case "tasks": {
-      const params = new URLSearchParams();
-      for (const key of ["status", "plan", "q"] as const) if (route[key]) params.set(key, route[key]);
-      const query = params.toString();
-      return query ? `#/tasks?${query}` : "#/tasks";
-    }
+    case "tasks":
+      return withQuery("#/tasks", { ...route }, TASK_FILTERS);
+    case "access":
+      return withQuery("#/access", { ...route }, AUDIT_FILTERS);
     default:
       return `#/${route.page}`;
   }

@@ -4,83 +4,20 @@
 // any fails, with a screenshot of the failing page in SCREENSHOT_DIR.
 //
 // Environment: BRAINSTEM_URL, ACME_TOKEN, GLOBEX_TOKEN, INITECH_TOKEN,
-// PLATFORM_TOKEN, CHROMIUM (the browser binary), SCREENSHOT_DIR.
+// HOOLI_TOKEN, PLATFORM_TOKEN, CHROMIUM (the browser binary), SCREENSHOT_DIR;
+// CONSOLE_CHECKS, a regular expression, runs only the checks it matches.
 
 import assert from "node:assert/strict";
-import { mkdirSync, readFileSync } from "node:fs";
-import { createRequire } from "node:module";
 import path from "node:path";
 import { gzipSync } from "node:zlib";
 
 import { chromium } from "playwright-core";
 
-const require = createRequire(import.meta.url);
-const base = process.env.BRAINSTEM_URL;
-const tokens = {
-  acme: process.env.ACME_TOKEN,
-  globex: process.env.GLOBEX_TOKEN,
-  initech: process.env.INITECH_TOKEN,
-  platform: process.env.PLATFORM_TOKEN,
-};
-const shots = process.env.SCREENSHOT_DIR ?? "screenshots";
-const AXE = require.resolve("axe-core/axe.min.js");
-const WAIT = 20_000;
-mkdirSync(shots, { recursive: true });
-
-async function gql(token, query, variables = {}) {
-  const response = await fetch(`${base}/graphql`, {
-    method: "POST",
-    headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
-    body: JSON.stringify({ query, variables }),
-  });
-  const body = await response.json();
-  assert.ok(!body.errors, JSON.stringify(body.errors));
-  return body.data;
-}
-
-async function signIn(page, tenant) {
-  await page.goto(`${base}/console/`);
-  await page.getByLabel("Bearer token or API key").fill(tokens[tenant]);
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await page.getByTestId("viewer").waitFor({ timeout: WAIT });
-}
-
-async function startFromForm(page, planKey, input) {
-  await page.goto(`${base}/console/#/tasks`);
-  await page.getByLabel("Plan key").fill(planKey);
-  await page.getByLabel("Input", { exact: true }).fill(input);
-  await page.getByRole("button", { name: "Start task" }).click();
-  await page.waitForURL(/#\/tasks\/.+/, { timeout: WAIT });
-  return decodeURIComponent(new URL(page.url()).hash.replace("#/tasks/", ""));
-}
-
-/** The timeline's sequence numbers, in page order. */
-async function seqs(page) {
-  return page.getByTestId("event").evaluateAll((items) => items.map((li) => Number(li.dataset.seq)));
-}
-
-async function statusEvent(page, status) {
-  await page
-    .locator('[data-testid="event"]', { hasText: "STATUS_CHANGED" })
-    .filter({ hasText: status })
-    .first()
-    .waitFor({ timeout: WAIT });
-}
-
-async function axe(page) {
-  // Evaluated through the browser's protocol, which the page's content
-  // security policy does not govern (an injected <script> tag is refused).
-  if (!(await page.evaluate(() => Boolean(window.axe)))) {
-    await page.evaluate(readFileSync(AXE, "utf8"));
-  }
-  const result = await page.evaluate(async () => await window.axe.run());
-  const serious = result.violations.filter((v) => v.impact === "serious" || v.impact === "critical");
-  assert.deepEqual(
-    serious.map((v) => `${v.id}: ${v.nodes.map((n) => n.target.join(" ")).join(", ")}`),
-    [],
-    "no serious accessibility violations",
-  );
-}
+import { axe, base, gql, seqs, shots, signIn, startFromForm, statusEvent, tokens, WAIT } from "./harness.mjs";
+import { editorChecks } from "./editor.mjs";
+import { finishChecks } from "./finish.mjs";
+import { freshChecks } from "./fresh.mjs";
+import { listChecks } from "./lists.mjs";
 
 const checks = {
   async "sign in, start a task, see its events and tokens arrive live"(page) {
@@ -612,7 +549,7 @@ const checks = {
     await page.getByRole("button", { name: "Search" }).click();
     await page.getByText("Initech's parking lot closes at nine on Fridays.").first().waitFor({ timeout: WAIT });
 
-    await page.getByRole("link", { name: "Graph" }).click();
+    await page.getByRole("link", { name: "Graph", exact: true }).click();
     await page.getByText("New entity", { exact: true }).first().click();
     const addEntity = async (type, name) => {
       await page.getByLabel("Type", { exact: true }).fill(type);
@@ -692,7 +629,7 @@ const checks = {
     await page.getByLabel("Search memories").fill("Acme Freight");
     await page.getByRole("button", { name: "Search" }).click();
     await page.getByText("Nothing matches").waitFor({ timeout: WAIT });
-    await page.getByRole("link", { name: "Graph" }).click();
+    await page.getByRole("link", { name: "Graph", exact: true }).click();
     await page.getByText("No entities.").waitFor({ timeout: WAIT });
     await page.getByRole("link", { name: "Access" }).click();
     await page.getByRole("heading", { name: "Audit log" }).waitFor({ timeout: WAIT });
@@ -729,6 +666,11 @@ const checks = {
     assert.ok(gzip < 300 * 1024, `${gzip} bytes of gzipped JavaScript`);
     return { gzipBytes: gzip, files: scripts.length + preloads.length };
   },
+
+  ...listChecks,
+  ...freshChecks,
+  ...finishChecks,
+  ...editorChecks,
 };
 
 const browser = await chromium.launch({
@@ -736,7 +678,9 @@ const browser = await chromium.launch({
   args: ["--no-sandbox", "--disable-dev-shm-usage"],
 });
 let failed = false;
+const only = process.env.CONSOLE_CHECKS ? new RegExp(process.env.CONSOLE_CHECKS) : null;
 for (const [name, check] of Object.entries(checks)) {
+  if (only && !only.test(name)) continue;
   const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   const page = await context.newPage();
   // Confirmations are accepted, and what they asked is kept for the checks.

@@ -7,6 +7,9 @@
 //! any page, runs axe-core on each page and measures the first load; it
 //! saves a screenshot of each page (and of any failing one).
 //!
+//! `CONSOLE_CHECKS=<regex>` runs only the checks whose names match (the
+//! count of checks then differs and the test fails: for trying one check).
+//!
 //! `scripts/test` builds the console with its packages into a cache folder
 //! (`BRAINSTEM_CONSOLE_WORKDIR`) and installs Chromium when missing
 //! (`CHROMIUM`); run by hand, the test uses `console/` and
@@ -18,7 +21,9 @@ use serde_json::{Value, json};
 
 use crate::helpers::{Backend, TestApp, WAIT};
 
-fn workdir() -> PathBuf {
+/// Where the console's packages are installed (and, for the browser
+/// test, its build).
+pub(crate) fn workdir() -> PathBuf {
     std::env::var_os("BRAINSTEM_CONSOLE_WORKDIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("console"))
@@ -56,6 +61,17 @@ async fn the_console_works_in_a_real_browser() {
     // initech's task list is paged and filtered: its tasks are started by
     // the browser checks, of these two plans.
     app.create_tenant("initech").await;
+    // hooli's conversations, entities and memories are paged; its MCP
+    // server (in this process) lends it tools the capabilities page lists.
+    app.create_tenant("hooli").await;
+    let mcp = crate::mcp_connections::serve(crate::mcp_connections::Remote::default()).await;
+    app.graphql(
+        Some(&app.admin_token("hooli")),
+        "mutation($input: CreateConnectionInput!) { createConnection(input: $input) { connection { id } } }",
+        json!({"input": {"name": "ledger", "kind": "mcp", "config": {"url": mcp}}}),
+    )
+    .await
+    .data();
     app.publish_plan(
         "initech",
         json!({"key": "quick", "intent": "t.quick",
@@ -119,6 +135,7 @@ async fn the_console_works_in_a_real_browser() {
         .env("ACME_TOKEN", app.admin_token("acme"))
         .env("GLOBEX_TOKEN", app.admin_token("globex"))
         .env("INITECH_TOKEN", app.admin_token("initech"))
+        .env("HOOLI_TOKEN", app.admin_token("hooli"))
         .env("PLATFORM_TOKEN", app.platform_admin_token())
         .env("CHROMIUM", &chromium)
         .env("SCREENSHOT_DIR", &shots)
@@ -141,7 +158,7 @@ async fn the_console_works_in_a_real_browser() {
         shots.display(),
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_eq!(results.len(), 19, "{stdout}");
+    assert_eq!(results.len(), 27, "{stdout}");
     // The figures, for the record.
     for r in &results {
         println!("{r}");

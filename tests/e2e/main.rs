@@ -16,6 +16,7 @@ mod capabilities;
 mod compression;
 mod connections;
 mod console;
+mod console_types;
 mod contention;
 mod conversations;
 mod dataloader;

@@ -153,7 +153,7 @@ impl ServerHandler for Remote {
 }
 
 /// Serve `remote` over Streamable HTTP (with sessions) on a random
-/// loopback port; its URL.
+/// loopback port; its URL. The console's browser test lists its tools too.
 pub(crate) async fn serve(remote: Remote) -> String {
     let gate = remote.clone();
     let service = StreamableHttpService::new(

@@ -1,37 +1,82 @@
 // Access: the tenant's API keys (a new key's secret is shown once, and
-// until the keys change) and its audit log, newest first, paged, read again
-// after each change made here.
+// until the keys change) and its audit log, newest first, paged, filtered
+// by action, actor and days (kept in the URL), read again after each change
+// made here.
 
 import { useEffect, useMemo, useState } from "react";
 import { useMutation, useQuery } from "urql";
 
-import { type Cursor, type PageInfo, Pager, pageArgs } from "../paging";
+import { DayFilter, FilterText } from "../filters";
+import { type Cursor, Pager, pageArgs } from "../paging";
+import { type AuditFilter, dayRange, href } from "../router";
 import { Empty, ErrorBox, Json, Loading, when } from "../ui";
+import { graphql } from "../graphql";
 
-const KEYS = `{ apiKeys(first: 100) { edges { node { id name prefix scopes createdBy createdAt lastUsedAt revoked } } } }`;
-const CREATE = `mutation($name: String!, $scopes: [String!]!) { createApiKey(input: {name: $name, scopes: $scopes}) { apiKey { id } secret } }`;
-const REVOKE = `mutation($id: ID!) { revokeApiKey(input: {id: $id}) { apiKey { id revoked } } }`;
-const AUDIT = `query($first: Int, $after: String, $last: Int, $before: String) {
-  auditLog(first: $first, after: $after, last: $last, before: $before, orderBy: CREATED_AT_DESC) {
-    edges { node { id action actor target data createdAt verified } }
-    pageInfo { hasNextPage hasPreviousPage startCursor endCursor }
+const KEYS = graphql(`
+  {
+    apiKeys(first: 100) {
+      edges {
+        node {
+          id
+          name
+          prefix
+          scopes
+          createdBy
+          createdAt
+          lastUsedAt
+          revoked
+        }
+      }
+    }
   }
-}`;
+`);
+const CREATE = graphql(`
+  mutation ($name: String!, $scopes: [String!]!) {
+    createApiKey(input: { name: $name, scopes: $scopes }) {
+      apiKey {
+        id
+      }
+      secret
+    }
+  }
+`);
+const REVOKE = graphql(`
+  mutation ($id: ID!) {
+    revokeApiKey(input: { id: $id }) {
+      apiKey {
+        id
+        revoked
+      }
+    }
+  }
+`);
+const AUDIT = graphql(`
+  query ($filter: AuditLogFilter, $first: Int, $after: String, $last: Int, $before: String) {
+    auditLog(filter: $filter, first: $first, after: $after, last: $last, before: $before, orderBy: CREATED_AT_DESC) {
+      edges {
+        node {
+          id
+          action
+          actor
+          target
+          data
+          createdAt
+          verified
+        }
+      }
+      pageInfo {
+        hasNextPage
+        hasPreviousPage
+        startCursor
+        endCursor
+      }
+    }
+  }
+`);
 const AUDIT_PAGE = 50;
 
-interface Key {
-  id: string;
-  name: string;
-  prefix: string;
-  scopes: string[];
-  createdBy: string;
-  createdAt: string;
-  lastUsedAt: string | null;
-  revoked: boolean;
-}
-
-export function AccessPage() {
-  const [{ data, error, fetching }, reload] = useQuery<{ apiKeys: { edges: { node: Key }[] } }>({
+export function AccessPage({ filter }: { filter: AuditFilter }) {
+  const [{ data, error, fetching }, reload] = useQuery({
     query: KEYS,
     requestPolicy: "network-only",
   });
@@ -40,7 +85,7 @@ export function AccessPage() {
   const [secret, setSecret] = useState<string | null>(null);
   // Bumped by each change made here: the audit log reads again.
   const [changes, setChanges] = useState(0);
-  const [created, create] = useMutation<{ createApiKey: { secret: string } }>(CREATE);
+  const [created, create] = useMutation(CREATE);
   const [revoked, revoke] = useMutation(REVOKE);
   return (
     <section aria-labelledby="access-title">
@@ -129,30 +174,30 @@ export function AccessPage() {
         </table>
       )}
       {revoked.error && <ErrorBox error={revoked.error} />}
-      <AuditLog changes={changes} />
+      <AuditLog changes={changes} filter={filter} />
     </section>
   );
 }
 
-function AuditLog({ changes }: { changes: number }) {
+function AuditLog({ changes, filter }: { changes: number; filter: AuditFilter }) {
   const [cursor, setCursor] = useState<Cursor>(null);
-  const variables = useMemo(() => pageArgs(cursor, AUDIT_PAGE), [cursor]);
-  const [{ data, error, fetching }, reload] = useQuery<{
-    auditLog: {
-      edges: {
-        node: {
-          id: string;
-          action: string;
-          actor: string;
-          target: string;
-          data: unknown;
-          createdAt: string;
-          verified: boolean;
-        };
-      }[];
-      pageInfo: PageInfo;
+  // A new filter starts from the newest page.
+  useEffect(() => setCursor(null), [filter.action, filter.actor, filter.from, filter.to]);
+  const variables = useMemo(() => {
+    const { after, before } = dayRange(filter.from, filter.to);
+    const auditFilter = {
+      ...(filter.action ? { actionPrefix: filter.action } : {}),
+      ...(filter.actor ? { actor: filter.actor } : {}),
+      ...(after ? { since: after } : {}),
+      ...(before ? { until: before } : {}),
     };
-  }>({ query: AUDIT, variables, requestPolicy: "network-only" });
+    return { filter: Object.keys(auditFilter).length ? auditFilter : null, ...pageArgs(cursor, AUDIT_PAGE) };
+  }, [filter.action, filter.actor, filter.from, filter.to, cursor]);
+  const setFilter = (change: Partial<AuditFilter>) => {
+    location.hash = href({ page: "access", ...filter, ...change });
+  };
+  const filteredLog = Boolean(filter.action || filter.actor || filter.from || filter.to);
+  const [{ data, error, fetching }, reload] = useQuery({ query: AUDIT, variables, requestPolicy: "network-only" });
   useEffect(() => {
     if (changes > 0) {
       setCursor(null);
@@ -162,12 +207,23 @@ function AuditLog({ changes }: { changes: number }) {
   return (
     <>
       <h2>Audit log</h2>
+      <div className="toolbar">
+        <FilterText
+          id="audit-action"
+          label="Action starts with"
+          value={filter.action}
+          onCommit={(action) => setFilter({ action })}
+        />
+        <FilterText id="audit-actor" label="Actor" value={filter.actor} onCommit={(actor) => setFilter({ actor })} />
+        <DayFilter id="audit-from" label="From" value={filter.from} onChange={(from) => setFilter({ from })} />
+        <DayFilter id="audit-to" label="to" value={filter.to} onChange={(to) => setFilter({ to })} />
+      </div>
       {error ? (
         <ErrorBox error={error} />
       ) : fetching && !data ? (
         <Loading what="the audit log" />
       ) : !data?.auditLog.edges.length ? (
-        <Empty>Nothing recorded yet.</Empty>
+        <Empty>{filteredLog ? "No entry matches these filters." : "Nothing recorded yet."}</Empty>
       ) : (
         <table className="list" aria-label="Audit log">
           <thead>

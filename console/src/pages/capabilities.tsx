@@ -1,34 +1,77 @@
 // Capabilities and connections: what the tenant subscribes to, and its
 // connections to other systems. Secrets are write-only: the form sends
-// one, the list only says whether a connection has one.
+// one, the list only says whether a connection has one. The page polls
+// while it is visible (neither has a subscription). The tools of its MCP
+// servers are listed on demand (`mcp-tools`).
 
 import { useState } from "react";
 import { useMutation, useQuery } from "urql";
 
+import { Polling, usePoll } from "../poll";
+import { McpCatalogue } from "./mcp-tools";
 import { Empty, ErrorBox, Json, Loading, Status, when } from "../ui";
+import { graphql } from "../graphql";
 
-const DATA = `{
-  subscriptions(first: 100) { edges { node { id status active trialEndsAt capability { key name version } } } }
-  connections(first: 100) { edges { node { id name kind config hasSecret updatedAt } } }
-}`;
-const CREATE = `mutation($input: CreateConnectionInput!) { createConnection(input: $input) { connection { id name hasSecret } } }`;
+const DATA = graphql(`
+  {
+    subscriptions(first: 100) {
+      edges {
+        node {
+          id
+          status
+          active
+          trialEndsAt
+          capability {
+            key
+            name
+            version
+          }
+        }
+      }
+    }
+    connections(first: 100) {
+      edges {
+        node {
+          id
+          name
+          kind
+          config
+          hasSecret
+          updatedAt
+        }
+      }
+    }
+  }
+`);
+const CREATE = graphql(`
+  mutation ($input: CreateConnectionInput!) {
+    createConnection(input: $input) {
+      connection {
+        id
+        name
+        hasSecret
+      }
+    }
+  }
+`);
 
 export function CapabilitiesPage() {
-  const [{ data, error, fetching }, reload] = useQuery<{
-    subscriptions: { edges: { node: { id: string; status: string; active: boolean; trialEndsAt: string | null; capability: { key: string; name: string; version: number } } }[] };
-    connections: { edges: { node: { id: string; name: string; kind: string; config: unknown; hasSecret: boolean; updatedAt: string } }[] };
-  }>({ query: DATA, requestPolicy: "network-only" });
+  const [{ data, error, fetching }, reload] = useQuery({ query: DATA, requestPolicy: "network-only" });
   const [name, setName] = useState("");
   const [kind, setKind] = useState("http");
   const [config, setConfig] = useState("{}");
   const [secret, setSecret] = useState("");
   const [invalid, setInvalid] = useState<string | null>(null);
   const [created, create] = useMutation(CREATE);
+  const polling = usePoll(() => reload({ requestPolicy: "network-only" }));
   if (error) return <ErrorBox error={error} />;
   if (fetching && !data) return <Loading what="capabilities" />;
   return (
     <section aria-labelledby="capabilities-title">
-      <h1 id="capabilities-title">Capabilities and connections</h1>
+      <div className="heading">
+        <h1 id="capabilities-title">Capabilities and connections</h1>
+        <Polling on={polling} />
+      </div>
       <h2>Subscriptions</h2>
       {!data?.subscriptions.edges.length ? (
         <Empty>This tenant subscribes to no capability.</Empty>
@@ -69,6 +112,9 @@ export function CapabilitiesPage() {
           </tbody>
         </table>
       )}
+      <McpCatalogue
+        connections={(data?.connections.edges ?? []).filter((e) => e.node.kind === "mcp").map((e) => e.node.name)}
+      />
       <form
         className="publish"
         aria-label="New connection"

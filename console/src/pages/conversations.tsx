@@ -1,38 +1,111 @@
-// Conversations: a chat on the tenant's agent plans. Each message is a
-// task (a turn) of the conversation; the answer's tokens stream in as they
-// are produced, tool calls show as they start, and memory suggestions can
-// be accepted.
+// Conversations: the tenant's conversations, newest first, 25 a page (older
+// and newer by cursor), and a chat on the tenant's agent plans. Each message
+// is a task (a turn) of the conversation; the answer's tokens stream in as
+// they are produced, tool calls show as they start, and memory suggestions
+// can be accepted.
 
 import { useEffect, useMemo, useState } from "react";
 import { useMutation, useQuery, useSubscription } from "urql";
 
 import { mergeDelta } from "../live";
+import { type Cursor, Pager, pageArgs } from "../paging";
+import { usePoll } from "../poll";
 import { href } from "../router";
 import { Empty, ErrorBox, Loading, Status } from "../ui";
+import { graphql, type ResultOf } from "../graphql";
 
-const LIST = `{ conversations(first: 50) { edges { node { id title updatedAt } } } }`;
-const START = `mutation($title: String!) { startConversation(input: {title: $title}) { conversation { id } } }`;
-const TURNS = `query($id: ID!) { conversation(id: $id) { id title turns(first: 100) { edges { node {
-  id input status error result { content memorySuggestions } } } } } }`;
-const SEND = `mutation($input: StartTaskInput!) { startTask(input: $input) { task { id } } }`;
-const LIVE = `subscription($id: ID!) { conversationEvents(conversationId: $id) {
-  __typename taskId seq kind stepId tool status summary ... on TokenDelta { offset text } } }`;
-const ACCEPT = `mutation($taskId: ID!, $index: Int!) { acceptMemorySuggestion(input: {taskId: $taskId, index: $index}) { merged } }`;
-
-interface Turn {
-  id: string;
-  input: string;
-  status: string;
-  error: string | null;
-  result: { content: string; memorySuggestions: string[] } | null;
-}
+const LIST = graphql(`
+  query ($first: Int, $after: String, $last: Int, $before: String) {
+    conversations(first: $first, after: $after, last: $last, before: $before, orderBy: CREATED_AT_DESC) {
+      edges {
+        node {
+          id
+          title
+          updatedAt
+        }
+      }
+      pageInfo {
+        hasNextPage
+        hasPreviousPage
+        startCursor
+        endCursor
+      }
+    }
+  }
+`);
+const PAGE_SIZE = 25;
+const START = graphql(`
+  mutation ($title: String!) {
+    startConversation(input: { title: $title }) {
+      conversation {
+        id
+      }
+    }
+  }
+`);
+const TURNS = graphql(`
+  query ($id: ID!) {
+    conversation(id: $id) {
+      id
+      title
+      turns(first: 100) {
+        edges {
+          node {
+            id
+            input
+            status
+            error
+            result {
+              content
+              memorySuggestions
+            }
+          }
+        }
+      }
+    }
+  }
+`);
+const SEND = graphql(`
+  mutation ($input: StartTaskInput!) {
+    startTask(input: $input) {
+      task {
+        id
+      }
+    }
+  }
+`);
+const LIVE = graphql(`
+  subscription ($id: ID!) {
+    conversationEvents(conversationId: $id) {
+      __typename
+      taskId
+      seq
+      kind
+      stepId
+      tool
+      status
+      summary
+      ... on TokenDelta {
+        offset
+        text
+      }
+    }
+  }
+`);
+const ACCEPT = graphql(`
+  mutation ($taskId: ID!, $index: Int!) {
+    acceptMemorySuggestion(input: { taskId: $taskId, index: $index }) {
+      merged
+    }
+  }
+`);
 
 export function ConversationsPage({ id }: { id?: string }) {
-  const [{ data, error, fetching }, reload] = useQuery<{
-    conversations: { edges: { node: { id: string; title: string; updatedAt: string } }[] };
-  }>({ query: LIST, requestPolicy: "cache-and-network" });
+  const [cursor, setCursor] = useState<Cursor>(null);
+  const variables = useMemo(() => pageArgs(cursor, PAGE_SIZE), [cursor]);
+  const [{ data, error, fetching }, reload] = useQuery({ query: LIST, variables, requestPolicy: "cache-and-network" });
   const [title, setTitle] = useState("");
-  const [started, start] = useMutation<{ startConversation: { conversation: { id: string } } }>(START);
+  const [started, start] = useMutation(START);
   return (
     <section aria-labelledby="conversations-title" className="split">
       <div>
@@ -46,7 +119,9 @@ export function ConversationsPage({ id }: { id?: string }) {
             const newId = answer.data?.startConversation.conversation.id;
             if (newId) {
               setTitle("");
-              reload({ requestPolicy: "network-only" });
+              // The new conversation is the newest.
+              if (cursor) setCursor(null);
+              else reload({ requestPolicy: "network-only" });
               location.hash = href({ page: "conversation", id: newId });
             }
           }}
@@ -68,13 +143,23 @@ export function ConversationsPage({ id }: { id?: string }) {
           <ul className="plain" aria-label="Conversations">
             {data.conversations.edges.map(({ node }) => (
               <li key={node.id}>
-                <a href={href({ page: "conversation", id: node.id })} aria-current={node.id === id ? "page" : undefined}>
+                <a
+                  href={href({ page: "conversation", id: node.id })}
+                  aria-current={node.id === id ? "page" : undefined}
+                >
                   {node.title || "Untitled"}
                 </a>
               </li>
             ))}
           </ul>
         )}
+        <Pager
+          label="Conversation pages"
+          cursor={cursor}
+          pageInfo={data?.conversations.pageInfo}
+          fetching={fetching}
+          onPage={setCursor}
+        />
       </div>
       {id ? <Chat id={id} /> : <Empty>Pick a conversation or start one.</Empty>}
     </section>
@@ -82,12 +167,12 @@ export function ConversationsPage({ id }: { id?: string }) {
 }
 
 function Chat({ id }: { id: string }) {
-  const [{ data, error, fetching }, reload] = useQuery<{ conversation: { title: string; turns: { edges: { node: Turn }[] } } }>({
+  const [{ data, error, fetching }, reload] = useQuery({
     query: TURNS,
     variables: { id },
     requestPolicy: "network-only",
   });
-  const [live] = useSubscription<{ conversationEvents: LiveEvent }, LiveState>(
+  const [live] = useSubscription<ResultOf<typeof LIVE>, LiveState>(
     { query: LIVE, variables: { id } },
     (state = { text: {}, tools: {}, settled: 0 }, event) => fold(state, event.conversationEvents),
   );
@@ -101,6 +186,11 @@ function Chat({ id }: { id: string }) {
   const [, accept] = useMutation(ACCEPT);
   const [accepted, setAccepted] = useState<Record<string, boolean>>({});
   const turns = useMemo(() => data?.conversation.turns.edges.map((e) => e.node) ?? [], [data]);
+  // The stream is live only: a turn that ended before it was joined (or
+  // while it was down) would wait for ever. Until every turn has settled,
+  // the turns are also read again every 2 s.
+  const unsettled = turns.some((t) => !["COMPLETED", "FAILED", "CANCELLED", "NEEDS_REVIEW"].includes(t.status));
+  usePoll(() => reload({ requestPolicy: "network-only" }), 2000, unsettled);
 
   if (error) return <ErrorBox error={error} />;
   if (fetching && !data) return <Loading what="the conversation" />;
@@ -171,17 +261,7 @@ function Chat({ id }: { id: string }) {
   );
 }
 
-interface LiveEvent {
-  __typename: string;
-  taskId: string;
-  seq: number;
-  kind: string;
-  stepId: string | null;
-  tool: string | null;
-  status: string | null;
-  offset?: number;
-  text?: string;
-}
+type LiveEvent = ResultOf<typeof LIVE>["conversationEvents"];
 
 interface LiveState {
   /** Streamed answer text per turn. */
@@ -200,7 +280,11 @@ function fold(state: LiveState, e: LiveEvent): LiveState {
   if (e.kind === "STEP_STARTED" && e.tool && e.tool !== "agent") {
     return { ...state, tools: { ...state.tools, [e.taskId]: [...(state.tools[e.taskId] ?? []), e.tool] } };
   }
-  if (e.kind === "STATUS_CHANGED" && e.status && ["COMPLETED", "FAILED", "CANCELLED", "NEEDS_REVIEW"].includes(e.status)) {
+  if (
+    e.kind === "STATUS_CHANGED" &&
+    e.status &&
+    ["COMPLETED", "FAILED", "CANCELLED", "NEEDS_REVIEW"].includes(e.status)
+  ) {
     return { ...state, settled: state.settled + 1 };
   }
   return state;

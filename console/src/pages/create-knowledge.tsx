@@ -8,16 +8,56 @@ import { useMutation, useQuery } from "urql";
 
 import { href } from "../router";
 import { ErrorBox } from "../ui";
+import { graphql } from "../graphql";
 
-const REMEMBER = `mutation($input: RememberInput!) { remember(input: $input) { memory { id } merged } }`;
-const UPSERT = `mutation($input: UpsertEntityInput!) { upsertEntity(input: $input) { entity { id name } } }`;
-const RELATE = `mutation($input: RelateInput!) { relate(input: $input) { relation { id } created } }`;
-const NAMED = `query($name: String) { entities(first: 20, filter: {nameContains: $name}) { edges { node { id name type } } } }`;
+const REMEMBER = graphql(`
+  mutation ($input: RememberInput!) {
+    remember(input: $input) {
+      memory {
+        id
+      }
+      merged
+    }
+  }
+`);
+const UPSERT = graphql(`
+  mutation ($input: UpsertEntityInput!) {
+    upsertEntity(input: $input) {
+      entity {
+        id
+        name
+      }
+    }
+  }
+`);
+const RELATE = graphql(`
+  mutation ($input: RelateInput!) {
+    relate(input: $input) {
+      relation {
+        id
+      }
+      created
+    }
+  }
+`);
+const NAMED = graphql(`
+  query ($name: String) {
+    entities(first: 20, filter: { nameContains: $name }) {
+      edges {
+        node {
+          id
+          name
+          type
+        }
+      }
+    }
+  }
+`);
 
 export function RememberForm() {
   const [content, setContent] = useState("");
   const [category, setCategory] = useState("");
-  const [result, remember] = useMutation<{ remember: { memory: { id: string }; merged: boolean } }>(REMEMBER);
+  const [result, remember] = useMutation(REMEMBER);
   const done = result.data?.remember;
   return (
     <form
@@ -52,7 +92,7 @@ export function RememberForm() {
 export function NewEntityForm({ onCreated }: { onCreated: (id: string) => void }) {
   const [type, setType] = useState("");
   const [name, setName] = useState("");
-  const [result, upsert] = useMutation<{ upsertEntity: { entity: { id: string } } }>(UPSERT);
+  const [result, upsert] = useMutation(UPSERT);
   return (
     <form
       aria-label="New entity"
@@ -84,13 +124,13 @@ export function RelateForm({ fromId, onRelated }: { fromId: string; onRelated: (
   const [type, setType] = useState("");
   const [name, setName] = useState("");
   const [toId, setToId] = useState("");
-  const [found] = useQuery<{ entities: { edges: { node: { id: string; name: string; type: string } }[] } }>({
+  const [found] = useQuery({
     query: NAMED,
     variables: { name: name || null },
     pause: !name,
   });
   const candidates = (found.data?.entities.edges ?? []).map((e) => e.node).filter((n) => n.id !== fromId);
-  const [result, relate] = useMutation<{ relate: { created: boolean } }>(RELATE);
+  const [result, relate] = useMutation(RELATE);
   return (
     <form
       aria-label="Relate"

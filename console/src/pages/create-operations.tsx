@@ -6,18 +6,39 @@ import { useState } from "react";
 import { useMutation } from "urql";
 
 import { ErrorBox } from "../ui";
+import { graphql, type VariablesOf } from "../graphql";
 
-const CREATE_ENDPOINT = `mutation($input: CreateWebhookEndpointInput!) { createWebhookEndpoint(input: $input) { endpoint { name } secret } }`;
-const CREATE_SCHEDULE = `mutation($input: CreateScheduleInput!) { createSchedule(input: $input) { schedule { name nextRunAt } } }`;
+const CREATE_ENDPOINT = graphql(`
+  mutation ($input: CreateWebhookEndpointInput!) {
+    createWebhookEndpoint(input: $input) {
+      endpoint {
+        name
+      }
+      secret
+    }
+  }
+`);
+const CREATE_SCHEDULE = graphql(`
+  mutation ($input: CreateScheduleInput!) {
+    createSchedule(input: $input) {
+      schedule {
+        name
+        nextRunAt
+      }
+    }
+  }
+`);
 
-const EVENTS = ["TASK_COMPLETED", "TASK_FAILED", "TASK_NEEDS_REVIEW", "TASK_CANCELLED"];
+const EVENTS: WebhookEvent[] = ["TASK_COMPLETED", "TASK_FAILED", "TASK_NEEDS_REVIEW", "TASK_CANCELLED"];
+
+type WebhookEvent = VariablesOf<typeof CREATE_ENDPOINT>["input"]["events"][number];
 
 export function NewWebhookEndpoint({ onCreated }: { onCreated: () => void }) {
   const [name, setName] = useState("");
   const [url, setUrl] = useState("");
-  const [events, setEvents] = useState<string[]>(["TASK_COMPLETED"]);
+  const [events, setEvents] = useState<WebhookEvent[]>(["TASK_COMPLETED"]);
   const [secret, setSecret] = useState<string | null>(null);
-  const [result, create] = useMutation<{ createWebhookEndpoint: { secret: string } }>(CREATE_ENDPOINT);
+  const [result, create] = useMutation(CREATE_ENDPOINT);
   return (
     <form
       aria-label="New webhook endpoint"

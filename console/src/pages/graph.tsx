@@ -1,38 +1,84 @@
-// The knowledge graph around an entity: its neighbours drawn with
-// Cytoscape (loaded on this page only), a click on a node adds that
-// node's neighbourhood.
+// The knowledge graph: the tenant's entities, newest first, 25 a page (older
+// and newer by cursor), filtered by name; and around an entity, its
+// neighbours drawn with Cytoscape (loaded on this page only), a click on a
+// node adds that node's neighbourhood.
 
-import { useEffect, useRef, useState } from "react";
+import { useEffect, useMemo, useRef, useState } from "react";
 import { useClient, useQuery } from "urql";
 
+import { type Cursor, Pager, pageArgs } from "../paging";
 import { href } from "../router";
 import { NewEntityForm, RelateForm } from "./create-knowledge";
 import { Empty, ErrorBox, Loading } from "../ui";
+import { graphql, type ResultOf } from "../graphql";
 
-const ENTITIES = `query($name: String) { entities(first: 50, filter: {nameContains: $name}) { edges { node { id name type } } } }`;
-const AROUND = `query($id: ID!) { neighborhood(entityId: $id, depth: 1) {
-  center { id name type } neighbors { entity { id name type } distance }
-  relations { id type fromId toId weight } } }`;
+const ENTITIES = graphql(`
+  query ($name: String, $first: Int, $after: String, $last: Int, $before: String) {
+    entities(
+      filter: { nameContains: $name }
+      first: $first
+      after: $after
+      last: $last
+      before: $before
+      orderBy: CREATED_AT_DESC
+    ) {
+      edges {
+        node {
+          id
+          name
+          type
+        }
+      }
+      pageInfo {
+        hasNextPage
+        hasPreviousPage
+        startCursor
+        endCursor
+      }
+    }
+  }
+`);
+const PAGE_SIZE = 25;
+const AROUND = graphql(`
+  query ($id: ID!) {
+    neighborhood(entityId: $id, depth: 1) {
+      center {
+        id
+        name
+        type
+      }
+      neighbors {
+        entity {
+          id
+          name
+          type
+        }
+        distance
+      }
+      relations {
+        id
+        type
+        fromId
+        toId
+        weight
+      }
+    }
+  }
+`);
 
-interface Node {
-  id: string;
-  name: string;
-  type: string;
-}
-
-interface Around {
-  center: Node;
-  neighbors: { entity: Node; distance: number }[];
-  relations: { id: string; type: string; fromId: string; toId: string; weight: number }[];
-}
+type Around = ResultOf<typeof AROUND>["neighborhood"];
 
 export function GraphPage({ id }: { id?: string }) {
   const [name, setName] = useState("");
   // Bumped by each relation added here: the neighbourhood is drawn again.
   const [relations, setRelations] = useState(0);
-  const [{ data, error, fetching }, reload] = useQuery<{ entities: { edges: { node: Node }[] } }>({
+  const [cursor, setCursor] = useState<Cursor>(null);
+  // A new name starts from the newest page.
+  useEffect(() => setCursor(null), [name]);
+  const variables = useMemo(() => ({ name: name || null, ...pageArgs(cursor, PAGE_SIZE) }), [name, cursor]);
+  const [{ data, error, fetching }, reload] = useQuery({
     query: ENTITIES,
-    variables: { name: name || null },
+    variables,
   });
   return (
     <section aria-labelledby="graph-title" className="split">
@@ -42,7 +88,9 @@ export function GraphPage({ id }: { id?: string }) {
           <summary>New entity</summary>
           <NewEntityForm
             onCreated={(created) => {
-              reload({ requestPolicy: "network-only" });
+              // The new entity is the newest.
+              if (cursor) setCursor(null);
+              else reload({ requestPolicy: "network-only" });
               location.hash = href({ page: "graph", id: created });
             }}
           />
@@ -67,6 +115,13 @@ export function GraphPage({ id }: { id?: string }) {
             ))}
           </ul>
         )}
+        <Pager
+          label="Entity pages"
+          cursor={cursor}
+          pageInfo={data?.entities.pageInfo}
+          fetching={fetching}
+          onPage={setCursor}
+        />
       </div>
       {id ? (
         <div>
@@ -85,14 +140,18 @@ function Neighbourhood({ id }: { id: string }) {
   const box = useRef<HTMLDivElement>(null);
   const [error, setError] = useState<string | null>(null);
   const [loading, setLoading] = useState(true);
-  const [shown, setShown] = useState<{ nodes: number; edges: number; expanded: string[] }>({ nodes: 0, edges: 0, expanded: [] });
+  const [shown, setShown] = useState<{ nodes: number; edges: number; expanded: string[] }>({
+    nodes: 0,
+    edges: 0,
+    expanded: [],
+  });
 
   useEffect(() => {
     let disposed = false;
     let graph: import("cytoscape").Core | null = null;
     const expanded = new Set<string>();
     const load = async (entity: string) => {
-      const result = await client.query<{ neighborhood: Around }>(AROUND, { id: entity }).toPromise();
+      const result = await client.query(AROUND, { id: entity }).toPromise();
       if (result.error) throw new Error(result.error.message);
       return result.data!.neighborhood;
     };
@@ -104,11 +163,23 @@ function Neighbourhood({ id }: { id: string }) {
         }
       }
       for (const r of around.relations) {
-        if (graph.getElementById(r.id).empty() && !graph.getElementById(r.fromId).empty() && !graph.getElementById(r.toId).empty()) {
+        if (
+          graph.getElementById(r.id).empty() &&
+          !graph.getElementById(r.fromId).empty() &&
+          !graph.getElementById(r.toId).empty()
+        ) {
           graph.add({ group: "edges", data: { id: r.id, source: r.fromId, target: r.toId, label: r.type } });
         }
       }
-      graph.layout({ name: "breadthfirst", roots: [id], spacingFactor: 1.2, padding: 40, animate: false } as import("cytoscape").LayoutOptions).run();
+      graph
+        .layout({
+          name: "breadthfirst",
+          roots: [id],
+          spacingFactor: 1.2,
+          padding: 40,
+          animate: false,
+        } as import("cytoscape").LayoutOptions)
+        .run();
       setShown({ nodes: graph.nodes().length, edges: graph.edges().length, expanded: [...expanded] });
     };
     (async () => {
@@ -191,7 +262,13 @@ function Neighbourhood({ id }: { id: string }) {
   );
 }
 
-/** A colour the stylesheet names (`styles.css`'s `:root`), as the theme sets it now. */
+/** A colour the stylesheet names (`styles.css`'s `:root`), as the theme
+ * sets it now: resolved on an element (the name holds `light-dark(…)`). */
 function themeColour(name: string): string {
-  return getComputedStyle(document.documentElement).getPropertyValue(name).trim() || "#1b1f24";
+  const probe = document.createElement("span");
+  probe.style.color = `var(${name})`;
+  document.body.append(probe);
+  const colour = getComputedStyle(probe).color;
+  probe.remove();
+  return colour || "#1b1f24";
 }

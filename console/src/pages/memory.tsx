@@ -1,40 +1,116 @@
 // Memory: hybrid search with each hit's score breakdown, a form that
-// remembers a fact, and a memory's details with its versions and outcomes.
+// remembers a fact, the tenant's memories newest first (25 a page, older
+// and newer by cursor), and a memory's details with its versions and
+// outcomes.
 
-import { useState } from "react";
+import { useMemo, useState } from "react";
 import { useQuery } from "urql";
 
+import { type Cursor, Pager, pageArgs } from "../paging";
 import { href } from "../router";
 import { Empty, ErrorBox, Loading, when } from "../ui";
 import { RememberForm } from "./create-knowledge";
+import { graphql } from "../graphql";
 
-const SEARCH = `query($q: String!) { searchMemories(query: $q, limit: 20) { vectorUsed hits {
-  keywordRank vectorRank vectorSimilarity fusedScore scoreBoost tierBoost graphBoost boost finalScore
-  memory { id content tier category } } } }`;
+const SEARCH = graphql(`
+  query ($q: String!) {
+    searchMemories(query: $q, limit: 20) {
+      vectorUsed
+      hits {
+        keywordRank
+        vectorRank
+        vectorSimilarity
+        fusedScore
+        scoreBoost
+        tierBoost
+        graphBoost
+        boost
+        finalScore
+        memory {
+          id
+          content
+          tier
+          category
+        }
+      }
+    }
+  }
+`);
 
-const MEMORY = `query($id: ID!) { node(id: $id) { ... on Memory {
-  id content tier category status score uses importance confidence version createdAt updatedAt
-  subject { id name type } mentions { id name type }
-  versions { version content reason createdAt }
-  events { kind outcome scoreBefore scoreAfter tierBefore tierAfter createdAt } } } }`;
+const LIST = graphql(`
+  query ($first: Int, $after: String, $last: Int, $before: String) {
+    memories(first: $first, after: $after, last: $last, before: $before, orderBy: CREATED_AT_DESC) {
+      edges {
+        node {
+          id
+          content
+          tier
+          category
+          createdAt
+        }
+      }
+      pageInfo {
+        hasNextPage
+        hasPreviousPage
+        startCursor
+        endCursor
+      }
+    }
+  }
+`);
+const PAGE_SIZE = 25;
 
-interface Hit {
-  keywordRank: number | null;
-  vectorRank: number | null;
-  vectorSimilarity: number | null;
-  fusedScore: number;
-  scoreBoost: number;
-  tierBoost: number;
-  graphBoost: number;
-  boost: number;
-  finalScore: number;
-  memory: { id: string; content: string; tier: string; category: string };
-}
+const MEMORY = graphql(`
+  query ($id: ID!) {
+    node(id: $id) {
+      __typename
+      ... on Memory {
+        id
+        content
+        tier
+        category
+        status
+        score
+        uses
+        importance
+        confidence
+        version
+        createdAt
+        updatedAt
+        subject {
+          id
+          name
+          type
+        }
+        mentions {
+          id
+          name
+          type
+        }
+        versions {
+          version
+          content
+          reason
+          createdAt
+        }
+        events {
+          kind
+          outcome
+          scoreBefore
+          scoreAfter
+          tierBefore
+          tierAfter
+          createdAt
+        }
+      }
+    }
+  }
+`);
 
 export function MemoryPage() {
   const [text, setText] = useState("");
   const [query, setQuery] = useState("");
-  const [{ data, error, fetching }] = useQuery<{ searchMemories: { vectorUsed: boolean; hits: Hit[] } }>({
+  const [{ data, error, fetching }] = useQuery({
     query: SEARCH,
     variables: { q: query },
     pause: !query,
@@ -95,7 +171,9 @@ export function MemoryPage() {
                   {h.vectorSimilarity !== null && ` (${h.vectorSimilarity.toFixed(3)})`}
                 </td>
                 <td>{h.fusedScore.toFixed(4)}</td>
-                <td title={`score ${h.scoreBoost.toFixed(2)} × tier ${h.tierBoost.toFixed(2)} × graph ${h.graphBoost.toFixed(2)}`}>
+                <td
+                  title={`score ${h.scoreBoost.toFixed(2)} × tier ${h.tierBoost.toFixed(2)} × graph ${h.graphBoost.toFixed(2)}`}
+                >
                   {h.boost.toFixed(2)}×
                 </td>
                 <td>{h.finalScore.toFixed(4)}</td>
@@ -104,35 +182,69 @@ export function MemoryPage() {
           </tbody>
         </table>
       )}
+      <NewestMemories />
     </section>
   );
 }
 
-interface MemoryDetail {
-  id: string;
-  content: string;
-  tier: string;
-  category: string;
-  status: string;
-  score: number;
-  uses: number;
-  importance: number;
-  confidence: number;
-  version: number;
-  createdAt: string;
-  updatedAt: string;
-  subject: { id: string; name: string; type: string } | null;
-  mentions: { id: string; name: string; type: string }[];
-  versions: { version: number; content: string; reason: string; createdAt: string }[];
-  events: { kind: string; outcome: string | null; scoreBefore: number | null; scoreAfter: number | null; createdAt: string }[];
+function NewestMemories() {
+  const [cursor, setCursor] = useState<Cursor>(null);
+  const variables = useMemo(() => pageArgs(cursor, PAGE_SIZE), [cursor]);
+  const [{ data, error, fetching }] = useQuery({
+    query: LIST,
+    variables,
+    requestPolicy: "cache-and-network",
+  });
+  return (
+    <section aria-labelledby="memories-title">
+      <h2 id="memories-title">Newest memories</h2>
+      {error ? (
+        <ErrorBox error={error} />
+      ) : fetching && !data ? (
+        <Loading what="memories" />
+      ) : !data?.memories.edges.length ? (
+        <Empty>No memories yet.</Empty>
+      ) : (
+        <table className="list" aria-label="Memories">
+          <thead>
+            <tr>
+              <th scope="col">Memory</th>
+              <th scope="col">Tier</th>
+              <th scope="col">Category</th>
+              <th scope="col">Created</th>
+            </tr>
+          </thead>
+          <tbody>
+            {data.memories.edges.map(({ node: m }) => (
+              <tr key={m.id} data-testid="memory-row">
+                <td>
+                  <a href={href({ page: "memory-detail", id: m.id })}>{m.content}</a>
+                </td>
+                <td>{m.tier}</td>
+                <td>{m.category}</td>
+                <td>{when(m.createdAt)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      <Pager
+        label="Memory pages"
+        cursor={cursor}
+        pageInfo={data?.memories.pageInfo}
+        fetching={fetching}
+        onPage={setCursor}
+      />
+    </section>
+  );
 }
 
 export function MemoryDetailPage({ id }: { id: string }) {
-  const [{ data, error, fetching }] = useQuery<{ node: MemoryDetail | null }>({ query: MEMORY, variables: { id } });
+  const [{ data, error, fetching }] = useQuery({ query: MEMORY, variables: { id } });
   if (error) return <ErrorBox error={error} />;
   if (fetching && !data) return <Loading what="the memory" />;
   const m = data?.node;
-  if (!m) return <Empty>No such memory.</Empty>;
+  if (m?.__typename !== "Memory") return <Empty>No such memory.</Empty>;
   return (
     <article aria-labelledby="memory-detail-title">
       <h1 id="memory-detail-title">{m.content}</h1>
@@ -141,11 +253,11 @@ export function MemoryDetailPage({ id }: { id: string }) {
         {m.importance.toFixed(2)} · confidence {m.confidence.toFixed(2)} · version {m.version}
       </p>
       <p>
-        About:{" "}
-        {m.subject ? <a href={href({ page: "graph", id: m.subject.id })}>{m.subject.name}</a> : "no subject"}
+        About: {m.subject ? <a href={href({ page: "graph", id: m.subject.id })}>{m.subject.name}</a> : "no subject"}
         {m.mentions.length > 0 && (
           <>
-            {" "}· mentions{" "}
+            {" "}
+            · mentions{" "}
             {m.mentions.map((e, i) => (
               <span key={e.id}>
                 {i > 0 && ", "}
@@ -172,7 +284,9 @@ export function MemoryDetailPage({ id }: { id: string }) {
             <li key={i}>
               {when(e.createdAt)} {e.kind}
               {e.outcome && ` ${e.outcome}`}
-              {e.scoreBefore !== null && e.scoreAfter !== null && ` (score ${e.scoreBefore.toFixed(2)} → ${e.scoreAfter.toFixed(2)})`}
+              {e.scoreBefore !== null &&
+                e.scoreAfter !== null &&
+                ` (score ${e.scoreBefore.toFixed(2)} → ${e.scoreAfter.toFixed(2)})`}
             </li>
           ))}
         </ol>

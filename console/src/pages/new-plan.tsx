@@ -1,13 +1,26 @@
 // A plan from zero: its key, intent and steps (JSON, from a template that
-// runs), published as version 1; the server's integrity errors are shown
-// inline, and the new plan is opened once published.
+// runs; a picker appends a step of a tool, and the arguments are checked
+// against the tools' schemas as they are typed), published as version 1;
+// the server's integrity errors are shown inline, and the new plan is
+// opened once published.
 
 import { useState } from "react";
 import { useMutation } from "urql";
 
 import { ErrorBox } from "../ui";
+import { StepsCheck, stepsOf, ToolPicker, useTools, withStep } from "./plan-tools";
+import { graphql, type VariablesOf } from "../graphql";
 
-const PUBLISH = `mutation($input: PublishPlanInput!) { publishPlan(input: $input) { plan { key version } } }`;
+const PUBLISH = graphql(`
+  mutation ($input: PublishPlanInput!) {
+    publishPlan(input: $input) {
+      plan {
+        key
+        version
+      }
+    }
+  }
+`);
 
 const TEMPLATE = JSON.stringify(
   [
@@ -23,14 +36,16 @@ export function NewPlan({ onPublished }: { onPublished: (key: string) => void })
   const [intent, setIntent] = useState("");
   const [steps, setSteps] = useState(TEMPLATE);
   const [invalid, setInvalid] = useState<string | null>(null);
-  const [published, publish] = useMutation<{ publishPlan: { plan: { key: string } } }>(PUBLISH);
+  const [published, publish] = useMutation(PUBLISH);
+  const tools = useTools();
   return (
     <form
       aria-label="New plan"
       className="publish"
       onSubmit={async (e) => {
         e.preventDefault();
-        let parsed: unknown;
+        // The server checks the steps (its integrity errors are shown).
+        let parsed: VariablesOf<typeof PUBLISH>["input"]["steps"];
         try {
           parsed = JSON.parse(steps);
         } catch (err) {
@@ -60,6 +75,21 @@ export function NewPlan({ onPublished }: { onPublished: (key: string) => void })
         onChange={(e) => setSteps(e.target.value)}
         spellCheck={false}
       />
+      <ToolPicker
+        id="new-plan-tool"
+        tools={tools}
+        onAdd={(tool) => {
+          try {
+            const parsed: unknown = JSON.parse(steps);
+            if (!Array.isArray(parsed)) throw new Error("not an array");
+            setSteps(JSON.stringify(withStep(parsed, tool), null, 2));
+            setInvalid(null);
+          } catch {
+            setInvalid("The steps are not a JSON array yet: fix them to add a step.");
+          }
+        }}
+      />
+      <StepsCheck draft={steps} steps={stepsOf.array} tools={tools} />
       <button type="submit" disabled={!key.trim() || !intent.trim() || published.fetching}>
         Publish plan
       </button>

@@ -1,74 +1,126 @@
 // Operations: outbound webhooks with their deliveries, inbound hooks,
 // schedules with their next runs, and usage per day as a chart; new
-// endpoints and schedules (`create-operations`).
+// endpoints and schedules (`create-operations`). None of it has a
+// subscription: the page polls while it is visible.
 
 import { useMemo } from "react";
 import { useQuery } from "urql";
 
+import { Polling, usePoll } from "../poll";
 import { Empty, ErrorBox, Loading, Status, when } from "../ui";
 import { NewSchedule, NewWebhookEndpoint } from "./create-operations";
+import { graphql, type ResultOf, type VariablesOf } from "../graphql";
 
-const OPERATIONS = `{
-  viewer { tenant { slug } }
-  webhookEndpoints { name url events deliveries(first: 10) { id event status attempts lastStatusCode lastError nextAttemptAt deliveredAt createdAt } }
-  connections(first: 100) { edges { node { id name kind hasSecret createdAt } } }
-  schedules { name planKey cron timeZone paused nextRunAt upcoming(count: 3) lastRunAt }
-}`;
+const OPERATIONS = graphql(`
+  {
+    viewer {
+      tenant {
+        slug
+      }
+    }
+    webhookEndpoints {
+      name
+      url
+      events
+      deliveries(first: 10) {
+        id
+        event
+        status
+        attempts
+        lastStatusCode
+        lastError
+        nextAttemptAt
+        deliveredAt
+        createdAt
+      }
+    }
+    connections(first: 100) {
+      edges {
+        node {
+          id
+          name
+          kind
+          hasSecret
+          createdAt
+        }
+      }
+    }
+    schedules {
+      name
+      planKey
+      cron
+      timeZone
+      paused
+      nextRunAt
+      upcoming(count: 3)
+      lastRunAt
+    }
+  }
+`);
 
 const DAYS = 7;
 
-function usageQuery(days: { from: string; to: string }[]): string {
-  const fields = days
-    .map(
-      (d, i) =>
-        `d${i}: usage(from: "${d.from}", to: "${d.to}") { from tasksStarted tasksCompleted tasksFailed costMicros }`,
-    )
-    .join("\n");
-  return `{ ${fields} }`;
-}
+const DAY = graphql(`
+  fragment Day on TenantUsage {
+    from
+    tasksStarted
+    tasksCompleted
+    tasksFailed
+    costMicros
+  }
+`);
 
-interface Usage {
-  from: string;
-  tasksStarted: number;
-  tasksCompleted: number;
-  tasksFailed: number;
-  costMicros: number;
-}
+/** The usage of each of the last 7 days (`d0` the oldest), each from `$f<i>` to `$t<i>`. */
+const USAGE = graphql(
+  `
+    query Usage(
+      $f0: DateTime!
+      $t0: DateTime!
+      $f1: DateTime!
+      $t1: DateTime!
+      $f2: DateTime!
+      $t2: DateTime!
+      $f3: DateTime!
+      $t3: DateTime!
+      $f4: DateTime!
+      $t4: DateTime!
+      $f5: DateTime!
+      $t5: DateTime!
+      $f6: DateTime!
+      $t6: DateTime!
+    ) {
+      d0: usage(from: $f0, to: $t0) {
+        ...Day
+      }
+      d1: usage(from: $f1, to: $t1) {
+        ...Day
+      }
+      d2: usage(from: $f2, to: $t2) {
+        ...Day
+      }
+      d3: usage(from: $f3, to: $t3) {
+        ...Day
+      }
+      d4: usage(from: $f4, to: $t4) {
+        ...Day
+      }
+      d5: usage(from: $f5, to: $t5) {
+        ...Day
+      }
+      d6: usage(from: $f6, to: $t6) {
+        ...Day
+      }
+    }
+  `,
+  [DAY],
+);
+
+type Usage = ResultOf<typeof DAY>;
 
 export function OperationsPage() {
-  const [{ data, error, fetching }, reload] = useQuery<{
-    viewer: { tenant: { slug: string } | null };
-    webhookEndpoints: {
-      name: string;
-      url: string;
-      events: string[];
-      deliveries: {
-        id: string;
-        event: string;
-        status: string;
-        attempts: number;
-        lastStatusCode: number | null;
-        lastError: string | null;
-        nextAttemptAt: string | null;
-        deliveredAt: string | null;
-        createdAt: string;
-      }[];
-    }[];
-    connections: {
-      edges: { node: { id: string; name: string; kind: string; hasSecret: boolean; createdAt: string } }[];
-    };
-    schedules: {
-      name: string;
-      planKey: string;
-      cron: string;
-      timeZone: string;
-      paused: boolean;
-      nextRunAt: string | null;
-      upcoming: string[];
-      lastRunAt: string | null;
-    }[];
-  }>({ query: OPERATIONS, requestPolicy: "network-only" });
+  const [{ data, error, fetching }, reload] = useQuery({ query: OPERATIONS, requestPolicy: "network-only" });
   const reread = () => reload({ requestPolicy: "network-only" });
+  const polling = usePoll(reread);
   if (error) return <ErrorBox error={error} />;
   if (fetching && !data) return <Loading what="operations" />;
   const hooks = (data?.connections.edges ?? [])
@@ -76,7 +128,10 @@ export function OperationsPage() {
     .filter((c) => c.kind === "webhook" || c.kind === "inbound_email");
   return (
     <section aria-labelledby="operations-title">
-      <h1 id="operations-title">Operations</h1>
+      <div className="heading">
+        <h1 id="operations-title">Operations</h1>
+        <Polling on={polling} />
+      </div>
       <h2>Outbound webhooks</h2>
       <details className="card">
         <summary>New webhook endpoint</summary>
@@ -187,13 +242,21 @@ function UsageChart() {
       return { from: from.toISOString(), to: to.toISOString() };
     });
   }, []);
-  const [{ data, error, fetching }] = useQuery<Record<string, Usage>>({
-    query: usageQuery(days),
-    requestPolicy: "network-only",
-  });
+  const variables = useMemo(
+    () =>
+      Object.fromEntries(
+        days.flatMap((d, i) => [
+          [`f${i}`, d.from],
+          [`t${i}`, d.to],
+        ]),
+      ) as VariablesOf<typeof USAGE>,
+    [days],
+  );
+  const [{ data, error, fetching }, reload] = useQuery({ query: USAGE, variables, requestPolicy: "network-only" });
+  usePoll(() => reload({ requestPolicy: "network-only" }));
   if (error) return <ErrorBox error={error} />;
   if (fetching && !data) return <Loading what="usage" />;
-  const rows = days.map((_, i) => data?.[`d${i}`]).filter((u): u is Usage => !!u);
+  const rows = days.map((_, i) => data?.[`d${i}` as keyof ResultOf<typeof USAGE>]).filter((u): u is Usage => !!u);
   const most = Math.max(1, ...rows.map((r) => r.tasksStarted));
   const width = 560;
   const bar = width / DAYS;

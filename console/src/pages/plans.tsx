@@ -1,52 +1,79 @@
 // Plans and tools: the tenant's plans with their versions and steps,
 // publishing a new version (the server's integrity errors shown inline),
-// and a new plan from zero (`new-plan`).
+// and a new plan from zero (`new-plan`). The list polls while the page is
+// visible (plans have no subscription); a plan's draft is left alone.
 
 import { useEffect, useState } from "react";
 import { useMutation, useQuery } from "urql";
 
+import { Polling, usePoll } from "../poll";
 import { Empty, ErrorBox, Json, Loading, when } from "../ui";
 import { NewPlan } from "./new-plan";
+import { StepsCheck, stepsOf, ToolPicker, useTools, withStep } from "./plan-tools";
+import { graphql, type VariablesOf } from "../graphql";
 
-const PLANS = `{ plans(first: 100) { edges { node { id key version intent archivedAt } } } }`;
-const PLAN = `query($key: String!) { plan(key: $key) {
-  key version intent description priority patterns archivedAt createdBy createdAt capabilityKey
-  steps { id tool args condition stopOnFailure requiresReview maxAttempts timeoutSecs }
-  versions { version createdBy createdAt } } }`;
-const PUBLISH = `mutation($input: PublishPlanInput!) { publishPlan(input: $input) { plan { key version } } }`;
-
-interface Step {
-  id: string;
-  tool: string;
-  args: unknown;
-  condition: string | null;
-  stopOnFailure: boolean;
-  requiresReview: boolean;
-  maxAttempts: number;
-  timeoutSecs: number | null;
-}
-
-interface Plan {
-  key: string;
-  version: number;
-  intent: string;
-  description: string;
-  priority: number;
-  patterns: string[];
-  archivedAt: string | null;
-  createdBy: string;
-  createdAt: string;
-  capabilityKey: string | null;
-  steps: Step[];
-  versions: { version: number; createdBy: string; createdAt: string }[];
-}
+const PLANS = graphql(`
+  {
+    plans(first: 100) {
+      edges {
+        node {
+          id
+          key
+          version
+          intent
+          archivedAt
+        }
+      }
+    }
+  }
+`);
+const PLAN = graphql(`
+  query ($key: String!) {
+    plan(key: $key) {
+      key
+      version
+      intent
+      description
+      priority
+      patterns
+      archivedAt
+      createdBy
+      createdAt
+      capabilityKey
+      steps {
+        id
+        tool
+        args
+        condition
+        stopOnFailure
+        requiresReview
+        maxAttempts
+        timeoutSecs
+      }
+      versions {
+        version
+        createdBy
+        createdAt
+      }
+    }
+  }
+`);
+const PUBLISH = graphql(`
+  mutation ($input: PublishPlanInput!) {
+    publishPlan(input: $input) {
+      plan {
+        key
+        version
+      }
+    }
+  }
+`);
 
 export function PlansPage() {
-  const [{ data, error, fetching }, reload] = useQuery<{
-    plans: { edges: { node: { id: string; key: string; version: number; intent: string; archivedAt: string | null } }[] };
-  }>({ query: PLANS, requestPolicy: "cache-and-network" });
+  const [{ data, error, fetching }, reload] = useQuery({ query: PLANS, requestPolicy: "cache-and-network" });
   const [key, setKey] = useState<string | null>(null);
   const [creating, setCreating] = useState(false);
+  const polling = usePoll(() => reload({ requestPolicy: "network-only" }));
   const open = (planKey: string) => {
     setCreating(false);
     setKey(planKey);
@@ -55,7 +82,10 @@ export function PlansPage() {
   return (
     <section aria-labelledby="plans-title" className="split">
       <div>
-        <h1 id="plans-title">Plans</h1>
+        <div className="heading">
+          <h1 id="plans-title">Plans</h1>
+          <Polling on={polling} />
+        </div>
         <button type="button" onClick={() => setCreating(true)} aria-pressed={creating}>
           New plan
         </button>
@@ -93,14 +123,15 @@ export function PlansPage() {
 }
 
 function PlanDetail({ planKey, onPublished }: { planKey: string; onPublished: (key: string) => void }) {
-  const [{ data, error, fetching }, reload] = useQuery<{ plan: Plan }>({
+  const [{ data, error, fetching }, reload] = useQuery({
     query: PLAN,
     variables: { key: planKey },
     requestPolicy: "network-only",
   });
   const [draft, setDraft] = useState("");
   const [invalid, setInvalid] = useState<string | null>(null);
-  const [published, publish] = useMutation<{ publishPlan: { plan: { key: string; version: number } } }>(PUBLISH);
+  const [published, publish] = useMutation(PUBLISH);
+  const tools = useTools();
   const plan = data?.plan;
   useEffect(() => {
     if (!plan) return;
@@ -171,7 +202,8 @@ function PlanDetail({ planKey, onPublished }: { planKey: string; onPublished: (k
         className="publish"
         onSubmit={async (e) => {
           e.preventDefault();
-          let input: unknown;
+          // The server checks the definition (its integrity errors are shown).
+          let input: VariablesOf<typeof PUBLISH>["input"];
           try {
             input = JSON.parse(draft);
           } catch (err) {
@@ -187,11 +219,32 @@ function PlanDetail({ planKey, onPublished }: { planKey: string; onPublished: (k
         }}
       >
         <label htmlFor="plan-draft">Definition (JSON)</label>
-        <textarea id="plan-draft" rows={14} value={draft} onChange={(e) => setDraft(e.target.value)} spellCheck={false} />
+        <textarea
+          id="plan-draft"
+          rows={14}
+          value={draft}
+          onChange={(e) => setDraft(e.target.value)}
+          spellCheck={false}
+        />
+        <ToolPicker
+          id="plan-draft-tool"
+          tools={tools}
+          onAdd={(tool) => {
+            try {
+              const parsed = JSON.parse(draft) as { steps?: unknown };
+              if (!Array.isArray(parsed.steps)) throw new Error("no steps");
+              setDraft(JSON.stringify({ ...parsed, steps: withStep(parsed.steps, tool) }, null, 2));
+              setInvalid(null);
+            } catch {
+              setInvalid("The definition is not JSON with a steps array yet: fix it to add a step.");
+            }
+          }}
+        />
+        <StepsCheck draft={draft} steps={stepsOf.definition} tools={tools} />
         {draftKey(draft) && draftKey(draft) !== plan.key && (
           <p className="hint" role="note">
-            The key is now <code>{draftKey(draft)}</code>: publishing makes a new plan of that key (or a new version
-            of it), and leaves <code>{plan.key}</code> as it is.
+            The key is now <code>{draftKey(draft)}</code>: publishing makes a new plan of that key (or a new version of
+            it), and leaves <code>{plan.key}</code> as it is.
           </p>
         )}
         <button type="submit" disabled={published.fetching}>

@@ -8,26 +8,56 @@ import { useMutation, useQuery, useSubscription } from "urql";
 
 import { href } from "../router";
 import { Empty, ErrorBox, Json, Loading } from "../ui";
+import { graphql, type ResultOf } from "../graphql";
 
-const WAITING = `query { tasks(first: 50, orderBy: CREATED_AT_DESC, filter: {statuses: [NEEDS_REVIEW, AWAITING_APPROVAL]}) {
-  edges { node { id input status pendingReview { id stepId reason confidence proposed } } } } }`;
-const UPDATES = `subscription { taskUpdates { id status } }`;
+const WAITING = graphql(`
+  query {
+    tasks(first: 50, orderBy: CREATED_AT_DESC, filter: { statuses: [NEEDS_REVIEW, AWAITING_APPROVAL] }) {
+      edges {
+        node {
+          id
+          input
+          status
+          pendingReview {
+            id
+            stepId
+            reason
+            confidence
+            proposed
+          }
+        }
+      }
+    }
+  }
+`);
+const UPDATES = graphql(`
+  subscription {
+    taskUpdates {
+      id
+      status
+    }
+  }
+`);
 const WAITS = ["NEEDS_REVIEW", "AWAITING_APPROVAL"];
-const RESUME = `mutation($input: ResumeTaskInput!) { resumeTask(input: $input) { task { id status } } }`;
+const RESUME = graphql(`
+  mutation ($input: ResumeTaskInput!) {
+    resumeTask(input: $input) {
+      task {
+        id
+        status
+      }
+    }
+  }
+`);
 
-interface Waiting {
-  id: string;
-  input: string;
-  status: string;
-  pendingReview: { id: string; stepId: string; reason: string; confidence: number | null; proposed: unknown } | null;
-}
+type Waiting = ResultOf<typeof WAITING>["tasks"]["edges"][number]["node"];
 
 export function ReviewsPage() {
-  const [{ data, error, fetching }, reload] = useQuery<{ tasks: { edges: { node: Waiting }[] } }>({
+  const [{ data, error, fetching }, reload] = useQuery({
     query: WAITING,
     requestPolicy: "network-only",
   });
-  const [live] = useSubscription<{ taskUpdates: { id: string; status: string } }>({ query: UPDATES });
+  const [live] = useSubscription({ query: UPDATES });
   const listed = (data?.tasks.edges ?? []).map((e) => e.node);
   // A task that starts or stops waiting changes the queue: read it again.
   useEffect(() => {

@@ -1,6 +1,8 @@
 // One task: its state and steps (read once, then again when its status
 // changes) and a live timeline of its events, tokens streaming into the
 // step that produces them; cancel and retry, each after a confirmation.
+// Its token counter rises as text streams: the stored usage, plus the
+// tokens streamed since the task was last read.
 
 import { useEffect, useReducer, useRef, useState } from "react";
 import { useMutation, useQuery } from "urql";
@@ -9,53 +11,81 @@ import { useClients } from "../clients";
 import { emptyTimeline, follow, type Timeline } from "../live";
 import { numbered, Waterfall } from "./waterfall";
 import { clock, Empty, ErrorBox, Json, Loading, Status, when } from "../ui";
+import { graphql } from "../graphql";
 
-const TASK = `query($id: ID!) { task(id: $id) {
-  id status input intent channel error traceId createdAt startedAt completedAt
-  plan { key version }
-  usage { inputTokens outputTokens costMicros }
-  result { content model }
-  pendingReview { id stepId reason proposed }
-  steps { stepId tool attempt status args output summary error startedAt finishedAt durationMs }
-} }`;
+const TASK = graphql(`
+  query ($id: ID!) {
+    task(id: $id) {
+      id
+      status
+      input
+      intent
+      channel
+      error
+      traceId
+      createdAt
+      startedAt
+      completedAt
+      plan {
+        key
+        version
+      }
+      usage {
+        inputTokens
+        outputTokens
+        costMicros
+      }
+      result {
+        content
+        model
+      }
+      pendingReview {
+        id
+        stepId
+        reason
+        proposed
+      }
+      steps {
+        stepId
+        tool
+        attempt
+        status
+        args
+        output
+        summary
+        error
+        startedAt
+        finishedAt
+        durationMs
+      }
+    }
+  }
+`);
 
-const CANCEL = `mutation($id: ID!) { cancelTask(input: {id: $id}) { task { id status } } }`;
-const RETRY = `mutation($id: ID!) { retryTask(input: {id: $id}) { task { id status } } }`;
-
-interface Step {
-  stepId: string;
-  tool: string;
-  attempt: number;
-  status: string;
-  args: unknown;
-  output: unknown;
-  summary: string;
-  error: string | null;
-  startedAt: string;
-  finishedAt: string;
-  durationMs: number;
-}
-
-interface Task {
-  id: string;
-  status: string;
-  input: string;
-  intent: string | null;
-  channel: string;
-  error: string | null;
-  traceId: string;
-  createdAt: string;
-  startedAt: string | null;
-  completedAt: string | null;
-  plan: { key: string; version: number } | null;
-  usage: { inputTokens: number; outputTokens: number; costMicros: number };
-  result: { content: string; model: string } | null;
-  steps: Step[];
-}
+const CANCEL = graphql(`
+  mutation ($id: ID!) {
+    cancelTask(input: { id: $id }) {
+      task {
+        id
+        status
+      }
+    }
+  }
+`);
+const RETRY = graphql(`
+  mutation ($id: ID!) {
+    retryTask(input: { id: $id }) {
+      task {
+        id
+        status
+      }
+    }
+  }
+`);
 
 export function TaskPage({ id }: { id: string }) {
   const { ws } = useClients();
-  const [{ data, error, fetching }, reload] = useQuery<{ task: Task }>({
+  const [{ data, error, fetching }, reload] = useQuery({
     query: TASK,
     variables: { id },
     requestPolicy: "network-only",
@@ -72,14 +102,22 @@ export function TaskPage({ id }: { id: string }) {
   useEffect(() => follow(ws, id, update, lastSeq.current), [ws, id, run]);
   // Read the task again whenever its status or steps move on.
   const seen = useRef(0);
+  // Tokens streamed when the task was last asked for, and when the answer
+  // shown was asked for: the stored usage counts those.
+  const streamedAtRead = useRef(0);
+  const [counted, setCounted] = useState(0);
   useEffect(() => {
     const last = timeline.events[timeline.events.length - 1];
     if (!last || last.seq === seen.current) return;
     if (["STATUS_CHANGED", "STEP_COMPLETED", "STEP_FAILED"].includes(last.kind)) {
       seen.current = last.seq;
+      streamedAtRead.current = timeline.streamed;
       reload({ requestPolicy: "network-only" });
     }
-  }, [timeline.events, reload]);
+  }, [timeline.events, timeline.streamed, reload]);
+  useEffect(() => {
+    if (data) setCounted(streamedAtRead.current);
+  }, [data]);
   const [cancelled, cancel] = useMutation(CANCEL);
   const [retried, retry] = useMutation(RETRY);
 
@@ -88,6 +126,7 @@ export function TaskPage({ id }: { id: string }) {
   const task = data?.task;
   if (!task) return <Empty>No such task.</Empty>;
   const settled = ["COMPLETED", "FAILED", "CANCELLED"].includes(task.status);
+  const streaming = Math.max(0, timeline.streamed - counted);
   // A step's streamed text shows under its first event.
   const firstOfStep: Record<string, number> = {};
   for (const e of timeline.events) {
@@ -100,9 +139,10 @@ export function TaskPage({ id }: { id: string }) {
         <Status status={task.status} /> · {task.plan ? `${task.plan.key} v${task.plan.version}` : "no plan yet"} ·{" "}
         {task.channel} · started {when(task.startedAt)} · trace <code>{task.traceId}</code>
       </p>
-      <p className="facts" data-testid="usage">
-        {task.usage.inputTokens} input and {task.usage.outputTokens} output tokens · cost{" "}
-        {(task.usage.costMicros / 1e6).toFixed(6)}
+      <p className="facts" data-testid="usage" aria-live="off">
+        {task.usage.inputTokens} input and {task.usage.outputTokens + streaming} output tokens
+        {streaming > 0 && ` (${streaming} streaming now, estimated)`} · cost {(task.usage.costMicros / 1e6).toFixed(6)}
+        {streaming > 0 && " so far"}
       </p>
       {task.error && <ErrorBox error={task.error} />}
       <div className="actions">
@@ -139,7 +179,10 @@ export function TaskPage({ id }: { id: string }) {
       <div className="columns">
         <section aria-labelledby="timeline-title">
           <h2 id="timeline-title">
-            Timeline <span className={timeline.live ? "live on" : "live off"}>{timeline.live ? "live" : timeline.ended ? "ended" : "reconnecting"}</span>
+            Timeline{" "}
+            <span className={timeline.live ? "live on" : "live off"}>
+              {timeline.live ? "live" : timeline.ended ? "ended" : "reconnecting"}
+            </span>
           </h2>
           {timeline.events.length === 0 ? (
             <Empty>No events yet.</Empty>

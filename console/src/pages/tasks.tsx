@@ -1,70 +1,125 @@
 // The tenant's tasks, newest first, 50 a page: older and newer pages by
-// cursor, filters by status, plan and input text kept in the URL, the first
-// page kept live by `taskUpdates`, and a form that starts a task.
+// cursor, filters by status, plan, input text, channel and creation days
+// kept in the URL, the first page kept live by `taskUpdates`, and a form
+// that starts a task.
 
 import { useEffect, useMemo, useState } from "react";
 import { useMutation, useQuery, useSubscription } from "urql";
 
-import { type Cursor, isNewest, type PageInfo, Pager, pageArgs } from "../paging";
-import { href, type TaskListFilter } from "../router";
+import { type Cursor, isNewest, Pager, pageArgs } from "../paging";
+import { DayFilter, FilterText } from "../filters";
+import { dayRange, href, type TaskListFilter } from "../router";
+import { graphql, type ResultOf, type VariablesOf } from "../graphql";
 import { Empty, ErrorBox, Loading, Status, when } from "../ui";
 
 const STATUSES = ["PENDING", "EXECUTING", "NEEDS_REVIEW", "AWAITING_APPROVAL", "COMPLETED", "FAILED", "CANCELLED"];
+const CHANNELS = ["WEB", "API", "WEBHOOK", "EMAIL", "SYSTEM"];
 
-const TASK_FIELDS = "id status intent channel input createdAt updatedAt plan { key version }";
+const ROW = graphql(`
+  fragment TaskRow on Task {
+    id
+    status
+    intent
+    channel
+    input
+    createdAt
+    updatedAt
+    plan {
+      key
+      version
+    }
+  }
+`);
 
 const PAGE_SIZE = 50;
 
-const TASKS = `query($filter: TaskFilter, $first: Int, $after: String, $last: Int, $before: String) {
-  tasks(first: $first, after: $after, last: $last, before: $before, filter: $filter, orderBy: CREATED_AT_DESC) {
-    edges { node { ${TASK_FIELDS} } }
-    pageInfo { hasNextPage hasPreviousPage startCursor endCursor }
+const TASKS = graphql(
+  `
+    query Tasks($filter: TaskFilter, $first: Int, $after: String, $last: Int, $before: String) {
+      tasks(first: $first, after: $after, last: $last, before: $before, filter: $filter, orderBy: CREATED_AT_DESC) {
+        edges {
+          node {
+            ...TaskRow
+          }
+        }
+        pageInfo {
+          hasNextPage
+          hasPreviousPage
+          startCursor
+          endCursor
+        }
+      }
+    }
+  `,
+  [ROW],
+);
+const UPDATES = graphql(
+  `
+    subscription TaskUpdates {
+      taskUpdates {
+        ...TaskRow
+      }
+    }
+  `,
+  [ROW],
+);
+const START = graphql(`
+  mutation ($input: StartTaskInput!) {
+    startTask(input: $input) {
+      task {
+        id
+      }
+    }
   }
-}`;
-const UPDATES = `subscription { taskUpdates { ${TASK_FIELDS} } }`;
-const START = `mutation($input: StartTaskInput!) { startTask(input: $input) { task { id } } }`;
+`);
 
-interface Row {
-  id: string;
-  status: string;
-  intent: string | null;
-  channel: string;
-  input: string;
-  createdAt: string;
-  updatedAt: string;
-  plan: { key: string; version: number } | null;
-}
+type Row = ResultOf<typeof ROW>;
+type TaskFilter = NonNullable<VariablesOf<typeof TASKS>["filter"]>;
+type TaskStatus = NonNullable<TaskFilter["statuses"]>[number];
+type Channel = NonNullable<TaskFilter["channel"]>;
 
 /** Whether a task passes the list's filters (as the server's `TaskFilter` decides). */
 function passes(task: Row, filter: TaskListFilter): boolean {
   if (filter.status && task.status !== filter.status) return false;
   if (filter.plan && task.plan?.key !== filter.plan) return false;
+  if (filter.channel && task.channel !== filter.channel) return false;
+  const { after, before } = dayRange(filter.from, filter.to);
+  const created = Date.parse(task.createdAt);
+  if ((after && created < Date.parse(after)) || (before && created >= Date.parse(before))) return false;
   return !filter.q || task.input.toLowerCase().includes(filter.q.toLowerCase());
+}
+
+/** Whether any filter is set. */
+function filtered(filter: TaskListFilter): boolean {
+  return Boolean(filter.status || filter.plan || filter.q || filter.channel || filter.from || filter.to);
 }
 
 export function TasksPage({ filter }: { filter: TaskListFilter }) {
   const [cursor, setCursor] = useState<Cursor>(null);
   // A new filter starts from the newest page.
-  useEffect(() => setCursor(null), [filter.status, filter.plan, filter.q]);
+  useEffect(() => setCursor(null), [filter.status, filter.plan, filter.q, filter.channel, filter.from, filter.to]);
   const variables = useMemo(() => {
+    const { after, before } = dayRange(filter.from, filter.to);
     const taskFilter = {
-      ...(filter.status ? { statuses: [filter.status] } : {}),
+      // The URL's values go as they are: the server refuses one it does not know.
+      ...(filter.status ? { statuses: [filter.status as TaskStatus] } : {}),
       ...(filter.plan ? { planKey: filter.plan } : {}),
       ...(filter.q ? { inputContains: filter.q } : {}),
+      ...(filter.channel ? { channel: filter.channel as Channel } : {}),
+      ...(after ? { createdAfter: after } : {}),
+      ...(before ? { createdBefore: before } : {}),
     };
     const page = pageArgs(cursor, PAGE_SIZE);
     return {
       filter: Object.keys(taskFilter).length ? taskFilter : null,
       ...page,
     };
-  }, [filter.status, filter.plan, filter.q, cursor]);
-  const [{ data, error, fetching }] = useQuery<{
-    tasks: { edges: { node: Row }[]; pageInfo: PageInfo };
-  }>({
+  }, [filter.status, filter.plan, filter.q, filter.channel, filter.from, filter.to, cursor]);
+  const [{ data, error, fetching }] = useQuery({
     query: TASKS,
     variables,
   });
-  const [live] = useSubscription<{ taskUpdates: Row }>({ query: UPDATES });
+  const [live] = useSubscription({ query: UPDATES });
   const [rows, setRows] = useState<Row[]>([]);
   useEffect(() => {
     if (data) setRows(data.tasks.edges.map((e) => e.node));
@@ -103,6 +158,17 @@ export function TasksPage({ filter }: { filter: TaskListFilter }) {
         </select>
         <FilterText id="plan-filter" label="Plan" value={filter.plan} onCommit={(plan) => setFilter({ plan })} />
         <FilterText id="text-filter" label="Input contains" value={filter.q} onCommit={(q) => setFilter({ q })} />
+        <label htmlFor="channel-filter">Channel</label>
+        <select id="channel-filter" value={filter.channel} onChange={(e) => setFilter({ channel: e.target.value })}>
+          <option value="">any</option>
+          {CHANNELS.map((c) => (
+            <option key={c} value={c}>
+              {c}
+            </option>
+          ))}
+        </select>
+        <DayFilter id="from-filter" label="Created from" value={filter.from} onChange={(from) => setFilter({ from })} />
+        <DayFilter id="to-filter" label="to" value={filter.to} onChange={(to) => setFilter({ to })} />
         <span className={live.error ? "live off" : "live on"}>{live.error ? "updates paused" : "live"}</span>
       </div>
       {error ? (
@@ -110,11 +176,7 @@ export function TasksPage({ filter }: { filter: TaskListFilter }) {
       ) : fetching && !data ? (
         <Loading what="tasks" />
       ) : rows.length === 0 ? (
-        <Empty>
-          {filter.status || filter.plan || filter.q
-            ? "No task matches these filters."
-            : "No tasks yet: start one above."}
-        </Empty>
+        <Empty>{filtered(filter) ? "No task matches these filters." : "No tasks yet: start one above."}</Empty>
       ) : (
         <>
           <table className="list" aria-label="Tasks">
@@ -150,34 +212,10 @@ export function TasksPage({ filter }: { filter: TaskListFilter }) {
   );
 }
 
-/** A filter's text box: applied on Enter or when it loses focus. */
-function FilterText(props: { id: string; label: string; value: string; onCommit: (value: string) => void }) {
-  const [text, setText] = useState(props.value);
-  useEffect(() => setText(props.value), [props.value]);
-  const commit = () => {
-    if (text.trim() !== props.value) props.onCommit(text.trim());
-  };
-  return (
-    <>
-      <label htmlFor={props.id}>{props.label}</label>
-      <input
-        id={props.id}
-        type="search"
-        value={text}
-        onChange={(e) => setText(e.target.value)}
-        onBlur={commit}
-        onKeyDown={(e) => {
-          if (e.key === "Enter") commit();
-        }}
-      />
-    </>
-  );
-}
-
 function StartTask() {
   const [planKey, setPlanKey] = useState("");
   const [input, setInput] = useState("");
-  const [result, start] = useMutation<{ startTask: { task: { id: string } } }>(START);
+  const [result, start] = useMutation(START);
   return (
     <form
       className="start"
