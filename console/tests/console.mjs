@@ -256,12 +256,23 @@ const checks = {
     await axe(page);
     await page.screenshot({ path: path.join(shots, "plans.png"), fullPage: true });
     definition.steps[0].tool = "set_state";
+    const before = definition.description;
+    definition.description = "checked, second edition";
     await draft.fill(JSON.stringify(definition, null, 2));
     await page.getByRole("button", { name: "Publish new version" }).click();
     await page.getByText("Published version 2.").waitFor({ timeout: WAIT });
     const plan = await gql(tokens.acme, '{ plan(key: "checked") { version } }');
     assert.equal(plan.plan.version, 2);
-    return { refusal: refused };
+    // The two versions side by side: the changed line marked on each side.
+    const added = page.getByLabel("Version 2", { exact: true }).locator("ins");
+    await added.first().waitFor({ timeout: WAIT });
+    const addedText = (await added.allInnerTexts()).map((t) => t.trim());
+    const removed = page.getByLabel("Version 1", { exact: true }).locator("del");
+    const removedText = (await removed.allInnerTexts()).map((t) => t.trim());
+    assert.deepEqual(addedText, ['"description": "checked, second edition",']);
+    assert.deepEqual(removedText, [`"description": ${JSON.stringify(before)},`]);
+    await axe(page);
+    return { refusal: refused, diff: { added: addedText, removed: removedText } };
   },
 
   async "operations: webhooks with deliveries, schedules, usage per day"(page) {

@@ -1,6 +1,7 @@
 // Plans and tools: the tenant's plans with their versions and steps,
 // publishing a new version (the server's integrity errors shown inline),
-// and a new plan from zero (`new-plan`). The list polls while the page is
+// and a new plan from zero (`new-plan`); two versions side by side
+// (`plan-diff`). The list polls while the page is
 // visible (plans have no subscription); a plan's draft is left alone.
 
 import { useEffect, useState } from "react";
@@ -9,6 +10,7 @@ import { useMutation, useQuery } from "urql";
 import { Polling, usePoll } from "../poll";
 import { Empty, ErrorBox, Json, Loading, when } from "../ui";
 import { NewPlan } from "./new-plan";
+import { PlanDiff } from "./plan-diff";
 import { StepsCheck, stepsOf, ToolPicker, useTools, withStep } from "./plan-tools";
 import { graphql, type VariablesOf } from "../graphql";
 
@@ -54,6 +56,18 @@ const PLAN = graphql(`
         version
         createdBy
         createdAt
+        intent
+        description
+        priority
+        patterns
+        steps {
+          id
+          tool
+          args
+          condition
+          stopOnFailure
+          requiresReview
+        }
       }
     }
   }
@@ -134,23 +148,7 @@ function PlanDetail({ planKey, onPublished }: { planKey: string; onPublished: (k
   const tools = useTools();
   const plan = data?.plan;
   useEffect(() => {
-    if (!plan) return;
-    const definition = {
-      key: plan.key,
-      intent: plan.intent,
-      description: plan.description,
-      priority: plan.priority,
-      patterns: plan.patterns,
-      steps: plan.steps.map((s) => ({
-        id: s.id,
-        tool: s.tool,
-        args: s.args,
-        ...(s.condition ? { condition: s.condition } : {}),
-        ...(s.requiresReview ? { requiresReview: true } : {}),
-        ...(s.stopOnFailure ? {} : { stopOnFailure: false }),
-      })),
-    };
-    setDraft(JSON.stringify(definition, null, 2));
+    if (plan) setDraft(definitionOf(plan.key, plan));
   }, [plan]);
   if (error) return <ErrorBox error={error} />;
   if (fetching && !data) return <Loading what="the plan" />;
@@ -197,6 +195,11 @@ function PlanDetail({ planKey, onPublished }: { planKey: string; onPublished: (k
           </li>
         ))}
       </ol>
+      <PlanDiff
+        // A new version starts the comparison again from the newest two.
+        key={plan.version}
+        versions={plan.versions.map((v) => ({ version: v.version, definition: definitionOf(plan.key, v) }))}
+      />
       <form
         aria-label="Publish a new version"
         className="publish"
@@ -260,6 +263,42 @@ function PlanDetail({ planKey, onPublished }: { planKey: string; onPublished: (k
       </form>
     </article>
   );
+}
+
+/** What a version of a plan reads back as a definition to publish, as JSON. */
+function definitionOf(
+  key: string,
+  plan: {
+    intent: string;
+    description: string;
+    priority: number;
+    patterns: readonly string[];
+    steps: readonly {
+      id: string;
+      tool: string;
+      args: unknown;
+      condition?: unknown;
+      stopOnFailure: boolean;
+      requiresReview: boolean;
+    }[];
+  },
+): string {
+  const definition = {
+    key,
+    intent: plan.intent,
+    description: plan.description,
+    priority: plan.priority,
+    patterns: plan.patterns,
+    steps: plan.steps.map((s) => ({
+      id: s.id,
+      tool: s.tool,
+      args: s.args,
+      ...(s.condition ? { condition: s.condition } : {}),
+      ...(s.requiresReview ? { requiresReview: true } : {}),
+      ...(s.stopOnFailure ? {} : { stopOnFailure: false }),
+    })),
+  };
+  return JSON.stringify(definition, null, 2);
 }
 
 /** The `key` of a draft definition, if it parses. */
