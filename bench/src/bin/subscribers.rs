@@ -70,6 +70,14 @@ struct Args {
     /// How long each task streams, in seconds.
     #[arg(long, default_value_t = 10)]
     seconds: u64,
+    /// Keep the tasks' starts and ends apart from the streams: every task
+    /// waits until all are running, then streams (each 10 ms after the one
+    /// started before it, as claims spread them anyway), and completes only
+    /// once every task has sent its last delta. What is left is the
+    /// steady delivery, without other tasks' start and end frames (and the
+    /// subscribers' closes) in the way.
+    #[arg(long)]
+    lifecycle_apart: bool,
     /// Run as the subscriber process (internal).
     #[arg(long, hide = true)]
     client: bool,
@@ -97,6 +105,29 @@ fn now_micros() -> u64 {
 struct Stream {
     rate: u64,
     seconds: u64,
+    /// With `--lifecycle-apart`: every task's tool meets here before its
+    /// first delta and after its last.
+    apart: Option<Apart>,
+}
+
+struct Apart {
+    started: tokio::sync::Barrier,
+    finished: tokio::sync::Barrier,
+    order: std::sync::atomic::AtomicU64,
+}
+
+impl Stream {
+    fn new(args: &Args) -> Self {
+        Self {
+            rate: args.rate,
+            seconds: args.seconds,
+            apart: args.lifecycle_apart.then(|| Apart {
+                started: tokio::sync::Barrier::new(args.tasks),
+                finished: tokio::sync::Barrier::new(args.tasks),
+                order: Default::default(),
+            }),
+        }
+    }
 }
 
 #[async_trait]
@@ -111,6 +142,13 @@ impl Tool for Stream {
         Duration::from_secs(self.seconds + 60)
     }
     async fn call(&self, ctx: ToolContext, _args: Value) -> Result<ToolOutput, ToolError> {
+        if let Some(apart) = &self.apart {
+            let order = apart
+                .order
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            apart.started.wait().await;
+            tokio::time::sleep(Duration::from_millis(10 * order)).await;
+        }
         let mut offset = 0;
         let frames = self.rate * self.seconds;
         let mut tick = tokio::time::interval(Duration::from_millis(1000 / self.rate.max(1)));
@@ -119,6 +157,11 @@ impl Tool for Stream {
             let text = format!("{} ", now_micros());
             ctx.token_delta(offset, &text);
             offset += text.chars().count();
+        }
+        if let Some(apart) = &self.apart {
+            apart.finished.wait().await;
+            // The last deltas reach their subscribers before any task ends.
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
         Ok(ToolOutput::default())
     }
@@ -251,10 +294,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let config = server_config(url, &args.jwt_secret, 0);
     brainstem::telemetry::init(&config);
     // The same tools: a server checks the stored plans against its own.
-    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Stream {
-        rate: args.rate,
-        seconds: args.seconds,
-    })];
+    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Stream::new(&args))];
     let app = Application::build_with_tools(&config, tools).await?;
     println!("LISTENING ws://{}/graphql/ws", app.local_addr());
     std::io::stdout().flush()?;
@@ -280,10 +320,7 @@ async fn run(args: &Args, subscribers: usize, backend: &str) -> anyhow::Result<(
     let jwt_secret = uuid::Uuid::now_v7().to_string();
     let config = server_config(database_url.clone(), &jwt_secret, args.tasks + 2);
     brainstem::telemetry::init(&config);
-    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Stream {
-        rate: args.rate,
-        seconds: args.seconds,
-    })];
+    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Stream::new(args))];
     let app = Application::build_with_tools(&config, tools).await?;
     let mut url = format!("ws://{}/graphql/ws", app.local_addr());
     let domain = app.domain().clone();
@@ -450,6 +487,12 @@ async fn run(args: &Args, subscribers: usize, backend: &str) -> anyhow::Result<(
     stdout.read_line(&mut line)?;
     let _ = child.wait();
     let server_cpu = cpu_seconds() - cpu_before;
+    eprintln!(
+        "catch-up reads by subscribers: {}",
+        brainstem_domain::kernel::metrics::metrics()
+            .subscription_catch_up_reads
+            .get()
+    );
     if let Some(mut server) = other {
         drop(server.stdin.take());
         let _ = server.wait();
@@ -556,6 +599,8 @@ async fn client(args: Args) -> anyhow::Result<()> {
                 if v["type"] == "next" {
                     ready.announce();
                 } else if v["type"] == "complete" {
+                    // The stream's end, marked by a latency of u64::MAX.
+                    latencies.push((now_micros(), u64::MAX));
                     break;
                 }
             }
@@ -579,6 +624,29 @@ async fn client(args: Args) -> anyhow::Result<()> {
         match client.await {
             Ok(Some(l)) => latencies.extend(l),
             _ => failed += 1,
+        }
+    }
+    let ends: Vec<u64> = latencies
+        .iter()
+        .filter(|(_, l)| *l == u64::MAX)
+        .map(|(at, _)| *at)
+        .collect();
+    latencies.retain(|(_, l)| *l != u64::MAX);
+    if let Some(first) = latencies.iter().map(|(sent, _)| *sent).min() {
+        let mut ends: Vec<u64> = ends
+            .iter()
+            .map(|e| e.saturating_sub(first) / 1000)
+            .collect();
+        ends.sort_unstable();
+        if !ends.is_empty() {
+            eprintln!(
+                "streams ended (complete received) at ms: first {} p10 {} p50 {} p90 {} last {}",
+                ends[0],
+                ends[ends.len() / 10],
+                ends[ends.len() / 2],
+                ends[ends.len() * 9 / 10],
+                ends[ends.len() - 1]
+            );
         }
     }
     timeline(&latencies);
@@ -618,6 +686,35 @@ fn timeline(latencies: &[(u64, u64)]) {
         }
         window.2 = window.2.max(latency);
     }
+    // Each task's deltas carry one send time per tick (200 ms apart), so
+    // the distinct send times of the first and last 200 ms are the tasks'
+    // first and last deltas: how spread their starts and ends were.
+    let end = latencies
+        .iter()
+        .map(|(sent, _)| *sent)
+        .max()
+        .unwrap_or(start);
+    let spread = |from: u64, to: u64| {
+        let mut at: Vec<u64> = latencies
+            .iter()
+            .map(|(sent, _)| *sent)
+            .filter(|s| (from..=to).contains(s))
+            .collect();
+        at.sort_unstable();
+        at.dedup();
+        at.iter()
+            .map(|s| ((s - start) / 1000).to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    eprintln!(
+        "first deltas sent at (ms): {}",
+        spread(start, start + 199_000)
+    );
+    eprintln!(
+        "last deltas sent at (ms): {}",
+        spread(end.saturating_sub(199_000), end)
+    );
     for (window, (sent, late, max)) in windows {
         if late > 0 {
             eprintln!(
