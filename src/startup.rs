@@ -65,7 +65,9 @@ pub async fn open_domain(config: &Config, tools: ToolRegistry) -> anyhow::Result
         );
     }
     let events = EventBus::with_capacity(config.event_bus_capacity);
-    let domain = Domain::with_memory(conn.clone(), tools, events, config.memory_config()?)?;
+    let mut domain = Domain::with_memory(conn.clone(), tools, events, config.memory_config()?)?;
+    domain.policies =
+        brainstem_domain::policy::Policies::new(conn.clone(), config.executor_policy());
     if Backend::of(&conn) == Backend::Postgres {
         // Every process hears every other's events and revocations
         // (LISTEN/NOTIFY).
@@ -158,12 +160,19 @@ pub fn model_client(config: &Config) -> anyhow::Result<ModelClient> {
             config.llm_model.clone().unwrap_or_default(),
         ),
     };
+    let local = config.llm_provider() == LlmProvider::Local;
     let settings = LlmSettings {
         default_model,
         max_tokens: config.llm_max_tokens,
         temperature: config.llm_temperature,
-        call_timeout: Duration::from_secs(config.llm_call_timeout_secs),
-        stream_timeout: Duration::from_secs(config.llm_stream_timeout_secs),
+        call_timeout: Duration::from_secs(match local {
+            true => config.local_llm_call_timeout_secs,
+            false => config.llm_call_timeout_secs,
+        }),
+        stream_timeout: Duration::from_secs(match local {
+            true => config.local_llm_stream_timeout_secs,
+            false => config.llm_stream_timeout_secs,
+        }),
         retry: CallRetry {
             max_attempts: config.llm_retry_max_attempts.max(1),
             initial_delay: Duration::from_millis(config.llm_retry_initial_delay_ms),
@@ -191,13 +200,19 @@ pub fn model_client(config: &Config) -> anyhow::Result<ModelClient> {
     Ok(ModelClient::new(model, settings))
 }
 
-/// SmolLM2 from the models directory, and its name.
+/// The strongest local language model in the models directory (the agent
+/// model when fetched, else SmolLM2), and its name.
 #[cfg(feature = "local-models")]
 fn local_language_model(config: &Config) -> anyhow::Result<(Arc<dyn LanguageModel>, String)> {
-    use brainstem_domain::models::local::{ModelFiles, SmolLm};
+    use brainstem_domain::models::local::{ModelFiles, qwen, smollm};
     let files = ModelFiles::at(config.require_local_models()?);
-    let model = SmolLm::load(&files)?;
-    Ok((Arc::new(model), SmolLm::model_name().to_owned()))
+    if files.has_agent() {
+        return Ok((Arc::new(qwen::load(&files)?), qwen::model_name().to_owned()));
+    }
+    Ok((
+        Arc::new(smollm::load(&files)?),
+        smollm::model_name().to_owned(),
+    ))
 }
 
 #[cfg(not(feature = "local-models"))]
@@ -229,7 +244,7 @@ pub async fn fetch_models_on_start(config: &Config) -> bool {
          `models_fetch_on_start = false` skips this)",
         config.models_dir.display()
     );
-    match fetch_models(config.models_dir.clone(), |line| {
+    match fetch_models(config.models_dir.clone(), false, |line| {
         tracing::info!("models: {line}")
     })
     .await
@@ -240,24 +255,88 @@ pub async fn fetch_models_on_start(config: &Config) -> bool {
     true
 }
 
-/// Fill `dir` with the local models, off the async workers; `progress`
-/// receives one line per step.
+/// Fill `dir` with the local models (and the agent model if `agent`), off
+/// the async workers; `progress` receives one line per step.
 #[cfg(feature = "local-models")]
 pub async fn fetch_models(
     dir: std::path::PathBuf,
+    agent: bool,
     progress: impl Fn(&str) + Send + 'static,
 ) -> anyhow::Result<()> {
-    use brainstem_domain::models::local::fetch;
-    tokio::task::spawn_blocking(move || fetch::fetch(&dir, &progress).map(|_| ())).await??;
+    use brainstem_domain::models::local::{agent_fetch, fetch};
+    tokio::task::spawn_blocking(move || {
+        fetch::fetch(&dir, &progress)?;
+        if agent {
+            agent_fetch::fetch_agent(&dir, &progress)?;
+        }
+        Ok::<_, brainstem_domain::Error>(())
+    })
+    .await??;
     Ok(())
 }
 
 #[cfg(not(feature = "local-models"))]
 pub async fn fetch_models(
     _dir: std::path::PathBuf,
+    _agent: bool,
     _progress: impl Fn(&str) + Send + 'static,
 ) -> anyhow::Result<()> {
     anyhow::bail!("this build has no local models (cargo feature `local-models`)")
+}
+
+/// `brainstem models status`: the models directory, each local model, whether
+/// it is there, its pinned SHA-256, and which language model answers.
+#[cfg(feature = "local-models")]
+pub fn models_status(config: &Config) -> String {
+    use brainstem_domain::models::local::files::{
+        AGENT_GGUF_SHA256, AGENT_MODEL, AGENT_PARTS, MINILM_MODEL, MINILM_WHEEL, ModelFiles,
+        SMOLLM_MODEL, SMOLLM_WHEEL,
+    };
+    let files = ModelFiles::at(&config.models_dir);
+    let base = files.is_complete();
+    let agent = files.has_agent();
+    let state = |present: bool, how: &str| match present {
+        true => "present".to_owned(),
+        false => format!("absent ({how})"),
+    };
+    let mut out = format!("models directory: {}\n", config.models_dir.display());
+    for (model, role, wheel) in [
+        (MINILM_MODEL, "embedder", MINILM_WHEEL),
+        (SMOLLM_MODEL, "language model, calls no tools", SMOLLM_WHEEL),
+    ] {
+        out.push_str(&format!(
+            "  {model} ({role}): {}; wheel {}=={} sha256:{}\n",
+            state(base, "`brainstem models fetch`"),
+            wheel.package,
+            wheel.version,
+            wheel.sha256
+        ));
+    }
+    out.push_str(&format!(
+        "  {AGENT_MODEL} (language model, calls tools; Apache-2.0): {}; file sha256:{AGENT_GGUF_SHA256} \
+         from {} wheels {}..{}==0.2.0, each pinned\n",
+        state(agent, "`brainstem models fetch --agent`, 1.1 GB"),
+        AGENT_PARTS.len(),
+        AGENT_PARTS[0].package,
+        AGENT_PARTS[AGENT_PARTS.len() - 1].package,
+    ));
+    let answering = match (config.llm_provider(), agent) {
+        (LlmProvider::Local, true) => AGENT_MODEL.to_owned(),
+        (LlmProvider::Local, false) => SMOLLM_MODEL.to_owned(),
+        (LlmProvider::Openai, _) => format!(
+            "`{}` at {}",
+            config.llm_model.as_deref().unwrap_or_default(),
+            config.llm_base_url
+        ),
+        (LlmProvider::Auto | LlmProvider::Offline, _) => llm::offline::MODEL.to_owned(),
+    };
+    out.push_str(&format!("language model answering: {answering}\n"));
+    out
+}
+
+#[cfg(not(feature = "local-models"))]
+pub fn models_status(_config: &Config) -> String {
+    "this build has no local models (cargo feature `local-models`)\n".to_owned()
 }
 
 /// Say once, at start-up, in one line, which language model and embedder
@@ -272,8 +351,13 @@ fn report_models(config: &Config) {
     };
     let llm_auto = config.llm_provider == LlmProvider::Auto;
     let llm = match config.llm_provider() {
+        LlmProvider::Local if config.local_agent_model() => format!(
+            "Qwen2.5-Coder-1.5B, local, calls tools ({})",
+            why(llm_auto, "llm_provider", "local")
+        ),
         LlmProvider::Local => format!(
-            "SmolLM2-135M, local ({})",
+            "SmolLM2-135M, local, calls no tools ({}; `brainstem models fetch --agent` \
+             adds Qwen2.5-Coder-1.5B, 1.1 GB, which can)",
             why(llm_auto, "llm_provider", "local")
         ),
         LlmProvider::Openai => format!(
@@ -332,7 +416,7 @@ pub fn executor(
             },
             Some(domain.db.clone()),
         ))),
-        policy: Default::default(),
+        policy: config.executor_policy(),
     };
     if config.workers > 0 {
         tracing::warn!(

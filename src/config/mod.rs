@@ -213,6 +213,17 @@ pub struct Config {
     pub llm_call_timeout_secs: u64,
     /// The longest wait for the next streamed chunk, in seconds.
     pub llm_stream_timeout_secs: u64,
+    /// `llm_call_timeout_secs` when a local model answers (it shares the
+    /// machine's cores: under load it is slow, not stuck).
+    pub local_llm_call_timeout_secs: u64,
+    /// `llm_stream_timeout_secs` when a local model answers (a long
+    /// prompt is read before the first token).
+    pub local_llm_stream_timeout_secs: u64,
+    /// The platform's limit on one agent loop, in seconds (a tenant may
+    /// set a lower one).
+    pub agent_loop_timeout_secs: u64,
+    /// `agent_loop_timeout_secs` when a local model answers.
+    pub local_agent_loop_timeout_secs: u64,
     /// Attempts per model call (1: no retry) before its first token.
     pub llm_retry_max_attempts: u32,
     /// Delay before the first retry (ms); doubles, with jitter.
@@ -386,6 +397,10 @@ impl Default for Config {
             llm_temperature: 0.7,
             llm_call_timeout_secs: 60,
             llm_stream_timeout_secs: 30,
+            local_llm_call_timeout_secs: 600,
+            local_llm_stream_timeout_secs: 180,
+            agent_loop_timeout_secs: 120,
+            local_agent_loop_timeout_secs: 900,
             llm_retry_max_attempts: 3,
             llm_retry_initial_delay_ms: 1000,
             llm_retry_max_delay_ms: 30_000,
@@ -478,6 +493,33 @@ impl Config {
         #[cfg(not(feature = "local-models"))]
         {
             None
+        }
+    }
+
+    /// Whether the models directory holds the agent model (which then
+    /// answers as the local language model).
+    pub fn local_agent_model(&self) -> bool {
+        #[cfg(feature = "local-models")]
+        {
+            self.local_models()
+                .is_some_and(|dir| brainstem_domain::models::local::ModelFiles::at(dir).has_agent())
+        }
+        #[cfg(not(feature = "local-models"))]
+        {
+            false
+        }
+    }
+
+    /// The platform's agent policy: the defaults, with the loop's time
+    /// limit for the model that answers.
+    pub fn executor_policy(&self) -> brainstem_domain::policy::ExecutorPolicy {
+        let seconds = match self.llm_provider() {
+            LlmProvider::Local => self.local_agent_loop_timeout_secs,
+            _ => self.agent_loop_timeout_secs,
+        };
+        brainstem_domain::policy::ExecutorPolicy {
+            loop_timeout: std::time::Duration::from_secs(seconds),
+            ..Default::default()
         }
     }
 

@@ -143,6 +143,10 @@ impl Config {
         }
         if self.llm_call_timeout_secs == 0
             || self.llm_stream_timeout_secs == 0
+            || self.local_llm_call_timeout_secs == 0
+            || self.local_llm_stream_timeout_secs == 0
+            || self.agent_loop_timeout_secs == 0
+            || self.local_agent_loop_timeout_secs == 0
             || self.llm_intent_timeout_secs == 0
         {
             bail!("llm timeouts must be at least 1 second");

@@ -16,7 +16,7 @@ use brainstem_domain::{
         Embedder,
         embedder::{HashingEmbedder, cosine},
     },
-    models::local::{MiniLmEmbedder, ModelFiles, SmolLm, gguf_tokenizer},
+    models::local::{MiniLmEmbedder, ModelFiles, gguf_tokenizer, smollm},
 };
 use futures_util::StreamExt;
 use serde_json::{Value, json};
@@ -297,10 +297,10 @@ async fn greedy_generation_is_reproducible_and_the_chat_markup_tokenizes_right()
     let ids = tokenizer.encode("<|im_start|>user", false).unwrap();
     assert_eq!(ids.get_ids(), &[1, 4093]);
 
-    let model = SmolLm::load(&files).unwrap();
+    let model = smollm::load(&files).unwrap();
     let request = CompletionRequest {
         messages: vec![Message::user("What is the capital of France?")],
-        model: SmolLm::model_name().into(),
+        model: smollm::model_name().into(),
         max_tokens: 40,
         temperature: 0.0,
         tools: Vec::new(),

@@ -46,6 +46,7 @@ mod live_streams;
 mod llm;
 mod llm_partial;
 #[cfg(feature = "local-models")]
+mod local_agent;
 mod local_models;
 mod mcp;
 mod mcp_connections;

@@ -1,5 +1,8 @@
 //! The local models' speed: MiniLM embeddings per second (batch 1 and
-//! batch 32), SmolLM2's time to first token and decode tokens per second.
+//! batch 32), SmolLM2's time to first token and decode tokens per second,
+//! and, when the directory holds the agent model (`models fetch --agent`),
+//! the same for Qwen2.5-Coder-1.5B plus the time it takes to answer an
+//! agent prompt offering five tools with a tool call.
 //! Runs the models as the server does (each on its own thread, through the
 //! `Embedder` and `LanguageModel` traits), from a fetched models directory.
 //!
@@ -17,9 +20,9 @@ use std::{
 
 use anyhow::Context;
 use brainstem_domain::{
-    llm::{Chunk, CompletionRequest, LanguageModel, Message},
+    llm::{Chunk, CompletionRequest, LanguageModel, Message, ToolSpec},
     memory::Embedder,
-    models::local::{MiniLmEmbedder, ModelFiles, SmolLm},
+    models::local::{MiniLmEmbedder, ModelFiles, qwen, smollm},
 };
 use clap::Parser;
 use futures_util::StreamExt;
@@ -112,20 +115,81 @@ async fn main() -> anyhow::Result<()> {
     );
 
     let started = Instant::now();
-    let model = SmolLm::load(&files)?;
+    let model = smollm::load(&files)?;
     println!("language model: loaded in {:.0} ms", ms(started.elapsed()));
     let request = CompletionRequest {
         messages: vec![Message::user(
             "Explain what a vector database is and when a team should use one.",
         )],
-        model: SmolLm::model_name().into(),
+        model: smollm::model_name().into(),
         max_tokens: args.max_tokens,
         temperature: 0.0,
         tools: Vec::new(),
     };
-    for run in 1..=args.generations {
+    generations(&model, "language model", &request, args.generations).await?;
+    drop(model);
+
+    if !files.has_agent() {
+        println!("agent model: not fetched (`brainstem models fetch --agent`); skipped");
+        return Ok(());
+    }
+    let started = Instant::now();
+    let agent = qwen::load(&files)?;
+    println!("agent model: loaded in {:.0} ms", ms(started.elapsed()));
+    let request = CompletionRequest {
+        model: qwen::model_name().into(),
+        ..request
+    };
+    generations(&agent, "agent model", &request, args.generations).await?;
+    let tools = five_tools();
+    for (question, expected) in [
+        ("What is Maria Lopez allergic to?", "memory_recall"),
+        ("Remember that the Berlin office closes at 6pm on Fridays.", "memory_remember"),
+        ("Fetch https://api.example.com/orders/42 and tell me its status.", "http_request"),
+    ] {
+        let request = CompletionRequest {
+            messages: vec![Message::user(question)],
+            model: qwen::model_name().into(),
+            max_tokens: args.max_tokens,
+            temperature: 0.0,
+            tools: tools.clone(),
+        };
         let started = Instant::now();
-        let mut stream = model.stream(&request).await?;
+        let mut stream = agent.stream(&request).await?;
+        let (mut called, mut arguments, mut usage) = (None, String::new(), None);
+        while let Some(chunk) = stream.next().await {
+            match chunk? {
+                Chunk::ToolCall(call) => {
+                    called = called.or(call.name);
+                    arguments.push_str(&call.arguments);
+                }
+                Chunk::Usage(u) => usage = Some(u),
+                Chunk::Delta(_) | Chunk::Finish(_) => {}
+            }
+        }
+        let usage = usage.context("no usage reported")?;
+        println!(
+            "agent model, five tools: {question:?}: prompt {} tokens, {} tokens out, \
+             call after {:.2} s: {} {arguments} (expected {expected})",
+            usage.input_tokens,
+            usage.output_tokens,
+            started.elapsed().as_secs_f64(),
+            called.as_deref().unwrap_or("no call"),
+        );
+    }
+    Ok(())
+}
+
+/// Greedy generations of `request`: time to first token, decode rate.
+async fn generations(
+    model: &dyn LanguageModel,
+    label: &str,
+    request: &CompletionRequest,
+    runs: usize,
+) -> anyhow::Result<()> {
+    for run in 1..=runs {
+        let started = Instant::now();
+        let mut stream = model.stream(request).await?;
         let mut first: Option<Duration> = None;
         let mut usage = None;
         while let Some(chunk) = stream.next().await {
@@ -147,7 +211,7 @@ async fn main() -> anyhow::Result<()> {
             0.0
         };
         println!(
-            "language model: run {run}: prompt {} tokens, first token after {:.0} ms, \
+            "{label}: run {run}: prompt {} tokens, first token after {:.0} ms, \
              {} tokens in {:.2} s, decode {:.1} tokens/s",
             usage.input_tokens,
             ms(first),
@@ -157,6 +221,43 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Five tools as an agent step offers them.
+fn five_tools() -> Vec<ToolSpec> {
+    let object = |properties: serde_json::Value, required: &[&str]| {
+        serde_json::json!({"type": "object", "properties": properties, "required": required})
+    };
+    vec![
+        ToolSpec {
+            name: "memory_recall".into(),
+            description: "Search the stored memories for facts relevant to a query.".into(),
+            parameters: object(serde_json::json!({"query": {"type": "string"}}), &["query"]),
+        },
+        ToolSpec {
+            name: "memory_remember".into(),
+            description: "Store a fact as a memory.".into(),
+            parameters: object(serde_json::json!({"content": {"type": "string"}}), &["content"]),
+        },
+        ToolSpec {
+            name: "http_request".into(),
+            description: "Call an HTTP endpoint.".into(),
+            parameters: object(
+                serde_json::json!({"url": {"type": "string"}, "method": {"type": "string"}}),
+                &["url"],
+            ),
+        },
+        ToolSpec {
+            name: "graph_neighbourhood".into(),
+            description: "Entities related to a named entity in the knowledge graph.".into(),
+            parameters: object(serde_json::json!({"name": {"type": "string"}}), &["name"]),
+        },
+        ToolSpec {
+            name: "current_time".into(),
+            description: "The current date and time.".into(),
+            parameters: object(serde_json::json!({}), &[]),
+        },
+    ]
 }
 
 fn ms(d: Duration) -> f64 {

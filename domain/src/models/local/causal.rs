@@ -1,0 +1,361 @@
+//! [`LocalLm`]: a causal language model run from a GGUF file with candle on
+//! the CPU, streaming a delta per decoded token through the
+//! [`LanguageModel`] trait. What differs between the models is their
+//! [`Template`]: how a conversation (and the tools offered) becomes a
+//! prompt, and whether the text that comes back is a tool call.
+//!
+//! Temperature 0 is greedy decoding: the same request gives the same text
+//! every time. Above 0, top-k 40 / top-p 0.9 sampling. A mild repeat
+//! penalty (1.1 over the last 64 tokens of the answer, or of prompt and
+//! answer if the template says so) applies to both. Generation stops
+//! at the template's end token, at `max_tokens`, or at the context's end.
+//!
+//! Invariants:
+//! - The model runs on its own OS thread, one request at a time (the KV
+//!   cache is the model's); requests queue on a channel and never block an
+//!   async worker. At most [`QUEUE_BOUND`] are handed to the thread at
+//!   once; more callers wait in the model's [`ModelQueue`], outside their
+//!   timeouts, so hundreds of concurrent model steps take turns instead of
+//!   timing out. A caller that drops the stream stops its generation at
+//!   the next token.
+//! - A delta is sent only when it decodes to whole characters (a byte-level
+//!   BPE token may hold half of one); the deltas concatenate to the answer.
+//! - When tools are offered, text that may be the start of a tool call is
+//!   held back until the end; then it leaves as the calls it holds, or as
+//!   text if it holds none. Text that cannot start a call streams at once.
+//! - Usage is counted in real tokens: the prompt and the tokens generated
+//!   (the end token not included).
+
+use std::{fs, io::BufReader, path::Path, sync::mpsc, thread};
+
+use async_trait::async_trait;
+use candle_core::{Device, Tensor, quantized::gguf_file};
+use candle_transformers::{
+    generation::{LogitsProcessor, Sampling},
+    models::{quantized_llama, quantized_qwen2},
+    utils::apply_repeat_penalty,
+};
+use futures_util::stream;
+use tokenizers::Tokenizer;
+use tokio::sync::mpsc as async_mpsc;
+
+use super::tool_text;
+use crate::{
+    Error, Result,
+    models::llm::{
+        Chunk, ChunkStream, CompletionRequest, ErrorKind, FinishReason, LanguageModel, LlmError,
+        ModelQueue, TokenUsage, ToolCallDelta,
+    },
+};
+
+/// The provider's name.
+pub const PROVIDER: &str = "local";
+const REPEAT_PENALTY: f32 = 1.1;
+const REPEAT_WINDOW: usize = 64;
+/// Chunks buffered between the model's thread and the caller.
+const CHANNEL: usize = 64;
+/// Requests handed to the model's thread at once: the one it runs and a
+/// few ready behind it.
+pub const QUEUE_BOUND: usize = 4;
+
+/// How one model family talks.
+pub trait Template: Send + Sync + 'static {
+    /// The token that ends the assistant's turn.
+    fn end(&self) -> &'static str;
+    /// The conversation (and the tools offered, if the model can call
+    /// them), ending where the assistant's turn begins.
+    fn prompt(&self, request: &CompletionRequest) -> String;
+    /// Whether the model may answer `request` with tool calls (which are
+    /// then read from its text).
+    fn calls_tools(&self, request: &CompletionRequest) -> bool;
+    /// Whether the repeat penalty also counts the prompt's last tokens, not
+    /// only the answer's.
+    fn penalise_prompt(&self) -> bool {
+        false
+    }
+}
+
+/// The architectures this runner loads.
+pub enum Architecture {
+    Llama,
+    Qwen2,
+}
+
+enum Weights {
+    Llama(quantized_llama::ModelWeights),
+    Qwen2(quantized_qwen2::ModelWeights),
+}
+
+impl Weights {
+    fn forward(&mut self, input: &Tensor, position: usize) -> candle_core::Result<Tensor> {
+        match self {
+            Weights::Llama(w) => w.forward(input, position),
+            Weights::Qwen2(w) => w.forward(input, position),
+        }
+    }
+}
+
+type Sender = async_mpsc::Sender<std::result::Result<Chunk, LlmError>>;
+
+struct Job {
+    prompt: String,
+    max_tokens: u32,
+    temperature: f32,
+    /// Hold back text that may be a tool call (tools were offered).
+    calls_tools: bool,
+    penalise_prompt: bool,
+    out: Sender,
+}
+
+/// A local language model. Cheap to share (`Arc`); dropping the last
+/// handle stops its thread.
+pub struct LocalLm {
+    jobs: mpsc::Sender<Job>,
+    queue: ModelQueue,
+    template: Box<dyn Template>,
+}
+
+impl LocalLm {
+    /// Load `path` (a GGUF of `architecture`, with its tokenizer in its
+    /// metadata) and start its thread, named `name`. Blocking.
+    pub fn load(
+        path: &Path,
+        architecture: Architecture,
+        template: Box<dyn Template>,
+        max_context: usize,
+        name: &str,
+    ) -> Result<Self> {
+        let model = Model::load(path, architecture, template.end(), max_context)?;
+        let (jobs, queue) = mpsc::channel::<Job>();
+        thread::Builder::new()
+            .name(name.into())
+            .spawn(move || serve(model, &queue))
+            .map_err(|e| Error::internal(format!("cannot start the model thread: {e}")))?;
+        Ok(Self {
+            jobs,
+            queue: ModelQueue::new(QUEUE_BOUND),
+            template,
+        })
+    }
+}
+
+#[async_trait]
+impl LanguageModel for LocalLm {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn queue(&self) -> Option<&ModelQueue> {
+        Some(&self.queue)
+    }
+
+    async fn stream(
+        &self,
+        request: &CompletionRequest,
+    ) -> std::result::Result<ChunkStream, LlmError> {
+        let (out, chunks) = async_mpsc::channel(CHANNEL);
+        self.jobs
+            .send(Job {
+                prompt: self.template.prompt(request),
+                max_tokens: request.max_tokens,
+                temperature: request.temperature,
+                calls_tools: self.template.calls_tools(request),
+                penalise_prompt: self.template.penalise_prompt(),
+                out,
+            })
+            .map_err(|_| LlmError::new(ErrorKind::Unavailable, "the local model has stopped"))?;
+        Ok(Box::pin(stream::unfold(chunks, |mut chunks| async move {
+            chunks.recv().await.map(|chunk| (chunk, chunks))
+        })))
+    }
+}
+
+fn serve(mut model: Model, queue: &mpsc::Receiver<Job>) {
+    while let Ok(job) = queue.recv() {
+        if let Err(e) = model.generate(&job) {
+            let _ = job.out.blocking_send(Err(e));
+        }
+    }
+}
+
+struct Model {
+    weights: Weights,
+    tokenizer: Tokenizer,
+    end: u32,
+    context: usize,
+    device: Device,
+}
+
+impl Model {
+    fn load(
+        path: &Path,
+        architecture: Architecture,
+        end: &str,
+        max_context: usize,
+    ) -> Result<Self> {
+        use candle_core::quantized::tokenizer::TokenizerFromGguf;
+        let fail = |e: &dyn std::fmt::Display| {
+            Error::internal(format!("cannot load {}: {e}", path.display()))
+        };
+        let mut reader = BufReader::new(fs::File::open(path).map_err(|e| fail(&e))?);
+        let content = gguf_file::Content::read(&mut reader).map_err(|e| fail(&e))?;
+        let (tokenizer, context_key) = match architecture {
+            Architecture::Llama => (
+                super::gguf_tokenizer::from_gguf(&content).map_err(|e| fail(&e))?,
+                "llama.context_length",
+            ),
+            Architecture::Qwen2 => (
+                Tokenizer::from_gguf(&content).map_err(|e| fail(&e))?,
+                "qwen2.context_length",
+            ),
+        };
+        let end = tokenizer
+            .token_to_id(end)
+            .ok_or_else(|| fail(&format!("the vocabulary has no {end}")))?;
+        let context = content
+            .metadata
+            .get(context_key)
+            .and_then(|v| v.to_u32().ok())
+            .map_or(2048, |n| n as usize)
+            .min(max_context);
+        let device = Device::Cpu;
+        let weights = match architecture {
+            Architecture::Llama => Weights::Llama(
+                quantized_llama::ModelWeights::from_gguf(content, &mut reader, &device)
+                    .map_err(|e| fail(&e))?,
+            ),
+            Architecture::Qwen2 => Weights::Qwen2(
+                quantized_qwen2::ModelWeights::from_gguf(content, &mut reader, &device)
+                    .map_err(|e| fail(&e))?,
+            ),
+        };
+        Ok(Self {
+            weights,
+            tokenizer,
+            end,
+            context,
+            device,
+        })
+    }
+
+    /// Run one request, sending deltas (or tool calls) and then the usage
+    /// to `job.out`.
+    fn generate(&mut self, job: &Job) -> std::result::Result<(), LlmError> {
+        let invalid = |e: &dyn std::fmt::Display| {
+            LlmError::new(ErrorKind::Unavailable, format!("local model: {e}"))
+        };
+        let prompt = self
+            .tokenizer
+            .encode(job.prompt.as_str(), false)
+            .map_err(|e| invalid(&e))?
+            .get_ids()
+            .to_vec();
+        if prompt.len() >= self.context {
+            return Err(LlmError::new(
+                ErrorKind::Rejected,
+                format!(
+                    "the prompt is {} tokens; the local model reads at most {}",
+                    prompt.len(),
+                    self.context
+                ),
+            ));
+        }
+        let budget = (job.max_tokens as usize).min(self.context - prompt.len());
+        let sampling = if job.temperature <= 0.0 {
+            Sampling::ArgMax
+        } else {
+            Sampling::TopKThenTopP {
+                k: 40,
+                p: 0.9,
+                temperature: f64::from(job.temperature),
+            }
+        };
+        let mut sampler = LogitsProcessor::from_sampling(rand::random(), sampling);
+        let mut tokens = prompt.clone();
+        let mut generated: Vec<u32> = Vec::new();
+        let mut sent = 0usize;
+        let mut text = String::new();
+        let mut input = Tensor::new(prompt.as_slice(), &self.device)
+            .and_then(|t| t.unsqueeze(0))
+            .map_err(|e| invalid(&e))?;
+        let mut position = 0;
+        while generated.len() < budget {
+            let logits = self
+                .weights
+                .forward(&input, position)
+                .and_then(|l| l.squeeze(0))
+                .map_err(|e| invalid(&e))?;
+            position += input.dim(1).map_err(|e| invalid(&e))?;
+            // Usually the answer's own tokens only: penalising the prompt's
+            // would push the model away from the very words it must quote
+            // (a name, a fact from a tool's result).
+            let seen = match job.penalise_prompt {
+                true => &tokens,
+                false => &generated,
+            };
+            let window = &seen[seen.len().saturating_sub(REPEAT_WINDOW)..];
+            let logits =
+                apply_repeat_penalty(&logits, REPEAT_PENALTY, window).map_err(|e| invalid(&e))?;
+            let next = sampler.sample(&logits).map_err(|e| invalid(&e))?;
+            if next == self.end {
+                break;
+            }
+            generated.push(next);
+            tokens.push(next);
+            text = self
+                .tokenizer
+                .decode(&generated, true)
+                .map_err(|e| invalid(&e))?;
+            // With tools offered, text from where a call may start waits.
+            let ready = match job.calls_tools {
+                true => tool_text::call_start(&text).unwrap_or(text.len()),
+                false => text.len(),
+            };
+            if ready > sent
+                && !text[..ready].ends_with('\u{fffd}')
+                && text.is_char_boundary(sent)
+                && text.is_char_boundary(ready)
+            {
+                let delta = text[sent..ready].to_owned();
+                sent = ready;
+                if job.out.blocking_send(Ok(Chunk::Delta(delta))).is_err() {
+                    return Ok(()); // the caller went away
+                }
+            }
+            input = Tensor::new(&[next], &self.device)
+                .and_then(|t| t.unsqueeze(0))
+                .map_err(|e| invalid(&e))?;
+        }
+        // What was held back: the calls it holds, or the text.
+        let calls = match job.calls_tools && text.is_char_boundary(sent) {
+            true => tool_text::parse_calls(&text[sent..]),
+            false => Vec::new(),
+        };
+        let mut tail = Vec::new();
+        if calls.is_empty() {
+            if text.len() > sent && text.is_char_boundary(sent) {
+                tail.push(Chunk::Delta(text[sent..].to_owned()));
+            }
+        } else {
+            for (index, call) in calls.into_iter().enumerate() {
+                tail.push(Chunk::ToolCall(ToolCallDelta {
+                    index,
+                    id: Some(format!("call_{index}")),
+                    name: Some(call.name),
+                    arguments: call.arguments,
+                }));
+            }
+            tail.push(Chunk::Finish(FinishReason::ToolUse));
+        }
+        tail.push(Chunk::Usage(TokenUsage {
+            input_tokens: prompt.len() as u64,
+            output_tokens: generated.len() as u64,
+        }));
+        for chunk in tail {
+            if job.out.blocking_send(Ok(chunk)).is_err() {
+                break;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,182 @@
+//! The agent model (Qwen2.5-Coder-1.5B-Instruct) on its real file, through
+//! the real server: an agent step that must look a fact up in the
+//! tenant's memories does so with a tool call the model writes as text,
+//! and answers from what the tool returned.
+//!
+//! The directory comes from `BRAINSTEM_TEST_AGENT_MODELS_DIR`, else
+//! `$BRAINSTEM_CACHE_DIR/models-agent`, else
+//! `/var/tmp/brainstem-cache/models-agent`; `scripts/test` fetches it there
+//! (`brainstem models fetch --agent`, 1.1 GB, once). Each test runs on the
+//! embedded SQLite only: what is tested is the model and the agent loop,
+//! and a run takes tens of seconds of both cores.
+
+use std::path::PathBuf;
+
+use brainstem::config::{EmbeddingProvider, LlmProvider};
+use brainstem_domain::models::local::ModelFiles;
+use serde_json::{Value, json};
+
+use crate::{
+    helpers::{Backend, TestApp},
+    memory::{member, remember_id},
+};
+
+fn agent_models() -> ModelFiles {
+    let dir = std::env::var_os("BRAINSTEM_TEST_AGENT_MODELS_DIR")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("BRAINSTEM_CACHE_DIR").map(|d| PathBuf::from(d).join("models-agent"))
+        })
+        .unwrap_or_else(|| PathBuf::from("/var/tmp/brainstem-cache/models-agent"));
+    match ModelFiles::find(&dir) {
+        Some(files) if files.has_agent() => files,
+        _ => panic!(
+            "no agent model in {}: run scripts/test, or `cargo run -- models fetch --agent --dir {}`",
+            dir.display(),
+            dir.display()
+        ),
+    }
+}
+
+async fn app() -> TestApp {
+    let dir = agent_models().dir;
+    let app = TestApp::spawn_with(Backend::Sqlite, |c| {
+        c.llm_provider = LlmProvider::Local;
+        c.embedding_provider = EmbeddingProvider::Local;
+        c.models_dir = dir;
+        // A CPU model on a busy machine: minutes, not the defaults' two.
+        c.task_timeout_secs = 900;
+    })
+    .await;
+    app.create_tenant("acme").await;
+    app
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_step_answers_from_memory_through_a_tool_call() {
+    let app = app().await;
+    let t = member(&app, "acme");
+    for fact in [
+        "Maria Lopez is allergic to penicillin.",
+        "The Leeds depot opens at six in the morning.",
+        "Invoices over 10,000 euros need the finance director's approval.",
+        "Tom Becker prefers to be contacted by email.",
+    ] {
+        remember_id(&app, &t, json!({"content": fact})).await;
+    }
+    app.publish_plan(
+        "acme",
+        json!({"key": "assist", "intent": "test.assist",
+               "steps": [{"id": "answer", "tool": "agent", "args": {
+                   "tools": ["memory.recall"], "temperature": 0, "max_tokens": 120}}]}),
+    )
+    .await
+    .data();
+    let id = app
+        .start_task(
+            "acme",
+            json!({"planKey": "assist", "input": "What is Maria Lopez allergic to?"}),
+        )
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    app.run_tasks().await;
+    let task = app
+        .graphql(
+            Some(&app.admin_token("acme")),
+            "query($id: ID!) { task(id: $id) { status error \
+             result { content model toolCalls iterations } steps { stepId tool status output } } }",
+            json!({"id": id}),
+        )
+        .await
+        .data()["task"]
+        .clone();
+    println!("{task:#}");
+    assert_eq!(task["status"], "COMPLETED", "{task}");
+    assert_eq!(
+        task["result"]["model"], "qwen2.5-coder-1.5b-instruct-q4_k_m",
+        "{task}"
+    );
+    let steps = task["steps"].as_array().unwrap();
+    let recalls: Vec<&Value> = steps
+        .iter()
+        .filter(|s| s["tool"] == "memory.recall")
+        .collect();
+    assert!(!recalls.is_empty(), "the model called no tool: {task}");
+    assert!(recalls.iter().all(|s| s["status"] == "COMPLETED"), "{task}");
+    assert!(
+        recalls
+            .iter()
+            .any(|s| s["output"].to_string().contains("penicillin")),
+        "the recall did not find the fact: {task}"
+    );
+    let answer = task["result"]["content"].as_str().unwrap_or_default();
+    assert!(
+        answer.to_lowercase().contains("penicillin"),
+        "answer: {answer:?}"
+    );
+}
+
+/// Run one turn of `conversation` through the `chat` plan; its answer.
+async fn turn(app: &TestApp, token: &str, conversation: &str, input: &str) -> String {
+    let started = app
+        .graphql(
+            Some(token),
+            "mutation($input: StartTaskInput!) { startTask(input: $input) { task { id } } }",
+            json!({"input": {"planKey": "chat", "input": input, "conversationId": conversation}}),
+        )
+        .await;
+    let id = started.data()["startTask"]["task"]["id"].clone();
+    app.run_tasks().await;
+    let read = app
+        .graphql(
+            Some(token),
+            "query($id: ID!) { task(id: $id) { status error result { content } } }",
+            json!({"id": id}),
+        )
+        .await;
+    let task = read.data()["task"].clone();
+    assert_eq!(task["status"], "COMPLETED", "{task}");
+    println!("{input:?} -> {}", task["result"]["content"]);
+    task["result"]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_third_turn_of_a_conversation_uses_the_first_turns_fact() {
+    let app = app().await;
+    app.publish_plan(
+        "acme",
+        json!({"key": "chat", "intent": "chat.reply",
+               "steps": [{"id": "answer", "tool": "agent", "args": {
+                   "system": "Answer in one short sentence.", "tools": [],
+                   "temperature": 0, "max_tokens": 60}}]}),
+    )
+    .await
+    .data();
+    let t = member(&app, "acme");
+    let conversation = app
+        .graphql(
+            Some(&t),
+            "mutation { startConversation(input: {title: \"Badges\"}) { conversation { id } } }",
+            json!({}),
+        )
+        .await
+        .data()["startConversation"]["conversation"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    turn(
+        &app,
+        &t,
+        &conversation,
+        "Note this: Priya's badge number is 4417.",
+    )
+    .await;
+    turn(&app, &t, &conversation, "What is the capital of Italy?").await;
+    let answer = turn(&app, &t, &conversation, "What is Priya's badge number?").await;
+    assert!(answer.contains("4417"), "third turn: {answer:?}");
+}
