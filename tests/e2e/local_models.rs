@@ -27,7 +27,7 @@ use crate::{
     memory::{member, remember_id},
 };
 
-fn models() -> ModelFiles {
+pub(crate) fn models() -> ModelFiles {
     let dir = std::env::var_os("BRAINSTEM_TEST_MODELS_DIR")
         .map(PathBuf::from)
         .or_else(|| {

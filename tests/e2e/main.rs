@@ -27,6 +27,7 @@ mod exposure;
 mod failed_auth;
 mod fair_queue;
 mod fanout;
+mod fusion;
 mod fuzz;
 mod graph;
 mod graphiql;

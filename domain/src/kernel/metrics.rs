@@ -271,7 +271,7 @@ pub fn register(registry: &mut Registry) {
     );
     registry.register(
         "memory_search_duration_seconds",
-        "Memory searches, by mode (hybrid, keyword, semantic)",
+        "Memory searches, by mode (hybrid, keyword, vector)",
         m.memory_search_duration.clone(),
     );
     registry.register(

@@ -5,14 +5,22 @@
 //! Only ranks are used downstream, so the two engines' different raw scores
 //! never meet.
 //!
+//! English stop words ([`STOP_WORDS`], PostgreSQL's own `english` list) are
+//! dropped from every query before either engine sees it: PostgreSQL would
+//! drop them anyway, but FTS5 has no stop-word list, and "the", "is" or
+//! "who" matched most of a tenant's memories and pushed the right one down.
+//! How much of a query a keyword hit covers ([`coverages`]) is measured the
+//! same way on both backends, so fusion can ignore hits below a floor.
+//!
 //! On PostgreSQL, `search_tsv` also holds the lexeme `~<tenant id>`, and
 //! every query ANDs it in, so the GIN index looks only at the tenant's
 //! memories.
 //!
 //! Query words whose lexeme is in more than [`COMMON_FREQUENCY`] of the
-//! tenant's memories and in more than [`COMMON_ROWS`] of them (counted by
-//! `ts_stat` over a sample of [`COMMON_SAMPLE`] of the tenant's own
-//! memories, read in its scope, and kept per tenant for a while) are left
+//! tenant's memories and in more than [`COMMON_ROWS`] of them (on
+//! PostgreSQL counted by `ts_stat` over a sample of [`COMMON_SAMPLE`] of the
+//! tenant's own memories, read in its scope, and kept per tenant for a
+//! while; on SQLite counted per query word by FTS5 itself) are left
 //! out of the keyword leg, like stop words: OR-ing them would match, fetch
 //! and rank a large share of a tenant's memories while barely changing the
 //! order. A query made only of such words looks for memories with all of
@@ -42,12 +50,34 @@ use crate::Result;
 /// At most this many distinct query words are searched for.
 const MAX_TERMS: usize = 32;
 
-/// Distinct words of a query, safe to put in either engine's query syntax
-/// (letters and digits only).
+#[rustfmt::skip]
+/// PostgreSQL's `english` stop words (`english.stop`, from Snowball):
+/// words that say nothing about which memory a query is after.
+pub const STOP_WORDS: &[&str] = &[
+    "i", "me", "my", "myself", "we", "our", "ours", "ourselves", "you", "your", "yours",
+    "yourself", "yourselves", "he", "him", "his", "himself", "she", "her", "hers", "herself",
+    "it", "its", "itself", "they", "them", "their", "theirs", "themselves", "what", "which",
+    "who", "whom", "this", "that", "these", "those", "am", "is", "are", "was", "were", "be",
+    "been", "being", "have", "has", "had", "having", "do", "does", "did", "doing", "a", "an",
+    "the", "and", "but", "if", "or", "because", "as", "until", "while", "of", "at", "by",
+    "for", "with", "about", "against", "between", "into", "through", "during", "before",
+    "after", "above", "below", "to", "from", "up", "down", "in", "out", "on", "off", "over",
+    "under", "again", "further", "then", "once", "here", "there", "when", "where", "why",
+    "how", "all", "any", "both", "each", "few", "more", "most", "other", "some", "such", "no",
+    "nor", "not", "only", "own", "same", "so", "than", "too", "very", "s", "t", "can", "will",
+    "just", "don", "should", "now",
+];
+
+pub fn is_stop_word(word: &str) -> bool {
+    STOP_WORDS.contains(&word)
+}
+
+/// Distinct words of a query that are not stop words, safe to put in either
+/// engine's query syntax (letters and digits only).
 pub fn terms(query: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for w in words(query) {
-        if !out.contains(&w) {
+        if !is_stop_word(&w) && !out.contains(&w) {
             out.push(w);
         }
         if out.len() == MAX_TERMS {
@@ -55,6 +85,68 @@ pub fn terms(query: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// A word reduced to a rough stem (a few English suffixes cut), so that
+/// "requests" meets "request" and "approved" meets "approves" when
+/// [`coverages`] compares a query with a memory. Cruder than either
+/// engine's stemmer on purpose: it only has to be the same on both.
+fn stem(word: &str) -> &str {
+    for suffix in ["ing", "ies", "ied", "es", "ed", "ly", "s", "e", "y"] {
+        if let Some(stem) = word.strip_suffix(suffix)
+            && stem.chars().count() >= 3
+        {
+            return stem;
+        }
+    }
+    word
+}
+
+/// How much of a query each candidate text covers, in [0, 1]: the query's
+/// words (stop words left out) it has, by rough stem, each weighted by how
+/// rare it is among the candidates (`ln(1 + n / df)`, n candidates, df of
+/// them with the word), over the weight of every query word some candidate
+/// has. So a name or code that one memory has counts for much, a word half
+/// the candidates share for little, and a word none has for nothing.
+/// Computed in Rust over the texts both legs returned, so it is the same on
+/// both backends; fusion ignores keyword hits below a floor of it
+/// ([`super::rank::KEYWORD_FLOOR`]).
+pub fn coverages(query_terms: &[String], texts: &[&str]) -> Vec<f64> {
+    let mut query: Vec<&str> = query_terms.iter().map(|t| stem(t)).collect();
+    query.sort_unstable();
+    query.dedup();
+    let has: Vec<Vec<bool>> = texts
+        .iter()
+        .map(|text| {
+            let stems: Vec<String> = words(text).map(|w| stem(&w).to_owned()).collect();
+            query.iter().map(|q| stems.iter().any(|s| s == q)).collect()
+        })
+        .collect();
+    let n = texts.len() as f64;
+    let weights: Vec<f64> = (0..query.len())
+        .map(|i| {
+            let df = has.iter().filter(|h| h[i]).count();
+            if df == 0 {
+                0.0
+            } else {
+                (1.0 + n / df as f64).ln()
+            }
+        })
+        .collect();
+    let total: f64 = weights.iter().sum();
+    has.iter()
+        .map(|h| {
+            if total <= 0.0 {
+                return 0.0;
+            }
+            h.iter()
+                .zip(&weights)
+                .filter(|(has, _)| **has)
+                .map(|(_, w)| w)
+                .sum::<f64>()
+                / total
+        })
+        .collect()
 }
 
 /// A lexeme in more than this share of all memories is left out of a query
@@ -200,11 +292,22 @@ pub async fn search(
             ));
         }
         _ => {
-            let fts = terms
-                .iter()
-                .map(|t| format!("\"{t}\""))
-                .collect::<Vec<_>>()
-                .join(" OR ");
+            // As on PostgreSQL: common words are left out, and a query of
+            // common words only looks for memories with all of them.
+            let common = sqlite_common(db, scope, &terms).await?;
+            let rare: Vec<&String> = terms.iter().filter(|t| !common.contains(t)).collect();
+            let fts = if rare.is_empty() {
+                terms
+                    .iter()
+                    .map(|t| format!("\"{t}\""))
+                    .collect::<Vec<_>>()
+                    .join(" AND ")
+            } else {
+                rare.iter()
+                    .map(|t| format!("\"{t}\""))
+                    .collect::<Vec<_>>()
+                    .join(" OR ")
+            };
             sql.push(
                 "SELECT m.id AS id FROM memories_fts JOIN memories m ON m.id = memories_fts.memory_id \
                  WHERE memories_fts MATCH ",
@@ -224,6 +327,51 @@ pub async fn search(
         .collect()
 }
 
+/// The query words in more than [`COMMON_FREQUENCY`] and [`COMMON_ROWS`]
+/// of the tenant's memories, counted by FTS5 (one statement; none are
+/// counted for a tenant with too few memories for any word to be common).
+async fn sqlite_common(
+    db: &DatabaseConnection,
+    scope: TenantScope,
+    terms: &[String],
+) -> Result<Vec<String>> {
+    let mut sql = Sql::new(DbBackend::Sqlite);
+    sql.push("SELECT CAST(count(*) AS REAL) AS rows FROM memories m WHERE ");
+    tenant_condition(&mut sql, scope);
+    let rows: f64 = db
+        .query_one_raw(sql.statement())
+        .await?
+        .map(|row| row.try_get("", "rows"))
+        .transpose()?
+        .unwrap_or(0.0);
+    if rows <= COMMON_ROWS {
+        return Ok(Vec::new());
+    }
+    let mut sql = Sql::new(DbBackend::Sqlite);
+    sql.push("SELECT ");
+    for (i, term) in terms.iter().enumerate() {
+        if i > 0 {
+            sql.push(", ");
+        }
+        sql.push("(SELECT CAST(count(*) AS REAL) FROM memories_fts WHERE memories_fts MATCH ")
+            .bind(format!("\"{term}\""))
+            .push(" AND memories_fts.tenant_id = ")
+            .bind(scope.tenant_id().uuid())
+            .push(&format!(") AS c{i}"));
+    }
+    let Some(row) = db.query_one_raw(sql.statement()).await? else {
+        return Ok(Vec::new());
+    };
+    let mut common = Vec::new();
+    for (i, term) in terms.iter().enumerate() {
+        let docs: f64 = row.try_get("", &format!("c{i}"))?;
+        if is_common(term, docs / rows, rows) {
+            common.push(term.clone());
+        }
+    }
+    Ok(common)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,9 +380,29 @@ mod tests {
     fn terms_are_distinct_lowercase_words_without_syntax() {
         assert_eq!(
             terms("VIN's & \"bad\" | VIN (OCR)*"),
-            vec!["vin", "s", "bad", "ocr"]
+            vec!["vin", "bad", "ocr"]
         );
         assert!(terms("  !!  ").is_empty());
+        assert_eq!(terms("Who is the owner of it?"), vec!["owner"]);
+    }
+
+    #[test]
+    fn coverage_weighs_query_words_by_rarity_among_the_candidates() {
+        let q = terms("who approves large refund requests for Globex");
+        assert_eq!(q, vec!["approves", "large", "refund", "requests", "globex"]);
+        let texts = [
+            "Refunds: Jo approved the request for Globex, a large one.",
+            "A large truck for Globex.",
+            "A large crane.",
+            "Nothing in common.",
+        ];
+        let c = coverages(&q, &texts);
+        assert!((c[0] - 1.0).abs() < 1e-12, "{c:?}");
+        assert_eq!(c[3], 0.0);
+        // "globex" (in two texts) weighs more than "large" (in three).
+        assert!(c[1] > 2.0 * c[2], "{c:?}");
+        assert!(c[2] > 0.0);
+        assert_eq!(coverages(&[], &["anything"]), vec![0.0]);
     }
 
     #[test]

@@ -83,7 +83,7 @@ pub use dossier::Dossier;
 pub use embedder::{Embedder, EmbedderConfig};
 pub use maintenance::MaintenanceReport;
 pub use outcomes::{Outcome, OutcomeRecorded};
-pub use reads::{MemoryFilter, SearchHit, SearchQuery, SearchResults};
+pub use reads::{MemoryFilter, SearchHit, SearchMode, SearchQuery, SearchResults};
 pub use record::{
     INITIAL_SCORE, MAX_CONTENT_CHARS, MAX_SEARCH_LIMIT, Memory, MemoryConfig, MemoryEvent,
     MemoryVersion, Status, Tier, round_score,

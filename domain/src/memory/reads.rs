@@ -1,7 +1,9 @@
 //! Reading memories: by id, in pages, their mentions, versions and events,
 //! and hybrid search ([`Memories::search`]): a keyword leg and a vector leg
-//! run side by side, fused by reciprocal rank and boosted by score, tier and
-//! the entities the query names (see [`rank`]).
+//! run side by side, fused (the vectors decide, words break near-ties) and
+//! boosted by score, tier and the entities the query names (see [`rank`]).
+//! A caller may ask for one leg only ([`SearchMode`]); boosts apply either
+//! way.
 //!
 //! Reads never write: a tool that uses search results reports back with
 //! [`Memories::record_outcome`]. Without a query vector (the embedder
@@ -37,6 +39,28 @@ pub struct MemoryFilter {
     pub status: Option<Status>,
 }
 
+/// Which legs of search run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SearchMode {
+    /// Both, fused (keyword hits below the relevance floor left out).
+    #[default]
+    Hybrid,
+    /// Vectors only (no hits when the query cannot be embedded).
+    Vector,
+    /// Words only, every match counted; the query is not embedded.
+    Keyword,
+}
+
+impl SearchMode {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Hybrid => "hybrid",
+            Self::Vector => "vector",
+            Self::Keyword => "keyword",
+        }
+    }
+}
+
 /// Input of [`Memories::search`].
 #[derive(Clone, Debug, Default)]
 pub struct SearchQuery {
@@ -49,6 +73,7 @@ pub struct SearchQuery {
     pub limit: Option<usize>,
     /// Also superseded facts.
     pub include_historical: bool,
+    pub mode: SearchMode,
 }
 
 /// One search result with the reasons for its place.
@@ -58,7 +83,7 @@ pub struct SearchHit {
     pub keyword_rank: Option<usize>,
     pub vector_rank: Option<usize>,
     pub vector_similarity: Option<f32>,
-    /// Normalised RRF score, (0, 1].
+    /// Normalised fused score, [0, 1].
     pub fused_score: f64,
     pub score_boost: f64,
     pub tier_boost: f64,
@@ -155,11 +180,12 @@ impl Memories {
     /// Hybrid search (see [`rank`] for the scoring).
     pub async fn search(&self, scope: TenantScope, query: SearchQuery) -> Result<SearchResults> {
         let began = std::time::Instant::now();
+        let asked = query.mode;
         let results = self.ranked(scope, query).await?;
-        let mode = if results.vector_used {
-            "hybrid"
-        } else {
+        let mode = if asked == SearchMode::Hybrid && !results.vector_used {
             "keyword"
+        } else {
+            asked.label()
         };
         crate::kernel::metrics::metrics()
             .memory_search_duration
@@ -199,8 +225,19 @@ impl Memories {
         // Each leg fetches three times the limit, so fusion has room to
         // reorder (the "fairness multiplier").
         let k = (limit * 3).max(20);
-        let query_vector = self.embed(text).await;
-        let keyword_leg = keyword::search(&self.db, scope, text, k, &filter, &self.common);
+        let mode = query.mode;
+        let query_vector = match mode {
+            SearchMode::Keyword => None,
+            SearchMode::Hybrid | SearchMode::Vector => self.embed(text).await,
+        };
+        let keyword_leg = async {
+            match mode {
+                SearchMode::Vector => Ok(Vec::new()),
+                SearchMode::Hybrid | SearchMode::Keyword => {
+                    keyword::search(&self.db, scope, text, k, &filter, &self.common).await
+                }
+            }
+        };
         let vector_leg = async {
             match &query_vector {
                 Some(v) => self
@@ -216,9 +253,11 @@ impl Memories {
         let vector_hits = vector_hits?;
         let vector_used = vector_hits.is_some();
         let vector_hits = vector_hits.unwrap_or_default();
-        let fused = rank::rrf(&keyword_hits, &vector_hits, if vector_used { 2 } else { 1 });
 
-        let ids: Vec<Uuid> = fused.iter().map(|f| f.id.uuid()).collect();
+        let mut ids: Vec<Uuid> = keyword_hits.iter().map(|id| id.uuid()).collect();
+        ids.extend(vector_hits.iter().map(|(id, _)| id.uuid()));
+        ids.sort();
+        ids.dedup();
         let models: HashMap<Uuid, memory::Model> = if ids.is_empty() {
             HashMap::new()
         } else {
@@ -230,6 +269,22 @@ impl Memories {
                 .map(|m| (m.id, m))
                 .collect()
         };
+        // Coverage is weighed over every candidate either leg returned.
+        let candidates: Vec<&memory::Model> = ids.iter().filter_map(|id| models.get(id)).collect();
+        let texts: Vec<&str> = candidates.iter().map(|m| m.content.as_str()).collect();
+        let coverage: HashMap<Uuid, f64> = candidates
+            .iter()
+            .map(|m| m.id)
+            .zip(keyword::coverages(&keyword::terms(text), &texts))
+            .collect();
+        let keyword_hits: Vec<rank::KeywordHit> = keyword_hits
+            .iter()
+            .map(|id| (*id, coverage.get(&id.uuid()).copied().unwrap_or(0.0)))
+            .collect();
+        let fused = rank::fuse(
+            (mode != SearchMode::Vector).then_some(keyword_hits.as_slice()),
+            vector_used.then_some(vector_hits.as_slice()),
+        );
         let linked = self.linked_entities(scope, &models).await?;
         let query_words = format!(" {} ", embedder::words(text).collect::<Vec<_>>().join(" "));
 

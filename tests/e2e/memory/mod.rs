@@ -141,8 +141,8 @@ async fn get(app: &TestApp, token: &str, id: &str) -> Value {
     res.data()["memory"].clone()
 }
 
-const SEARCH: &str = "query($q: String!, $subject: ID, $tiers: [MemoryTier!], $limit: Int! = 10, $hist: Boolean! = false) {
-  searchMemories(query: $q, subject: $subject, tiers: $tiers, limit: $limit, includeHistorical: $hist) {
+const SEARCH: &str = "query($q: String!, $subject: ID, $tiers: [MemoryTier!], $limit: Int! = 10, $hist: Boolean! = false, $mode: SearchMode! = HYBRID) {
+  searchMemories(query: $q, subject: $subject, tiers: $tiers, limit: $limit, includeHistorical: $hist, mode: $mode) {
     vectorUsed
     hits { keywordRank vectorRank vectorSimilarity fusedScore scoreBoost tierBoost graphBoost boost finalScore
            memory { id content tier } }

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::{approx, entity, hit_ids, member, remember_id, remember_many, scope_of, search};
 use crate::{
-    helpers::{Backend, TestApp, uuid_of},
+    helpers::{TestApp, uuid_of},
     on_both_backends,
 };
 
@@ -176,9 +176,9 @@ async fn knowledge_graph_mentions_boost_search(app: TestApp) {
     );
 }
 
-/// PostgreSQL leaves words that most memories contain (per its own
-/// statistics) out of the keyword leg, unless the query has nothing else;
-/// SQLite keeps every word.
+/// Both backends leave words that most memories contain (counted in the
+/// tenant's own memories) out of the keyword leg, unless the query has
+/// nothing else.
 async fn words_in_most_memories_are_left_out_of_the_keyword_leg(app: TestApp) {
     app.create_tenant("acme").await;
     let t = member(&app, "acme");
@@ -197,12 +197,6 @@ async fn words_in_most_memories_are_left_out_of_the_keyword_leg(app: TestApp) {
         json!({"content": "freight VIN mismatch on the bill"}),
     )
     .await;
-    // (PostgreSQL counts a tenant's words itself; no statistics needed.)
-    if app.backend == Backend::Sqlite {
-        sea_orm::ConnectionTrait::execute_unprepared(&app.domain.db, "ANALYZE")
-            .await
-            .unwrap();
-    }
     let keyword_hits = |result: &Value| -> Vec<String> {
         result["hits"]
             .as_array()
@@ -212,16 +206,21 @@ async fn words_in_most_memories_are_left_out_of_the_keyword_leg(app: TestApp) {
             .map(|h| h["memory"]["id"].as_str().unwrap().to_owned())
             .collect()
     };
-    let both = search(&app, &t, json!({"q": "freight vin", "limit": 10})).await;
-    let found = keyword_hits(&both);
-    assert_eq!(found.first(), Some(&vin), "{both}");
-    match app.backend {
-        // "freight" is in every memory: only "vin" is searched for.
-        Backend::Postgres => assert_eq!(found, vec![vin.clone()], "{both}"),
-        Backend::Sqlite => assert!(found.len() > 1, "{both}"),
-    }
+    let both = search(
+        &app,
+        &t,
+        json!({"q": "freight vin", "limit": 10, "mode": "KEYWORD"}),
+    )
+    .await;
+    // "freight" is in every memory: only "vin" is searched for.
+    assert_eq!(keyword_hits(&both), vec![vin.clone()], "{both}");
     // A query of common words only still finds memories by keyword.
-    let common = search(&app, &t, json!({"q": "freight", "limit": 10})).await;
+    let common = search(
+        &app,
+        &t,
+        json!({"q": "freight", "limit": 10, "mode": "KEYWORD"}),
+    )
+    .await;
     assert!(!keyword_hits(&common).is_empty(), "{common}");
     // Rare words are never left out, whatever the table's size.
     let rare = search(&app, &t, json!({"q": "lane7 dock7", "limit": 10})).await;
@@ -234,19 +233,18 @@ async fn stop_word_queries_match_nothing_by_keyword(app: TestApp) {
     for content in ["The carrier of the load", "An invoice for the broker"] {
         remember_id(&app, &t, json!({ "content": content })).await;
     }
-    let result = search(&app, &t, json!({"q": "the of an for"})).await;
-    let by_keyword = result["hits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|h| !h["keywordRank"].is_null())
-        .count();
-    match app.backend {
-        // English stop words make an empty text query, which must not turn
-        // into "every memory of the tenant".
-        Backend::Postgres => assert_eq!(by_keyword, 0, "{result}"),
-        // FTS5 has no stop-word list: "the" is a word like any other.
-        Backend::Sqlite => assert_eq!(by_keyword, 2, "{result}"),
+    // English stop words make an empty text query on both backends (FTS5
+    // has no stop-word list of its own), which must not turn into "every
+    // memory of the tenant".
+    for mode in ["HYBRID", "KEYWORD"] {
+        let result = search(&app, &t, json!({"q": "the of an for", "mode": mode})).await;
+        let by_keyword = result["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|h| !h["keywordRank"].is_null())
+            .count();
+        assert_eq!(by_keyword, 0, "{mode}: {result}");
     }
     // A real word still matches by keyword.
     let result = search(&app, &t, json!({"q": "the invoice"})).await;

@@ -91,12 +91,15 @@ async fn remember_then_list_get_and_search(app: TestApp) {
     assert_eq!(top["memory"]["id"], id.as_str());
     assert_eq!(top["keywordRank"], 1);
     assert_eq!(top["vectorRank"], 1);
-    // In both lists at rank 1: the best possible fused score.
-    approx(&top["fusedScore"], 1.0);
+    // Its closeness by vectors, plus every query word covered (README,
+    // "How fusion ranks").
+    let closeness = (1.0 + top["vectorSimilarity"].as_f64().unwrap()) / 2.0;
+    let fused = (closeness + 0.15) / 1.15;
+    approx(&top["fusedScore"], fused);
     approx(&top["tierBoost"], 1.0);
     approx(&top["scoreBoost"], 1.0);
     approx(&top["graphBoost"], 1.0);
-    approx(&top["finalScore"], 1.0);
+    approx(&top["finalScore"], fused);
 }
 
 async fn superseded_facts_drop_out_of_default_search(app: TestApp) {

@@ -86,6 +86,27 @@ pub(super) fn mention_loader(domain: &Domain) -> DataLoader<MentionLoader> {
     )
 }
 
+/// Which legs of `searchMemories` run.
+#[derive(Enum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SearchMode {
+    /// Keyword and vector legs, fused; the default.
+    Hybrid,
+    /// The vector leg only (no hits when the query cannot be embedded).
+    Vector,
+    /// The keyword leg only, every match counted; the query is not embedded.
+    Keyword,
+}
+
+impl From<SearchMode> for dm::SearchMode {
+    fn from(m: SearchMode) -> Self {
+        match m {
+            SearchMode::Hybrid => dm::SearchMode::Hybrid,
+            SearchMode::Vector => dm::SearchMode::Vector,
+            SearchMode::Keyword => dm::SearchMode::Keyword,
+        }
+    }
+}
+
 /// Where a memory lives, which decides its lifetime.
 #[derive(Enum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemoryTier {
@@ -391,7 +412,8 @@ pub struct MemoryHit {
     pub vector_rank: Option<i32>,
     /// Cosine similarity to the query, when the vector leg found it.
     pub vector_similarity: Option<f64>,
-    /// Reciprocal Rank Fusion (k = 60), normalised to (0, 1].
+    /// The legs fused (vector similarity, plus a small bonus for keyword
+    /// evidence above a floor; README, "How fusion ranks"), in [0, 1].
     pub fused_score: f64,
     pub score_boost: f64,
     pub tier_boost: f64,
@@ -521,9 +543,10 @@ impl MemoryQuery {
         Ok(connection(page, |m| m.id.uuid(), Memory))
     }
 
-    /// Hybrid search: keyword and vector candidates fused with Reciprocal
-    /// Rank Fusion (k = 60), then score, tier and knowledge-graph boosts
-    /// (together at most 1.5×). Only active, current facts unless
+    /// Hybrid search: keyword and vector candidates fused (the vectors
+    /// decide, keyword hits above a relevance floor break near-ties), then
+    /// score, tier and knowledge-graph boosts (together at most 1.5×).
+    /// `mode` runs one leg only. Only active, current facts unless
     /// `includeHistorical`.
     #[allow(clippy::too_many_arguments)]
     async fn search_memories(
@@ -535,6 +558,7 @@ impl MemoryQuery {
         categories: Option<Vec<String>>,
         #[graphql(desc = "1–50.", default = 10)] limit: i32,
         #[graphql(default = false)] include_historical: bool,
+        #[graphql(default_with = "SearchMode::Hybrid")] mode: SearchMode,
     ) -> async_graphql::Result<MemorySearchResult> {
         let scope = read_scope(ctx)?;
         let results = domain(ctx)
@@ -552,6 +576,7 @@ impl MemoryQuery {
                     categories: categories.unwrap_or_default(),
                     limit: Some(usize::try_from(limit).unwrap_or(0)),
                     include_historical,
+                    mode: mode.into(),
                 },
             )
             .await

@@ -63,6 +63,7 @@ impl Tool for Recall {
                         .get("include_historical")
                         .and_then(Value::as_bool)
                         .unwrap_or(false),
+                    ..SearchQuery::default()
                 },
             )
             .await
