@@ -12,6 +12,9 @@ pub struct Model {
     pub tenant_id: Uuid,
     pub subject: String,
     pub title: String,
+    /// What a turn sent while another runs does by default: `REJECT`,
+    /// `ENQUEUE`, `INTERRUPT` or `ROLLBACK`.
+    pub multitask: String,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

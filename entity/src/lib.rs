@@ -45,6 +45,7 @@ pub mod task_event;
 pub mod task_step;
 pub mod tenant;
 pub mod tenant_queue_setting;
+pub mod turn_interruption;
 pub mod webhook_delivery;
 pub mod webhook_endpoint;
 

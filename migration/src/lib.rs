@@ -31,6 +31,7 @@ mod m20261127_090000_webhooks;
 mod m20261127_100000_entity_bin;
 mod m20261128_090000_fair_queue;
 mod m20261128_110000_task_list_indexes;
+mod m20261128_130000_double_texting;
 
 pub struct Migrator;
 
@@ -64,6 +65,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_100000_entity_bin::Migration),
             Box::new(m20261128_090000_fair_queue::Migration),
             Box::new(m20261128_110000_task_list_indexes::Migration),
+            Box::new(m20261128_130000_double_texting::Migration),
         ]
     }
 }

@@ -20,6 +20,7 @@ mod console_types;
 mod contention;
 mod conversations;
 mod dataloader;
+mod double_texting;
 mod durability;
 mod edges;
 mod executor;

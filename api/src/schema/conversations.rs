@@ -11,6 +11,7 @@ use brainstem_domain::{ConversationId, conversations, tasks::TaskFilter};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use super::tasks::Multitask;
 use super::{
     context::{domain, principal},
     ids::{self, NodeType},
@@ -30,6 +31,12 @@ impl Conversation {
     }
     async fn title(&self) -> &str {
         &self.0.title
+    }
+
+    /// What a turn sent while another is unfinished does, unless
+    /// `startTask` names a strategy.
+    async fn multitask(&self) -> Multitask {
+        self.0.multitask.into()
     }
     /// Who started it (`user:<id>` or `api_key:<id>`).
     async fn subject(&self) -> &str {
@@ -115,6 +122,14 @@ pub struct StartConversationInput {
     /// At most 200 characters.
     #[graphql(default)]
     pub title: String,
+    /// Double texting (default `ENQUEUE`).
+    pub multitask: Option<Multitask>,
+}
+
+#[derive(InputObject)]
+pub struct SetConversationMultitaskInput {
+    pub id: ID,
+    pub multitask: Multitask,
 }
 
 #[derive(SimpleObject)]
@@ -135,7 +150,32 @@ impl ConversationMutation {
     ) -> async_graphql::Result<ConversationPayload> {
         let conversation = domain(ctx)
             .conversations
-            .create(principal(ctx)?, &input.title)
+            .create(
+                principal(ctx)?,
+                &input.title,
+                input.multitask.map(Into::into),
+            )
+            .await
+            .gql()?;
+        Ok(ConversationPayload {
+            conversation: Conversation(conversation),
+        })
+    }
+
+    /// Change what a turn of one of the caller's conversations sent while
+    /// another is unfinished does (turns started from now on).
+    async fn set_conversation_multitask(
+        &self,
+        ctx: &Context<'_>,
+        input: SetConversationMultitaskInput,
+    ) -> async_graphql::Result<ConversationPayload> {
+        let conversation = domain(ctx)
+            .conversations
+            .set_multitask(
+                principal(ctx)?,
+                conversation_id(&input.id)?,
+                input.multitask.into(),
+            )
             .await
             .gql()?;
         Ok(ConversationPayload {

@@ -62,6 +62,39 @@ pub struct ToolContext {
     /// What of the platform the tool may use (see [`ToolPorts`]).
     pub ports: Arc<ToolPorts>,
     pub settings: Arc<ToolSettings>,
+    /// Set when the task is asked to stop now (a newer turn of its
+    /// conversation interrupts it). A tool that streams a model's answer
+    /// stops at once and returns its text so far, marked interrupted; any
+    /// other tool may ignore it (the executor stops at the step boundary).
+    pub interrupt: Interrupt,
+}
+
+/// Whether the running task has been asked to stop mid-step. Never
+/// requested when the step runs without one (`Interrupt::default()`).
+#[derive(Clone, Debug, Default)]
+pub struct Interrupt(Option<tokio::sync::watch::Receiver<bool>>);
+
+impl Interrupt {
+    pub fn new(requested: tokio::sync::watch::Receiver<bool>) -> Self {
+        Self(Some(requested))
+    }
+
+    pub fn is_requested(&self) -> bool {
+        self.0.as_ref().is_some_and(|r| *r.borrow())
+    }
+
+    /// Resolves once a stop is requested; never when none can be.
+    pub async fn requested(&self) {
+        match self.0.clone() {
+            Some(mut r) => {
+                if r.wait_for(|stop| *stop).await.is_err() {
+                    // The sender is gone: no stop will come.
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending::<()>().await,
+        }
+    }
 }
 
 impl ToolContext {

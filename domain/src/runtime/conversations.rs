@@ -9,13 +9,19 @@
 //!   like another tenant, gets `NOT_FOUND`.
 //! - A turn is appended when its task is stored (`tasks.conversation_id`),
 //!   and the conversation's `updated_at` moves in the same transaction.
+//! - A conversation's `multitask` setting says what a turn sent while
+//!   another is unfinished does (double texting; see
+//!   `runtime::tasks::turns`).
 
 use std::{collections::HashMap, sync::Arc};
 
 use brainstem_entity::{ConversationId, TaskId, TenantOwned, TenantScope, conversation};
 use chrono::{DateTime, Utc};
 use futures_util::Stream;
-use sea_orm::{ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, QueryFilter};
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, QueryFilter,
+    sea_query::Expr,
+};
 use tokio::sync::{broadcast, mpsc};
 use uuid::Uuid;
 
@@ -28,7 +34,7 @@ use crate::{
     },
     runtime::{
         events::EventBus,
-        tasks::{TaskEvent, Tasks},
+        tasks::{Multitask, TaskEvent, Tasks},
     },
 };
 
@@ -42,20 +48,26 @@ pub struct Conversation {
     /// Who started it and may add to it.
     pub subject: String,
     pub title: String,
+    /// What a turn sent while another is unfinished does, unless
+    /// `startTask` says (see [`crate::runtime::tasks::Multitask`]).
+    pub multitask: Multitask,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
 
-impl From<conversation::Model> for Conversation {
-    fn from(m: conversation::Model) -> Self {
-        Self {
+impl TryFrom<conversation::Model> for Conversation {
+    type Error = Error;
+
+    fn try_from(m: conversation::Model) -> Result<Self> {
+        Ok(Self {
             id: m.id.into(),
             scope: TenantScope::new(m.tenant_id.into()),
             subject: m.subject,
             title: m.title,
+            multitask: m.multitask.parse()?,
             created_at: m.created_at,
             updated_at: m.updated_at,
-        }
+        })
     }
 }
 
@@ -75,8 +87,14 @@ impl Conversations {
         Self { db }
     }
 
-    /// Start a conversation of the caller's.
-    pub async fn create(&self, principal: &Principal, title: &str) -> Result<Conversation> {
+    /// Start a conversation of the caller's, with its double-texting
+    /// strategy (default `ENQUEUE`).
+    pub async fn create(
+        &self,
+        principal: &Principal,
+        title: &str,
+        multitask: Option<Multitask>,
+    ) -> Result<Conversation> {
         let (scope, subject) = caller(principal, "tasks:write")?;
         let title = title.trim();
         if title.chars().count() > MAX_TITLE {
@@ -90,12 +108,35 @@ impl Conversations {
             tenant_id: Set(scope.tenant_id().uuid()),
             subject: Set(subject),
             title: Set(title.to_owned()),
+            multitask: Set(multitask.unwrap_or_default().as_str().to_owned()),
             created_at: Set(now),
             updated_at: Set(now),
         }
         .insert(&self.db)
         .await?;
-        Ok(row.into())
+        row.try_into()
+    }
+
+    /// Change the double-texting strategy of one of the caller's
+    /// conversations (for the turns started from now on).
+    pub async fn set_multitask(
+        &self,
+        principal: &Principal,
+        id: ConversationId,
+        multitask: Multitask,
+    ) -> Result<Conversation> {
+        let (scope, subject) = caller(principal, "tasks:write")?;
+        self.owned(scope, &subject, id).await?;
+        conversation::Entity::update_many_in(scope)
+            .col_expr(
+                conversation::Column::Multitask,
+                Expr::value(multitask.as_str()),
+            )
+            .col_expr(conversation::Column::UpdatedAt, Expr::value(Utc::now()))
+            .filter(conversation::Column::Id.eq(id.uuid()))
+            .exec(&self.db)
+            .await?;
+        self.owned(scope, &subject, id).await
     }
 
     /// One of the caller's conversations.
@@ -116,8 +157,8 @@ impl Conversations {
             .one(&self.db)
             .await?
             .filter(|c| c.subject == subject)
-            .map(Conversation::from)
-            .ok_or_else(|| Error::not_found(format!("conversation {id}")))
+            .ok_or_else(|| Error::not_found(format!("conversation {id}")))?
+            .try_into()
     }
 
     /// The caller's conversations, in the request's order.
@@ -130,7 +171,7 @@ impl Conversations {
         let select =
             conversation::Entity::find_in(scope).filter(conversation::Column::Subject.eq(subject));
         let page = page::fetch(&self.db, select, conversation::Column::Id, request).await?;
-        Ok(page.map(Conversation::from))
+        page.try_map(Conversation::try_from)
     }
 }
 

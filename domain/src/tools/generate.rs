@@ -8,7 +8,9 @@
 //! `{"text": …, "model": …}` and its usage the call's tokens and cost. A
 //! call that fails once text has streamed (a timeout between chunks or of
 //! the whole call) fails the step with the text so far as its output,
-//! marked `"incomplete": true`.
+//! marked `"incomplete": true`; so does a call stopped because its task was
+//! interrupted (a newer turn of its conversation), also marked
+//! `"interrupted": true`.
 //!
 //! Budgets are checked first, from the call's most expensive case (see
 //! [`crate::models::llm::budget`]); a refused call never reaches the provider.
@@ -55,6 +57,33 @@ pub(super) async fn check_budget(
         .map_err(|e| ToolError::retryable(format!("cannot check the token budget: {e}")))?
         .map_err(ToolError::fatal)
 }
+
+/// Relay `generation`'s frames to subscribers until it ends, or `None`
+/// when the task is interrupted first (the text so far stays in
+/// `generation`).
+pub(super) async fn relay_unless_interrupted(
+    ctx: &ToolContext,
+    generation: &mut crate::models::llm::Generation,
+) -> Option<Result<(), crate::models::llm::LlmError>> {
+    tokio::select! {
+        relayed = frames::relay(generation, FRAME_INTERVAL, |frame| {
+            ctx.token_delta(frame.offset, &frame.text)
+        }) => Some(relayed),
+        () = ctx.interrupt.requested() => None,
+    }
+}
+
+/// A model call stopped because its task was interrupted: the step fails
+/// (it is not retried) and keeps the text so far, marked interrupted.
+pub(super) fn interrupted(text: &str, model: &str) -> ToolError {
+    ToolError::fatal(format!(
+        "{INTERRUPTED}: the task was interrupted mid-answer"
+    ))
+    .with_output(json!({"text": text, "model": model, "incomplete": true, "interrupted": true}))
+}
+
+/// How the error of an interrupted model call begins.
+pub const INTERRUPTED: &str = "INTERRUPTED";
 
 pub(super) fn arg_u64(args: &Value, key: &str) -> Option<u64> {
     args.get(key).and_then(Value::as_f64).map(|f| f as u64)
@@ -121,11 +150,11 @@ impl Tool for Generate {
         .await?;
 
         let mut generation = client.start(request).await?;
-        if let Err(err) = frames::relay(&mut generation, FRAME_INTERVAL, |frame| {
-            ctx.token_delta(frame.offset, &frame.text)
-        })
-        .await
-        {
+        let relayed = relay_unless_interrupted(&ctx, &mut generation).await;
+        let Some(relayed) = relayed else {
+            return Err(interrupted(generation.text(), generation.model()));
+        };
+        if let Err(err) = relayed {
             // A call cut short (a timeout, a dropped stream) keeps the text
             // it streamed: subscribers saw it, and the step shows it.
             let model = generation.model().to_owned();

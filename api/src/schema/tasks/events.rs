@@ -150,6 +150,13 @@ event_types! {
                 .unwrap_or_default()
         }
     }
+    /// A turn of a conversation waits for earlier unfinished turns
+    /// (`data.strategy`, `data.after`: their ids, `data.stops`: those it
+    /// interrupts or rolls back).
+    TurnQueued {}
+    /// A newer turn stopped this one (`data.strategy`, `data.by`,
+    /// `data.kept_chars`: the text kept, in characters).
+    TurnInterrupted {}
     /// A `WARN` guardrail matched the step, which ran all the same
     /// (`data.guardrail`, `data.severity`).
     GuardrailMatched {

@@ -92,7 +92,18 @@ mirror_enum!(
     TaskEventKind = tasks::EventKind {
         StatusChanged, StepStarted, StepCompleted, StepFailed, StepSkipped, StepsInjected,
         ReviewRequested, Delegated, TokenDelta, MemoryRecalled, GuardrailMatched,
+        TurnQueued, TurnInterrupted,
     }
+);
+
+mirror_enum!(
+    /// What a turn of a conversation sent while earlier turns are
+    /// unfinished does: `REJECT` refuses it (`CONFLICT`); `ENQUEUE` waits
+    /// for them, turns running one at a time in order; `INTERRUPT` stops
+    /// them (a model's answer mid-stream) and keeps them in the history,
+    /// marked interrupted, with their text so far; `ROLLBACK` stops them
+    /// and leaves them out of the history (their records stay).
+    Multitask = tasks::Multitask { Reject, Enqueue, Interrupt, Rollback }
 );
 
 mirror_enum!(

@@ -60,8 +60,12 @@ pub struct StartTaskInput {
     #[graphql(default)]
     pub priority: i32,
     /// Tasks with the same key (a conversation, a customer id) run at most
-    /// the plan's `maxConcurrent` at once; the others wait, in order.
+    /// the plan's `maxConcurrent` at once; the others wait, in order. A
+    /// turn of a conversation runs under its conversation's key instead.
     pub concurrency_key: Option<String>,
+    /// For a turn of a conversation: what it does while earlier turns are
+    /// unfinished (default: the conversation's `multitask`).
+    pub multitask: Option<super::Multitask>,
 }
 
 #[derive(SimpleObject)]
@@ -166,6 +170,7 @@ impl TaskMutation {
                     confidence_threshold: input.confidence_threshold,
                     priority: input.priority,
                     concurrency_key: input.concurrency_key,
+                    multitask: input.multitask.map(Into::into),
                 },
             )
             .await

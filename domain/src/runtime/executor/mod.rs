@@ -69,8 +69,8 @@ use crate::{
         guardrails::{self, Severity, StepFacts},
         plans::{self, FALLBACK_INTENT, StepDef},
         tool::{
-            ArtifactDef, Control, ToolContext, ToolError, ToolOutput, ToolPorts, ToolRegistry,
-            ToolSettings,
+            ArtifactDef, Control, Interrupt, ToolContext, ToolError, ToolOutput, ToolPorts,
+            ToolRegistry, ToolSettings,
         },
     },
     kernel::{
@@ -96,6 +96,7 @@ use crate::{
 };
 
 mod claim;
+mod interrupt;
 mod planning;
 mod slots;
 mod step;
@@ -505,26 +506,6 @@ impl Executor {
         )
         .await
         .map(|_| ())
-    }
-
-    async fn cancel(&self, task: &Task) -> Result<Option<Task>> {
-        self.commit(
-            task,
-            TaskChanges {
-                status: Some(TaskStatus::Cancelled),
-                lease: Some(None),
-                completed_at: Some(Utc::now()),
-                current_step_id: Some(None),
-                error: Some(Some("cancelled".into())),
-                ..TaskChanges::default()
-            },
-            vec![NewEvent::status(
-                TaskStatus::Cancelled,
-                "cancelled before the next step",
-            )],
-            Extra::default(),
-        )
-        .await
     }
 
     async fn fail(&self, task: &Task, message: String, step: Option<&StepDef>) -> Result<Next> {

@@ -140,6 +140,9 @@ impl Executor {
                 .data(json!({"guardrail": m.name, "severity": m.severity.as_str()}))
             })
             .collect();
+        // Listening before the start commits: an interrupt sent meanwhile
+        // is seen by the start (the cancel flag) or by the listener.
+        let listening = self.listen(&task);
         // Commit the start: the step is now current.
         let mut attempts = task.attempts.clone();
         attempts.insert(step.id.clone(), json!(attempt));
@@ -167,6 +170,9 @@ impl Executor {
         let Some(task) = started else {
             return Ok(Next::Stop);
         };
+        if task.cancel_requested {
+            return self.cancel(&task).await.map(|_| Next::Stop);
+        }
         // Execute, with no transaction open.
         let mut token_bytes = [0u8; 32];
         rand::rng().fill_bytes(&mut token_bytes);
@@ -187,6 +193,10 @@ impl Executor {
             callback_path: format!("/callbacks/tasks/{}", task.id),
             ports: self.ports.clone(),
             settings: self.settings.clone(),
+            interrupt: listening
+                .as_ref()
+                .map(|l| Interrupt::new(l.requested.clone()))
+                .unwrap_or_default(),
         };
         // The task's running time left bounds the step's own timeout.
         let left = self
@@ -245,6 +255,9 @@ impl Executor {
                     finished,
                     Default::default(),
                 );
+                if listening.is_some_and(|l| *l.requested.borrow()) {
+                    return self.interrupted(task, &step, attempt, &e, record).await;
+                }
                 self.step_failed_with_row(task, &step, attempt, e, record)
                     .await
             }

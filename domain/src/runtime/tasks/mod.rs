@@ -61,6 +61,7 @@ mod log;
 mod reads;
 mod record;
 mod summaries;
+mod turns;
 
 pub use event::*;
 pub use fields::{EventField, Fields, StepField, TaskField};
@@ -70,6 +71,7 @@ pub use log::*;
 pub use reads::*;
 pub use record::*;
 pub use summaries::*;
+pub use turns::{Interruption, Interrupts, Listening, turn_key};
 
 #[derive(Clone)]
 pub struct Tasks {
@@ -77,6 +79,8 @@ pub struct Tasks {
     plans: Plans,
     wake: Arc<Notify>,
     sink: Arc<dyn EventSink>,
+    /// The steps of this process's turns that a newer turn may stop.
+    interrupts: Arc<Interrupts>,
 }
 
 fn forbid_unless_writable(principal: &Principal) -> Result<TenantScope> {
@@ -90,6 +94,7 @@ impl Tasks {
             plans,
             wake: Arc::new(Notify::new()),
             sink,
+            interrupts: Arc::default(),
         }
     }
 
@@ -224,16 +229,33 @@ impl Tasks {
             ));
         }
         // The key's limit is the named plan's (a tenant's own plan); a key
-        // without one limits nothing.
-        let max_concurrent = match (&new.concurrency_key, &plan) {
-            (Some(_), Some(p)) if p.capability.is_none() => {
-                crate::catalogue::plans::max_concurrent(&self.db, scope, p.id).await?
+        // without one limits nothing. A turn of a conversation runs under
+        // the conversation's key, one at a time (see `turns`).
+        let (concurrency_key, max_concurrent) = match (
+            new.conversation,
+            &new.concurrency_key,
+            &plan,
+        ) {
+            (Some(c), None, _) => (Some(turn_key(c)), Some(1)),
+            (Some(_), Some(_), _) => {
+                return Err(Error::validation(
+                    "a turn of a conversation runs under its conversation's key: give no concurrencyKey",
+                ));
             }
-            _ => None,
+            (None, Some(_), Some(p)) if p.capability.is_none() => (
+                new.concurrency_key.clone(),
+                crate::catalogue::plans::max_concurrent(&self.db, scope, p.id).await?,
+            ),
+            (None, key, _) => (key.clone(), None),
         };
+        if new.multitask.is_some() && new.conversation.is_none() {
+            return Err(Error::validation(
+                "multitask applies to a turn of a conversation: give conversationId",
+            ));
+        }
         let id = TaskId::new();
         let given_intent = intent.is_some();
-        let model = task::ActiveModel {
+        let mut model = task::ActiveModel {
             id: Set(id.uuid()),
             tenant_id: Set(scope.tenant_id().uuid()),
             parent_task_id: Set(parent.map(TaskId::uuid)),
@@ -272,13 +294,12 @@ impl Tasks {
             lease_expires_at: Set(None),
             run_after: Set(now),
             cancel_requested: Set(false),
-            // Its first event, "task created", is stored with it.
             last_seq: Set(1),
             usage: Set(Usage::default().to_json()),
             running_ms: Set(0),
             result: Set(None),
             priority: Set(new.priority),
-            concurrency_key: Set(new.concurrency_key),
+            concurrency_key: Set(concurrency_key),
             max_concurrent: Set(max_concurrent),
             claimed_at: Set(None),
             created_by: Set(created_by),
@@ -288,6 +309,17 @@ impl Tasks {
             completed_at: Set(None),
         };
         let txn = self.db.begin_write().await?;
+        let mut created = vec![NewEvent::status(TaskStatus::Pending, "task created")];
+        let (stopped, running) = match new.conversation {
+            Some(c) => {
+                let admitted = turns::admit(&txn, scope, c, id, new.multitask, now).await?;
+                created.extend(admitted.events);
+                (admitted.stopped, admitted.running)
+            }
+            None => (Vec::new(), Vec::new()),
+        };
+        // Its first events are stored with it.
+        model.last_seq = Set(created.len() as i64);
         let inserted = match model.insert(&txn).await {
             Ok(row) => row,
             Err(err) => {
@@ -303,24 +335,13 @@ impl Tasks {
             }
         };
         let task = Task::try_from(inserted)?;
-        let events = insert_events(
-            &txn,
-            &task,
-            1,
-            vec![NewEvent::status(TaskStatus::Pending, "task created")],
-            now,
-            Vec::new(),
-        )
-        .await?;
-        if let Some(id) = task.conversation {
-            conversation::Entity::update_many_in(scope)
-                .col_expr(conversation::Column::UpdatedAt, Expr::value(now))
-                .filter(conversation::Column::Id.eq(id.uuid()))
-                .exec(&txn)
-                .await?;
-        }
+        let events = insert_events(&txn, &task, 1, created, now, Vec::new()).await?;
         txn.commit().await?;
+        self.sink.publish(&stopped);
         self.sink.publish(&events);
+        for turn in running {
+            self.interrupts.signal(turn);
+        }
         self.runnable();
         Ok(task)
     }

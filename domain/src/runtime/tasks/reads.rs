@@ -329,7 +329,8 @@ impl Tasks {
     }
 
     /// The turns of `conversation` before the task `before`, oldest first,
-    /// at most `limit` (the latest ones).
+    /// at most `limit` (the latest ones). A turn a newer turn rolled back
+    /// is not part of the history (see `turns`).
     pub async fn earlier_turns(
         &self,
         scope: TenantScope,
@@ -337,9 +338,18 @@ impl Tasks {
         before: TaskId,
         limit: u64,
     ) -> Result<Vec<Task>> {
+        use brainstem_entity::turn_interruption as ti;
+        let rolled_back = sea_orm::sea_query::Query::select()
+            .column(ti::Column::TaskId)
+            .from(ti::Entity)
+            .and_where(ti::Column::TenantId.eq(scope.tenant_id().uuid()))
+            .and_where(ti::Column::ConversationId.eq(conversation.uuid()))
+            .and_where(ti::Column::Strategy.eq(Multitask::Rollback.as_str()))
+            .to_owned();
         let mut turns = task::Entity::find_in(scope)
             .filter(task::Column::ConversationId.eq(conversation.uuid()))
             .filter(task::Column::Id.lt(before.uuid()))
+            .filter(task::Column::Id.not_in_subquery(rolled_back))
             .order_by_desc(task::Column::Id)
             .limit(limit)
             .all(&self.db)

@@ -141,8 +141,32 @@ string_enum!(
         TokenDelta => "TokenDelta",
         MemoryRecalled => "MemoryRecalled",
         GuardrailMatched => "GuardrailMatched",
+        TurnQueued => "TurnQueued",
+        TurnInterrupted => "TurnInterrupted",
     }
 );
+
+string_enum!(
+    /// What a turn of a conversation sent while earlier turns are
+    /// unfinished does (double texting): refuse (`CONFLICT`), wait for
+    /// them in order, stop them and follow them (they stay in the
+    /// history, marked interrupted, with the text they had), or stop them
+    /// and leave them out of the history (their records stay).
+    Multitask {
+        Reject => "REJECT",
+        Enqueue => "ENQUEUE",
+        Interrupt => "INTERRUPT",
+        Rollback => "ROLLBACK",
+    }
+);
+
+// `string_enum!` takes no attributes on variants, so no `#[default]`.
+#[allow(clippy::derivable_impls)]
+impl Default for Multitask {
+    fn default() -> Self {
+        Self::Enqueue
+    }
+}
 
 string_enum!(
     ReviewStatus {
@@ -333,8 +357,12 @@ pub struct NewTask {
     /// Higher runs first among the tenant's runnable tasks (default 0).
     pub priority: i32,
     /// Tasks sharing this key (a conversation, a customer) run at most
-    /// their plan's `max_concurrent` at once.
+    /// their plan's `max_concurrent` at once. A turn of a conversation
+    /// takes its conversation's key instead (one turn at a time).
     pub concurrency_key: Option<String>,
+    /// For a turn of a conversation: what it does while earlier turns are
+    /// unfinished (default: the conversation's setting).
+    pub multitask: Option<Multitask>,
 }
 
 /// A child task started by a tool (declared with the tools' ports).

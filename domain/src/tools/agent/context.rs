@@ -4,7 +4,8 @@
 //! preferences of the subject that started the task, the memories most
 //! relevant to the message (importance × relevance; about the task's
 //! subject when it has one), and the earlier turns of its conversation
-//! (each turn's message and answer). Knowledge comes from the knowledge
+//! (each turn's message and answer; an interrupted turn's text so far,
+//! marked, and no rolled-back turn). Knowledge comes from the knowledge
 //! graph: when the task has a subject, the subject and the entities one
 //! hop away, with their properties and how they relate.
 //!
@@ -27,6 +28,8 @@ use crate::{
 pub const MEMORIES: usize = 5;
 /// Earlier turns read, before the conversation's share cuts them.
 pub const TURNS: u64 = 20;
+/// Ends the answer of an earlier turn that a newer one interrupted.
+pub const INTERRUPTED_MARK: &str = " [interrupted]";
 
 /// A prompt's layers, and the memories among them.
 pub struct Gathered {
@@ -103,12 +106,16 @@ pub async fn gather(
             .map_err(retryable("the conversation"))?
             .into_iter()
             .flat_map(|turn| {
-                let answer = turn
-                    .result
-                    .as_ref()
-                    .and_then(|r| r.get("content"))
-                    .and_then(Value::as_str)
-                    .map(|a| Message::assistant(a, Vec::new()));
+                let answer = turn.result.as_ref().and_then(|r| {
+                    let text = r.get("content").and_then(Value::as_str)?;
+                    // A turn a newer one interrupted keeps its text so
+                    // far, marked so the model knows it was cut.
+                    Some(if r.get("interrupted") == Some(&Value::Bool(true)) {
+                        Message::assistant(format!("{text}{INTERRUPTED_MARK}"), Vec::new())
+                    } else {
+                        Message::assistant(text, Vec::new())
+                    })
+                });
                 std::iter::once(Message::user(turn.input)).chain(answer)
             })
             .collect(),

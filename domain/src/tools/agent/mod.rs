@@ -28,6 +28,8 @@
 //!   answer (a graceful end rather than the specification's hard error).
 //! - Every model call passes the token budget check first; the result's
 //!   token usage sums every iteration.
+//! - A model call stops when the task is interrupted (a newer turn of its
+//!   conversation): the iteration fails, keeping the text so far.
 //!
 //! The first iteration assembles the prompt's layers ([`context`]): the
 //! tenant's active system prompt, the step's instructions, the task
@@ -60,11 +62,11 @@ use serde_json::{Value, json};
 
 use super::{
     Tool, ToolContext, ToolError, ToolOutput,
-    generate::{FRAME_INTERVAL, arg_u64, check_budget},
+    generate::{arg_u64, check_budget, interrupted, relay_unless_interrupted},
 };
 use crate::{
     catalogue::{mcp, plans::StepDef, policy::ExecutorPolicy},
-    models::llm::{FinishReason, Message, frames, prompt},
+    models::llm::{FinishReason, Message, prompt},
 };
 use answer::Finish;
 use transcript::{Limits, LoopState, StoredMessage, Tokens};
@@ -187,10 +189,10 @@ impl Tool for Agent {
         check_budget(&ctx, request.estimated_max_tokens(), state.max_task_tokens).await?;
 
         let mut generation = client.start(request).await?;
-        frames::relay(&mut generation, FRAME_INTERVAL, |frame| {
-            ctx.token_delta(frame.offset, &frame.text)
-        })
-        .await?;
+        match relay_unless_interrupted(&ctx, &mut generation).await {
+            Some(relayed) => relayed?,
+            None => return Err(interrupted(generation.text(), generation.model())),
+        }
         let done = generation.finish();
         state.tokens.input += done.usage.input_tokens;
         state.tokens.output += done.usage.output_tokens;
