@@ -49,6 +49,7 @@ mod llm;
 mod llm_partial;
 #[cfg(feature = "local-models")]
 mod local_agent;
+#[cfg(feature = "local-models")]
 mod local_models;
 mod mcp;
 mod mcp_connections;

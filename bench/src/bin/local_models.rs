@@ -144,8 +144,14 @@ async fn main() -> anyhow::Result<()> {
     let tools = five_tools();
     for (question, expected) in [
         ("What is Maria Lopez allergic to?", "memory_recall"),
-        ("Remember that the Berlin office closes at 6pm on Fridays.", "memory_remember"),
-        ("Fetch https://api.example.com/orders/42 and tell me its status.", "http_request"),
+        (
+            "Remember that the Berlin office closes at 6pm on Fridays.",
+            "memory_remember",
+        ),
+        (
+            "Fetch https://api.example.com/orders/42 and tell me its status.",
+            "http_request",
+        ),
     ] {
         let request = CompletionRequest {
             messages: vec![Message::user(question)],
@@ -225,9 +231,7 @@ async fn generations(
 
 /// Five tools as an agent step offers them.
 fn five_tools() -> Vec<ToolSpec> {
-    let object = |properties: serde_json::Value, required: &[&str]| {
-        serde_json::json!({"type": "object", "properties": properties, "required": required})
-    };
+    let object = |properties: serde_json::Value, required: &[&str]| serde_json::json!({"type": "object", "properties": properties, "required": required});
     vec![
         ToolSpec {
             name: "memory_recall".into(),
@@ -237,7 +241,10 @@ fn five_tools() -> Vec<ToolSpec> {
         ToolSpec {
             name: "memory_remember".into(),
             description: "Store a fact as a memory.".into(),
-            parameters: object(serde_json::json!({"content": {"type": "string"}}), &["content"]),
+            parameters: object(
+                serde_json::json!({"content": {"type": "string"}}),
+                &["content"],
+            ),
         },
         ToolSpec {
             name: "http_request".into(),
