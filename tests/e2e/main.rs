@@ -28,6 +28,7 @@ mod exposure;
 mod failed_auth;
 mod fair_queue;
 mod fanout;
+#[cfg(feature = "local-models")]
 mod fusion;
 mod fuzz;
 mod graph;
