@@ -128,8 +128,8 @@ async fn the_console_works_in_a_real_browser() {
             PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()))
                 .join("console-screenshots")
         });
-    let run = tokio::process::Command::new("node")
-        .arg(dir.join("tests/console.mjs"))
+    let mut node = tokio::process::Command::new("node");
+    node.arg(dir.join("tests/console.mjs"))
         .current_dir(&dir)
         .env("BRAINSTEM_URL", format!("http://{}", app.address))
         .env("ACME_TOKEN", app.admin_token("acme"))
@@ -138,15 +138,34 @@ async fn the_console_works_in_a_real_browser() {
         .env("HOOLI_TOKEN", app.admin_token("hooli"))
         .env("PLATFORM_TOKEN", app.platform_admin_token())
         .env("CHROMIUM", &chromium)
-        .env("SCREENSHOT_DIR", &shots)
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(WAIT * 12, run)
+        .env("SCREENSHOT_DIR", &shots);
+    let (results, stdout) = node_checks(
+        node,
+        WAIT * 12,
+        &format!("console checks (screenshots in {})", shots.display()),
+    )
+    .await;
+    assert_eq!(results.len(), 27, "{stdout}");
+    // The figures, for the record.
+    for r in &results {
+        println!("{r}");
+    }
+}
+
+/// Runs a Node check script that prints one JSON result line per check
+/// (`{"status": "ok", ...}`), and asserts that it exits cleanly within
+/// `deadline` with every check ok. Returns the results and the raw output.
+pub(crate) async fn node_checks(
+    mut node: tokio::process::Command,
+    deadline: std::time::Duration,
+    what: &str,
+) -> (Vec<Value>, String) {
+    let run = node.stdin(Stdio::null()).kill_on_drop(true).output();
+    let output = tokio::time::timeout(deadline, run)
         .await
-        .expect("the console checks finish")
+        .unwrap_or_else(|_| panic!("the {what} finish"))
         .expect("node runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let results: Vec<Value> = stdout
         .lines()
         .filter_map(|line| serde_json::from_str(line).ok())
@@ -154,13 +173,8 @@ async fn the_console_works_in_a_real_browser() {
     let failed: Vec<&Value> = results.iter().filter(|r| r["status"] != "ok").collect();
     assert!(
         output.status.success() && failed.is_empty(),
-        "console checks failed (screenshots in {}): {failed:#?}\n{}",
-        shots.display(),
+        "{what} failed: {failed:#?}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_eq!(results.len(), 27, "{stdout}");
-    // The figures, for the record.
-    for r in &results {
-        println!("{r}");
-    }
+    (results, stdout)
 }

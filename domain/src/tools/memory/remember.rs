@@ -2,6 +2,11 @@
 //! named), merged into a near-duplicate. A repeated call with the same text
 //! merges into the memory the first attempt wrote, so a retried step does
 //! not store it twice.
+//!
+//! `mentions` takes knowledge-graph entity ids. A model often writes names
+//! there instead ("Oslo"); such entries are not ids of anything, so they
+//! are left out and reported back (`ignored_mentions`) rather than losing
+//! the fact. An id of an entity the tenant does not have is still refused.
 
 use async_trait::async_trait;
 use brainstem_entity::{EntityId, MemoryId};
@@ -36,7 +41,10 @@ impl Tool for Remember {
                 "tier": {"enum": TIERS},
                 "category": {"type": "string", "minLength": 1, "maxLength": 40},
                 "subject": {"type": ["string", "null"]},
-                "mentions": {"type": "array", "items": {"type": "string"}},
+                "mentions": {
+                    "type": "array", "items": {"type": "string"},
+                    "description": "ids of knowledge-graph entities the fact mentions"
+                },
                 "importance": {"type": "number", "minimum": 0, "maximum": 1},
                 "confidence": {"type": "number", "minimum": 0, "maximum": 1},
                 "supersedes": {"type": "string"}
@@ -50,14 +58,12 @@ impl Tool for Remember {
             .and_then(Value::as_str)
             .map(tier)
             .transpose()?;
-        let mentions = strings(&args, "mentions")
-            .iter()
-            .map(|m| {
-                Uuid::parse_str(m)
-                    .map(EntityId::from)
-                    .map_err(|_| ToolError::fatal(format!("`mentions` has an invalid id `{m}`")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let (mentions, ignored): (Vec<_>, Vec<_>) = strings(&args, "mentions")
+            .into_iter()
+            .map(|m| Uuid::parse_str(&m).map(EntityId::from).map_err(|_| m))
+            .partition(Result::is_ok);
+        let mentions: Vec<EntityId> = mentions.into_iter().flatten().collect();
+        let ignored: Vec<String> = ignored.into_iter().filter_map(Result::err).collect();
         let supersedes = match id_arg(&args, "supersedes")? {
             Some(Some(id)) => Some(MemoryId::from(id)),
             _ => None,
@@ -86,11 +92,17 @@ impl Tool for Remember {
             .await
             .map_err(failed)?;
         let m = &remembered.memory;
-        let summary = if remembered.merged {
+        let mut summary = if remembered.merged {
             format!("merged into an existing {} memory", m.category)
         } else {
             format!("remembered a {} memory", m.category)
         };
+        if !ignored.is_empty() {
+            summary.push_str(&format!(
+                "; {} mention(s) that are not entity ids left out",
+                ignored.len()
+            ));
+        }
         Ok(ToolOutput {
             output: json!({
                 "memory_id": m.id.to_string(),
@@ -99,6 +111,7 @@ impl Tool for Remember {
                 "tier": m.tier.as_str(),
                 "category": m.category,
                 "subject_id": m.subject.map(|s| s.to_string()),
+                "ignored_mentions": ignored,
             }),
             summary,
             artifacts: vec![ArtifactDef {
