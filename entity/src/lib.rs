@@ -36,6 +36,8 @@ pub mod memory_mention;
 pub mod memory_version;
 pub mod plan;
 pub mod platform_setting;
+pub mod retry_job;
+pub mod retry_job_item;
 pub mod review;
 pub mod schedule;
 pub mod scope;

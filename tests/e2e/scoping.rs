@@ -70,6 +70,13 @@ const UNSCOPED: &[(&str, &str, &str)] = &[
          each run is then started and its schedule moved on under its own tenant's scope",
     ),
     (
+        "runtime/tasks/bulk_retry_run.rs",
+        "resume_retry_jobs",
+        "the housekeeping sweep finds every tenant's abandoned bulk retries (under the queue \
+         bypass); it reads only ids and tenants, and each job then runs under its own \
+         tenant's scope",
+    ),
+    (
         "runtime/tasks/reads.rs",
         "queue_depth",
         "the `queue_depth` metric counts the shared work queue's runnable tasks (under the \

@@ -9,9 +9,10 @@
 //! - *the sweep*, on the first beat at least `reap_every` after the last
 //!   one (5 s by default; start-up sets the lease, from 1 to 30 s): tasks
 //!   whose lease expired (a crashed or frozen process) go back to the queue
-//!   with an event ([`Housekeeping::reap_expired`]), trials that ended are
-//!   stored as expired (`Capabilities::expire_trials`), and the schedules'
-//!   due runs start (`Schedules::run_due`).
+//!   with an event ([`Housekeeping::reap_expired`]), bulk retries whose
+//!   runner is gone are taken up (`Tasks::resume_retry_jobs`), trials that
+//!   ended are stored as expired (`Capabilities::expire_trials`), and the
+//!   schedules' due runs start (`Schedules::run_due`).
 //!
 //! **Who runs it.** Every process that runs an executor (`serve` and
 //! `worker` with `executor_slots` above 0) runs it once, started where the
@@ -146,6 +147,11 @@ impl Housekeeping {
     async fn sweep(&self) {
         if let Err(err) = self.reap_expired(Utc::now()).await {
             tracing::error!(%err, "reaper error");
+        }
+        match self.domain.tasks.resume_retry_jobs(Utc::now()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(jobs = n, "took up abandoned bulk retries"),
+            Err(err) => tracing::error!(%err, "bulk retry sweep error"),
         }
         if let Err(err) = self.domain.capabilities.expire_trials(Utc::now()).await {
             tracing::error!(%err, "trial expiry error");

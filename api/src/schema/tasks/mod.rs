@@ -9,7 +9,9 @@
 //! - [`mutation`]: start, cancel, retry, resume, reject, complete a delegation.
 //! - [`modes`]: what `startTask` answers in each mode, and the wait.
 //! - [`result`]: what an agent step concluded (`Task.result`).
+//! - [`bulk_retry`]: `retryTasks`, a job that retries many failed tasks.
 
+pub mod bulk_retry;
 pub mod events;
 mod listing;
 pub mod modes;
@@ -28,6 +30,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
+pub use self::bulk_retry::{BulkRetryMutation, BulkRetryQuery};
 use self::listing::{event_detail, event_span, step_detail};
 pub use self::review_list::ReviewQuery;
 pub use self::{

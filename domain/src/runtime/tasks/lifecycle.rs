@@ -70,24 +70,14 @@ impl Tasks {
             )));
         }
         // The failed step gets a fresh retry budget.
-        let mut attempts = task.attempts.clone();
-        if let Some(step) = &task.current_step_id {
-            attempts.remove(step);
-        }
+        let changes = super::bulk_retry::retry_changes(&task, false, None);
         let txn = self.db.begin_write().await?;
         let (task, events) = mutate(
             &txn,
             scope,
             id,
             &Guard::Unleased(vec![TaskStatus::Failed]),
-            TaskChanges {
-                status: Some(TaskStatus::Pending),
-                error: Some(None),
-                completed_at: None,
-                attempts: Some(attempts),
-                run_after: Some(Utc::now()),
-                ..TaskChanges::default()
-            },
+            changes,
             vec![
                 NewEvent::status(TaskStatus::Pending, "retry requested")
                     .data(json!({"by": principal.actor.to_string()})),

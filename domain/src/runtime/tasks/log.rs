@@ -105,6 +105,10 @@ pub enum Guard {
     Unleased(Vec<TaskStatus>),
     /// This owner's lease has expired before the given instant (the reaper).
     Expired(String, DateTime<Utc>),
+    /// Nobody holds a lease, the task is in this status and its latest
+    /// event is still this sequence: nothing happened to it since it was
+    /// read (a bulk retry).
+    Unchanged(TaskStatus, i64),
 }
 
 pub(super) fn json_of<T: serde::Serialize>(v: &T) -> Result<Value> {
@@ -178,6 +182,10 @@ pub(super) fn task_update(
         Guard::Expired(owner, now) => update
             .filter(C::LeaseOwner.eq(owner.as_str()))
             .filter(C::LeaseExpiresAt.lt(*now)),
+        Guard::Unchanged(status, seq) => update
+            .filter(C::LeaseOwner.is_null())
+            .filter(C::Status.eq(status.as_str()))
+            .filter(C::LastSeq.eq(*seq)),
     };
     let mut cols: Vec<(C, SimpleExpr)> = Vec::new();
     let mut set = |col: C, value: SimpleExpr| cols.push((col, value));

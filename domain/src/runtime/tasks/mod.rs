@@ -18,7 +18,8 @@
 //! types and the sink, `log` the write side of the event log ([`mutate`]),
 //! `reads` the reads (`filter` which tasks a list shows, `summaries` a
 //! page's steps and events in one statement), and `lifecycle` what a
-//! client may do to a running task.
+//! client may do to a running task; `bulk_retry` and `bulk_retry_run`
+//! retry many failed tasks as one resumable job.
 
 use crate::kernel::db::BeginWrite;
 use std::{collections::HashMap, sync::Arc};
@@ -52,6 +53,8 @@ use crate::{
     models::usage::Usage,
 };
 
+mod bulk_retry;
+mod bulk_retry_run;
 mod event;
 mod fields;
 mod filter;
@@ -63,6 +66,11 @@ mod record;
 mod summaries;
 mod turns;
 
+pub use bulk_retry::{
+    DEFAULT_RETRY_TASKS, ItemOutcome, MAX_RETRY_TASKS, RetryFilter, RetryJob, RetryJobError,
+    RetryJobStatus, RetryRequest,
+};
+pub use bulk_retry_run::RETRY_JOB_LEASE;
 pub use event::*;
 pub use fields::{EventField, Fields, StepField, TaskField};
 pub use filter::{TaskFilter, TimeRange};

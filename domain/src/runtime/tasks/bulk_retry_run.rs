@@ -1,0 +1,276 @@
+//! The runner of a bulk retry ([`bulk_retry`](super::bulk_retry)): works
+//! through a job's pending items, a batch at a time, under a lease on the
+//! job, and marks the job completed when none is left.
+//!
+//! **Who runs it.** The process that creates a job starts its runner at
+//! once ([`Tasks::spawn_retry_job`]). A job whose runner died (a crashed
+//! process: its lease expires, [`RETRY_JOB_LEASE`]) is taken up by the
+//! housekeeping sweep of any process ([`Tasks::resume_retry_jobs`]), which
+//! goes on with the items still pending.
+//!
+//! Invariants:
+//! - One runner per job at a time: the lease is taken by a compare-and-set
+//!   (free, expired, or already ours) and renewed before every batch.
+//! - Even two runners on one job (a lease lost mid-batch) handle an item
+//!   once: an item's outcome is written, guarded on it being pending, in
+//!   the transaction that retries its task.
+//! - An error of one task is that item's outcome (`FAILED`, with the
+//!   error); an error of the database stops the runner, and the job is
+//!   taken up again when its lease expires.
+
+use std::time::Duration;
+
+use super::{
+    bulk_retry::{ItemOutcome, RetryJobStatus, retry_changes},
+    *,
+};
+use crate::kernel::{
+    db::BeginWrite,
+    row_security::{self, Bypass, as_platform},
+};
+use brainstem_entity::{retry_job, retry_job_item};
+
+/// How long a runner holds a job without renewing its lease; a job whose
+/// runner is silent longer is taken up by another process.
+pub const RETRY_JOB_LEASE: Duration = Duration::from_secs(30);
+/// Items handled between two renewals of the lease.
+const BATCH: u64 = 20;
+
+impl Tasks {
+    /// Run job `id` of `scope` in the background (see [`Tasks::run_retry_job`]).
+    pub fn spawn_retry_job(
+        &self,
+        scope: TenantScope,
+        id: Uuid,
+        take_over_at: Option<DateTime<Utc>>,
+    ) {
+        let tasks = self.clone();
+        tokio::spawn(row_security::as_tenant(scope.tenant_id(), async move {
+            let owner = format!("retry:{}", Uuid::now_v7());
+            if let Err(err) = tasks
+                .run_retry_job(scope, id, &owner, take_over_at, None)
+                .await
+            {
+                tracing::error!(job = %id, %err, "bulk retry stopped; it resumes when its lease expires");
+            }
+        }));
+    }
+
+    /// Work through job `id` as `owner`: take its lease (free, ours, or
+    /// expired before `take_over_at`, default now), then handle its
+    /// pending items a batch at a time, and mark it completed when none
+    /// is left. Stops early, lease held, after `budget` items (a test's
+    /// crash). Returns how many items this call handled.
+    pub async fn run_retry_job(
+        &self,
+        scope: TenantScope,
+        id: Uuid,
+        owner: &str,
+        take_over_at: Option<DateTime<Utc>>,
+        budget: Option<u64>,
+    ) -> Result<u64> {
+        let mut handled = 0;
+        let mut at = take_over_at;
+        loop {
+            if !self.take_lease(scope, id, owner, at.take()).await? {
+                return Ok(handled);
+            }
+            let want = budget.map_or(BATCH, |b| BATCH.min(b - handled));
+            if want == 0 {
+                return Ok(handled);
+            }
+            let items = retry_job_item::Entity::find_in(scope)
+                .filter(retry_job_item::Column::JobId.eq(id))
+                .filter(retry_job_item::Column::Outcome.is_null())
+                .order_by_asc(retry_job_item::Column::Id)
+                .limit(want)
+                .all(&self.db)
+                .await?;
+            if items.is_empty() {
+                self.finish(scope, id, owner).await?;
+                return Ok(handled);
+            }
+            let job = retry_job::Entity::find_by_id_in(scope, id)
+                .one(&self.db)
+                .await?
+                .ok_or_else(|| Error::not_found(format!("retry job {id}")))?;
+            for item in items {
+                self.retry_item(scope, &job, item).await?;
+                handled += 1;
+            }
+        }
+    }
+
+    /// Take or renew the lease of a running job; whether this runner may
+    /// go on.
+    async fn take_lease(
+        &self,
+        scope: TenantScope,
+        id: Uuid,
+        owner: &str,
+        expired_before: Option<DateTime<Utc>>,
+    ) -> Result<bool> {
+        use retry_job::Column as J;
+        let now = Utc::now();
+        let until = now + chrono::Duration::from_std(RETRY_JOB_LEASE).map_err(Error::internal)?;
+        let taken = retry_job::Entity::update_many_in(scope)
+            .col_expr(J::LeaseOwner, Expr::value(owner))
+            .col_expr(J::LeaseExpiresAt, Expr::value(until))
+            .col_expr(J::UpdatedAt, Expr::value(now))
+            .filter(J::Id.eq(id))
+            .filter(J::Status.eq(RetryJobStatus::Running.as_str()))
+            .filter(
+                Condition::any()
+                    .add(J::LeaseOwner.is_null())
+                    .add(J::LeaseOwner.eq(owner))
+                    .add(J::LeaseExpiresAt.lt(expired_before.unwrap_or(now))),
+            )
+            .exec(&self.db)
+            .await?;
+        Ok(taken.rows_affected == 1)
+    }
+
+    /// Mark a job whose items all have their outcome completed.
+    async fn finish(&self, scope: TenantScope, id: Uuid, owner: &str) -> Result<()> {
+        use retry_job::Column as J;
+        let now = Utc::now();
+        retry_job::Entity::update_many_in(scope)
+            .col_expr(J::Status, Expr::value(RetryJobStatus::Completed.as_str()))
+            .col_expr(J::LeaseOwner, Expr::value(Option::<String>::None))
+            .col_expr(
+                J::LeaseExpiresAt,
+                Expr::value(Option::<DateTime<Utc>>::None),
+            )
+            .col_expr(J::FinishedAt, Expr::value(now))
+            .col_expr(J::UpdatedAt, Expr::value(now))
+            .filter(J::Id.eq(id))
+            .filter(J::LeaseOwner.eq(owner))
+            .exec(&self.db)
+            .await?;
+        Ok(())
+    }
+
+    /// Retry one item's task if it is still as matched, and record the
+    /// outcome in the same transaction.
+    async fn retry_item(
+        &self,
+        scope: TenantScope,
+        job: &retry_job::Model,
+        item: retry_job_item::Model,
+    ) -> Result<()> {
+        let id = TaskId::from(item.task_id);
+        // Read outside the transaction: the guard below holds the task to
+        // exactly this version.
+        let task = match self.get(scope, id).await {
+            Ok(task) => task,
+            Err(Error::NotFound(_)) => {
+                return self
+                    .record_failure(scope, &item, "the task no longer exists")
+                    .await;
+            }
+            Err(other) => return Err(other),
+        };
+        let plan_steps = match (job.from_start, task.plan_id) {
+            (true, Some(plan)) => match self.plans.get(scope, plan).await {
+                Ok(plan) => Some(plan.steps),
+                Err(Error::NotFound(_)) => {
+                    return self
+                        .record_failure(scope, &item, "the task's plan version no longer exists")
+                        .await;
+                }
+                Err(other) => return Err(other),
+            },
+            _ => None,
+        };
+        let changes = retry_changes(&task, job.from_start, plan_steps);
+        let event = NewEvent::status(TaskStatus::Pending, "retry requested").data(json!({
+            "by": job.created_by,
+            "retry_job": job.id.to_string(),
+            "from_start": job.from_start,
+        }));
+        let txn = self.db.begin_write().await?;
+        let done = mutate(
+            &txn,
+            scope,
+            id,
+            &Guard::Unchanged(TaskStatus::Failed, item.task_seq),
+            changes,
+            vec![event],
+        )
+        .await?;
+        let outcome = if done.is_some() {
+            ItemOutcome::Retried
+        } else {
+            ItemOutcome::Skipped
+        };
+        if !mark(&*txn, scope, &item, outcome, None).await? {
+            // Another runner recorded it first; undo.
+            drop(txn);
+            return Ok(());
+        }
+        txn.commit().await?;
+        if let Some((_, events)) = done {
+            self.sink.publish(&events);
+            self.runnable();
+        }
+        Ok(())
+    }
+
+    async fn record_failure(
+        &self,
+        scope: TenantScope,
+        item: &retry_job_item::Model,
+        message: &str,
+    ) -> Result<()> {
+        mark(&self.db, scope, item, ItemOutcome::Failed, Some(message)).await?;
+        Ok(())
+    }
+
+    /// Take up every tenant's running jobs whose runner is gone (a lease
+    /// expired before `now`, or never taken): each goes on in the
+    /// background under its tenant's scope. How many were taken up.
+    pub async fn resume_retry_jobs(&self, now: DateTime<Utc>) -> Result<usize> {
+        // unscoped: the sweep looks at every tenant's abandoned jobs; it
+        // reads only ids and tenants, and each job runs under its tenant.
+        let abandoned: Vec<(Uuid, Uuid)> = as_platform(
+            Bypass::Queue,
+            retry_job::Entity::find()
+                .filter(retry_job::Column::Status.eq(RetryJobStatus::Running.as_str()))
+                .filter(
+                    Condition::any()
+                        .add(retry_job::Column::LeaseExpiresAt.is_null())
+                        .add(retry_job::Column::LeaseExpiresAt.lt(now)),
+                )
+                .select_only()
+                .column(retry_job::Column::Id)
+                .column(retry_job::Column::TenantId)
+                .into_tuple()
+                .all(&self.db),
+        )
+        .await?;
+        for (id, tenant) in &abandoned {
+            self.spawn_retry_job(TenantScope::new((*tenant).into()), *id, Some(now));
+        }
+        Ok(abandoned.len())
+    }
+}
+
+/// Record an item's outcome if it is still pending; whether it was.
+async fn mark<C: ConnectionTrait>(
+    db: &C,
+    scope: TenantScope,
+    item: &retry_job_item::Model,
+    outcome: ItemOutcome,
+    error: Option<&str>,
+) -> Result<bool> {
+    use retry_job_item::Column as I;
+    let marked = retry_job_item::Entity::update_many_in(scope)
+        .col_expr(I::Outcome, Expr::value(outcome.as_str()))
+        .col_expr(I::Error, Expr::value(error.map(str::to_owned)))
+        .col_expr(I::UpdatedAt, Expr::value(Utc::now()))
+        .filter(I::Id.eq(item.id))
+        .filter(I::Outcome.is_null())
+        .exec(db)
+        .await?;
+    Ok(marked.rows_affected == 1)
+}
