@@ -12,6 +12,7 @@ mod agent;
 mod api_keys;
 mod architecture;
 mod auth;
+mod bitemporal;
 mod capabilities;
 mod compression;
 mod connections;
