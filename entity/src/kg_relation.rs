@@ -1,6 +1,7 @@
-//! `kg_relations`: typed, weighted edges between two entities of one tenant,
-//! unique per tenant, type, from and to. Symmetric types are stored once,
-//! with `from_id < to_id`.
+//! `kg_relations`: typed, weighted edges between two entities of one tenant.
+//! Every version of a fact is a row: among current rows (`expired_at` null)
+//! a relation is unique per tenant, type, from and to. Symmetric types are
+//! stored once, with `from_id < to_id`.
 
 use sea_orm::entity::prelude::*;
 
@@ -24,6 +25,14 @@ pub struct Model {
     pub provenance: Option<String>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
+    /// When Brainstem learned this version of the fact.
+    pub recorded_at: DateTimeUtc,
+    /// When Brainstem retired it: a contradicting fact closed its validity,
+    /// or a restatement with another validity replaced it (`superseded_by`).
+    pub expired_at: Option<DateTimeUtc>,
+    /// The row that replaced this one when the fact was restated with
+    /// another validity.
+    pub superseded_by: Option<Uuid>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

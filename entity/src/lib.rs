@@ -9,7 +9,7 @@
 //!   [`task`], [`task_step`], [`task_event`], [`artifact`], [`review`],
 //!   [`delegation`]; memory: [`memory`], [`memory_version`],
 //!   [`memory_event`], [`memory_mention`]; knowledge graph: [`kg_entity`],
-//!   [`kg_relation`]. Memory embeddings are not an entity: their column type
+//!   [`kg_relation`], [`kg_relation_type`]. Memory embeddings are not an entity: their column type
 //!   differs by backend (see `brainstem_domain::memory::vector`).
 //!   The capability catalogue: [`capability`], [`capability_plan`],
 //!   [`capability_tool`], [`capability_subscription`].
@@ -30,6 +30,7 @@ pub mod guardrail;
 pub mod ids;
 pub mod kg_entity;
 pub mod kg_relation;
+pub mod kg_relation_type;
 pub mod memory;
 pub mod memory_event;
 pub mod memory_mention;

@@ -12,6 +12,7 @@ mod agent;
 mod api_keys;
 mod architecture;
 mod auth;
+mod bitemporal;
 mod bulk_retry;
 mod capabilities;
 mod compression;

@@ -1,6 +1,10 @@
 //! The knowledge graph on the wire: entities, typed relations between them,
 //! neighbourhoods, and `upsertEntity`/`relate`. Reads need `memory:read`,
 //! writes `memory:write`, like the memories that mention the entities.
+//! Relations are bi-temporal facts (`domain::graph::facts`): every read of
+//! them takes an optional `asOf` (valid time, as known now); without it,
+//! the current facts. An entity read with `asOf` hands it down to its
+//! `relations`.
 //! Entity lookups of one request are batched per tenant ([`EntityLoader`]).
 
 use std::collections::HashMap;
@@ -13,8 +17,8 @@ use async_graphql::{
 use brainstem_domain::{
     Domain, EntityId, RelationId, TenantScope,
     graph::{
-        self, Entity as DomainEntity, EntityFilter as DomainEntityFilter, NewEntity, NewRelation,
-        Relation as DomainRelation,
+        self, Entity as DomainEntity, EntityFilter as DomainEntityFilter, Moment, NewEntity,
+        NewRelation, Relation as DomainRelation, RelationTypeInfo,
     },
 };
 use chrono::{DateTime, Utc};
@@ -92,8 +96,15 @@ pub(super) async fn load_entity(
 }
 
 /// A knowledge-graph entity: a customer, a carrier, a product…
+/// The second field is the `asOf` it was read with, if any.
 #[derive(Clone, Debug)]
-pub struct KgEntity(pub DomainEntity);
+pub struct KgEntity(pub DomainEntity, pub Option<DateTime<Utc>>);
+
+impl From<DomainEntity> for KgEntity {
+    fn from(e: DomainEntity) -> Self {
+        Self(e, None)
+    }
+}
 
 #[Object]
 impl KgEntity {
@@ -126,6 +137,41 @@ impl KgEntity {
     async fn deleted_at(&self) -> Option<DateTime<Utc>> {
         self.0.deleted_at
     }
+
+    /// Its relations (as the subject, or either end of a symmetric type),
+    /// optionally of one type: the facts that held at `asOf` (defaulting
+    /// to the `asOf` the entity was read with), else the current ones.
+    /// Oldest first, at most 500.
+    async fn relations(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(name = "type")] relation_type: Option<String>,
+        as_of: Option<DateTime<Utc>>,
+    ) -> async_graphql::Result<Vec<KgRelation>> {
+        relations_of(ctx, self.0.id, relation_type, Some(as_of.or(self.1))).await
+    }
+}
+
+/// `Some(asOf)`: the facts holding then (now when `asOf` is `None`);
+/// `None`: every version.
+async fn relations_of(
+    ctx: &Context<'_>,
+    subject: EntityId,
+    relation_type: Option<String>,
+    at: Option<Option<DateTime<Utc>>>,
+) -> async_graphql::Result<Vec<KgRelation>> {
+    let scope = read_scope(ctx)?;
+    let rows = domain(ctx)
+        .graph
+        .relations_of(
+            scope,
+            subject,
+            relation_type.as_deref(),
+            at.map(|a| Moment::of(a, Utc::now())),
+        )
+        .await
+        .gql()?;
+    Ok(rows.into_iter().map(KgRelation).collect())
 }
 
 /// A typed, weighted edge between two entities.
@@ -144,13 +190,13 @@ impl KgRelation {
     }
     async fn from(&self, ctx: &Context<'_>) -> async_graphql::Result<KgEntity> {
         let scope = read_scope(ctx)?;
-        Ok(KgEntity(
+        Ok(KgEntity::from(
             domain(ctx).graph.get(scope, self.0.from).await.gql()?,
         ))
     }
     async fn to(&self, ctx: &Context<'_>) -> async_graphql::Result<KgEntity> {
         let scope = read_scope(ctx)?;
-        Ok(KgEntity(
+        Ok(KgEntity::from(
             domain(ctx).graph.get(scope, self.0.to).await.gql()?,
         ))
     }
@@ -182,6 +228,45 @@ impl KgRelation {
     async fn created_at(&self) -> DateTime<Utc> {
         self.0.created_at
     }
+    /// When Brainstem learned this version of the fact.
+    async fn recorded_at(&self) -> DateTime<Utc> {
+        self.0.recorded_at
+    }
+    /// When Brainstem retired this version: a contradicting fact of a
+    /// single-valued type closed it (it still answers `asOf` for the time
+    /// it held), or a restatement with another validity replaced it
+    /// (`supersededById`). `null` while current.
+    async fn expired_at(&self) -> Option<DateTime<Utc>> {
+        self.0.expired_at
+    }
+    /// The version that replaced this one.
+    async fn superseded_by_id(&self) -> Option<ID> {
+        self.0
+            .superseded_by
+            .map(|id| encode(NodeType::KgRelation, id.uuid()))
+    }
+}
+
+/// What a tenant declared about a relation type.
+#[derive(SimpleObject)]
+pub struct RelationType {
+    /// Uppercase type, e.g. `EMPLOYED_BY`.
+    #[graphql(name = "type")]
+    pub relation_type: String,
+    /// At most one current object per subject: a new fact closes the one
+    /// it contradicts.
+    pub single_valued: bool,
+    pub symmetric: bool,
+}
+
+impl From<RelationTypeInfo> for RelationType {
+    fn from(t: RelationTypeInfo) -> Self {
+        Self {
+            relation_type: t.relation_type,
+            single_valued: t.single_valued,
+            symmetric: t.symmetric,
+        }
+    }
 }
 
 /// An entity reached from the centre, and how many hops away.
@@ -201,13 +286,20 @@ pub struct Neighborhood {
 
 impl From<graph::Neighborhood> for Neighborhood {
     fn from(n: graph::Neighborhood) -> Self {
+        Self::at(n, None)
+    }
+}
+
+impl Neighborhood {
+    /// Its entities read with `as_of`.
+    pub fn at(n: graph::Neighborhood, as_of: Option<DateTime<Utc>>) -> Self {
         Self {
-            center: KgEntity(n.center),
+            center: KgEntity(n.center, as_of),
             neighbors: n
                 .neighbors
                 .into_iter()
                 .map(|x| Neighbor {
-                    entity: KgEntity(x.entity),
+                    entity: KgEntity(x.entity, as_of),
                     distance: x.distance as i32,
                 })
                 .collect(),
@@ -233,11 +325,55 @@ pub struct GraphQuery;
 
 #[Object]
 impl GraphQuery {
-    /// One knowledge-graph entity of the caller's tenant.
-    async fn entity(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<KgEntity> {
+    /// One knowledge-graph entity of the caller's tenant. With `asOf`, its
+    /// `relations` answer as of that time. An entity has no validity of
+    /// its own: its name and properties are the current ones.
+    async fn entity(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        as_of: Option<DateTime<Utc>>,
+    ) -> async_graphql::Result<KgEntity> {
         let scope = read_scope(ctx)?;
         let id = entity_id(&id)?;
-        Ok(KgEntity(domain(ctx).graph.get(scope, id).await.gql()?))
+        Ok(KgEntity(
+            domain(ctx).graph.get(scope, id).await.gql()?,
+            as_of,
+        ))
+    }
+
+    /// The relations of a subject (as `from`, or either end of a symmetric
+    /// type), optionally of one type, oldest first, at most 500: those
+    /// that held at `asOf` (valid time, as known now), else the current
+    /// ones.
+    async fn relations(
+        &self,
+        ctx: &Context<'_>,
+        subject_id: ID,
+        #[graphql(name = "type")] relation_type: Option<String>,
+        as_of: Option<DateTime<Utc>>,
+    ) -> async_graphql::Result<Vec<KgRelation>> {
+        relations_of(ctx, entity_id(&subject_id)?, relation_type, Some(as_of)).await
+    }
+
+    /// Every version ever recorded of a subject's facts of one type
+    /// (current, closed by a contradiction, or superseded by a
+    /// restatement with another validity), by `validFrom` then `recordedAt`, at most 500.
+    async fn relation_history(
+        &self,
+        ctx: &Context<'_>,
+        subject_id: ID,
+        #[graphql(name = "type")] relation_type: String,
+    ) -> async_graphql::Result<Vec<KgRelation>> {
+        relations_of(ctx, entity_id(&subject_id)?, Some(relation_type), None).await
+    }
+
+    /// The relation types the tenant declared (`defineRelationType`);
+    /// a type not listed is multi-valued.
+    async fn relation_types(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<RelationType>> {
+        let scope = read_scope(ctx)?;
+        let types = domain(ctx).graph.relation_types(scope).await.gql()?;
+        Ok(types.into_iter().map(RelationType::from).collect())
     }
 
     /// Knowledge-graph entities of the caller's tenant, oldest first
@@ -268,33 +404,35 @@ impl GraphQuery {
             )
             .await
             .gql()?;
-        Ok(connection(page, |e| e.id.uuid(), KgEntity))
+        Ok(connection(page, |e| e.id.uuid(), KgEntity::from))
     }
 
     /// Entities within `depth` (1–3) hops of an entity over current
-    /// relations, optionally of the given types only.
+    /// relations (those that held at `asOf`, when given), optionally of the
+    /// given types only.
     async fn neighborhood(
         &self,
         ctx: &Context<'_>,
         entity_id: ID,
         #[graphql(default = 1)] depth: i32,
         relation_types: Option<Vec<String>>,
+        as_of: Option<DateTime<Utc>>,
     ) -> async_graphql::Result<Neighborhood> {
         let scope = read_scope(ctx)?;
         let center = self::entity_id(&entity_id)?;
         let depth = u32::try_from(depth).unwrap_or(0);
         let n = domain(ctx)
             .graph
-            .neighborhood(
+            .neighborhood_at(
                 scope,
                 center,
                 depth,
                 &relation_types.unwrap_or_default(),
-                Utc::now(),
+                Moment::of(as_of, Utc::now()),
             )
             .await
             .gql()?;
-        Ok(n.into())
+        Ok(Neighborhood::at(n, as_of))
     }
 }
 
@@ -331,10 +469,14 @@ pub struct RelateInput {
     pub relation_type: String,
     pub from_id: ID,
     pub to_id: ID,
-    /// Defaults to 1.
+    /// Defaults to 1 for a new fact, to the current weight when restated.
     pub weight: Option<f64>,
+    /// Defaults to `{}` for a new fact, to the current ones when restated.
     pub properties: Option<Json<serde_json::Value>>,
+    /// When it became true; defaults to now for a new fact, to the current
+    /// one when restated.
     pub valid_from: Option<DateTime<Utc>>,
+    /// When it stopped being true; `null`: open-ended.
     pub valid_to: Option<DateTime<Utc>>,
     /// Where the relation came from, e.g. `task:<id>` or a source name.
     pub provenance: Option<String>,
@@ -342,8 +484,29 @@ pub struct RelateInput {
 
 #[derive(SimpleObject)]
 pub struct RelatePayload {
+    /// The current version of the fact.
     pub relation: KgRelation,
+    /// Whether a version was recorded (`false`: the current fact restated
+    /// with its validity; only its weight, properties or provenance may
+    /// have changed).
     pub created: bool,
+    /// The version this one replaced, when restated with another validity.
+    pub superseded: Option<KgRelation>,
+    /// Facts of a single-valued type this one contradicted and closed.
+    pub closed: Vec<KgRelation>,
+}
+
+#[derive(InputObject)]
+pub struct DefineRelationTypeInput {
+    #[graphql(name = "type")]
+    pub relation_type: String,
+    /// At most one current object per subject (symmetric types cannot be).
+    pub single_valued: bool,
+}
+
+#[derive(SimpleObject)]
+pub struct DefineRelationTypePayload {
+    pub relation_type: RelationType,
 }
 
 #[derive(Default)]
@@ -373,7 +536,7 @@ impl GraphMutation {
             .await
             .gql()?;
         Ok(UpsertEntityPayload {
-            entity: KgEntity(entity),
+            entity: KgEntity::from(entity),
             created,
         })
     }
@@ -396,7 +559,7 @@ impl GraphMutation {
             .await
             .gql()?;
         Ok(EntityPayload {
-            entity: KgEntity(entity),
+            entity: KgEntity::from(entity),
         })
     }
 
@@ -416,20 +579,44 @@ impl GraphMutation {
             .await
             .gql()?;
         Ok(EntityPayload {
-            entity: KgEntity(entity),
+            entity: KgEntity::from(entity),
         })
     }
 
-    /// Create or update the relation of a type between two entities.
+    /// Declare for the tenant whether a relation type is single-valued
+    /// (e.g. `EMPLOYED_BY`): from then on a new fact of that type closes the
+    /// current one about the same subject with another object. Facts
+    /// already recorded are left as they are.
+    async fn define_relation_type(
+        &self,
+        ctx: &Context<'_>,
+        input: DefineRelationTypeInput,
+    ) -> async_graphql::Result<DefineRelationTypePayload> {
+        let scope = write_scope(ctx)?;
+        let t = domain(ctx)
+            .graph
+            .define_relation_type(scope, &input.relation_type, input.single_valued)
+            .await
+            .gql()?;
+        Ok(DefineRelationTypePayload {
+            relation_type: t.into(),
+        })
+    }
+
+    /// Record a fact: a relation of a type between two entities. The
+    /// current fact restated with its validity changes nothing but its
+    /// weight, properties or provenance; restated with another validity, a
+    /// new version replaces the current one (kept in `relationHistory`); of
+    /// a single-valued type, it closes the current fact it contradicts.
     async fn relate(
         &self,
         ctx: &Context<'_>,
         input: RelateInput,
     ) -> async_graphql::Result<RelatePayload> {
         let scope = write_scope(ctx)?;
-        let (relation, created) = domain(ctx)
+        let recorded = domain(ctx)
             .graph
-            .relate(
+            .record_fact(
                 scope,
                 NewRelation {
                     relation_type: input.relation_type,
@@ -445,8 +632,10 @@ impl GraphMutation {
             .await
             .gql()?;
         Ok(RelatePayload {
-            relation: KgRelation(relation),
-            created,
+            relation: KgRelation(recorded.relation),
+            created: recorded.created,
+            superseded: recorded.superseded.map(KgRelation),
+            closed: recorded.closed.into_iter().map(KgRelation).collect(),
         })
     }
 }
@@ -459,7 +648,7 @@ pub(super) async fn entity_node(ctx: &Context<'_>, uuid: Uuid) -> async_graphql:
         .get(scope, EntityId::from(uuid))
         .await
         .gql()?;
-    Ok(KgEntity(entity))
+    Ok(KgEntity::from(entity))
 }
 
 /// A relation of the caller's tenant.

@@ -1,7 +1,10 @@
 //! The dossier: everything current known about a knowledge-graph entity
 //! ([`Memories::dossier`]): the active, unexpired facts about it or
 //! mentioning it, strongest first, its insights and recent events, and its
-//! neighbours one hop away.
+//! neighbours one hop away. [`Memories::dossier_at`] answers the same as
+//! of an earlier time: the facts created by then and not yet superseded,
+//! expired or deleted then, and the relations that held then
+//! ([`Moment::AsOf`]).
 
 use brainstem_entity::{EntityId, TenantOwned, TenantScope, memory, memory_mention};
 use chrono::{DateTime, Utc};
@@ -11,7 +14,7 @@ use uuid::Uuid;
 use super::{Memories, Memory, Status, rank};
 use crate::{
     Result,
-    memory::graph::{Entity, Neighborhood},
+    memory::graph::{Entity, Moment, Neighborhood},
 };
 
 /// What is known about a subject.
@@ -38,6 +41,16 @@ impl Memories {
         subject: EntityId,
         now: DateTime<Utc>,
     ) -> Result<Dossier> {
+        self.dossier_at(scope, subject, Moment::Now(now)).await
+    }
+
+    /// What was known about `subject` at a moment.
+    pub async fn dossier_at(
+        &self,
+        scope: TenantScope,
+        subject: EntityId,
+        at: Moment,
+    ) -> Result<Dossier> {
         let entity = self.graph.get(scope, subject).await?;
         let mentioned: Vec<Uuid> = memory_mention::Entity::find_in(scope)
             .filter(memory_mention::Column::EntityId.eq(subject.uuid()))
@@ -52,17 +65,7 @@ impl Memories {
         }
         let rows = memory::Entity::find_in(scope)
             .filter(about)
-            .filter(memory::Column::Status.eq(Status::Active.as_str()))
-            .filter(
-                Condition::any()
-                    .add(memory::Column::ValidTo.is_null())
-                    .add(memory::Column::ValidTo.gt(now)),
-            )
-            .filter(
-                Condition::any()
-                    .add(memory::Column::ExpiresAt.is_null())
-                    .add(memory::Column::ExpiresAt.gt(now)),
-            )
+            .filter(standing(at))
             .order_by_desc(memory::Column::Id)
             .limit(500)
             .all(&self.db)
@@ -94,7 +97,10 @@ impl Memories {
             .collect();
         recent_events.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
         recent_events.truncate(10);
-        let neighborhood = self.graph.neighborhood(scope, subject, 1, &[], now).await?;
+        let neighborhood = self
+            .graph
+            .neighborhood_at(scope, subject, 1, &[], at)
+            .await?;
         Ok(Dossier {
             subject: entity,
             facts,
@@ -103,4 +109,43 @@ impl Memories {
             neighborhood,
         })
     }
+}
+
+/// The memories that stood at `at`: active, unexpired and current now; as
+/// of an earlier time, created by then and not yet superseded, expired or
+/// deleted then (a deleted memory's `updated_at` is when it went to the
+/// bin).
+fn standing(at: Moment) -> Condition {
+    let (status, t) = match at {
+        Moment::Now(now) => (
+            Condition::all().add(memory::Column::Status.eq(Status::Active.as_str())),
+            now,
+        ),
+        Moment::AsOf(t) => (
+            Condition::all().add(memory::Column::CreatedAt.lte(t)).add(
+                Condition::any()
+                    .add(
+                        memory::Column::Status
+                            .is_in([Status::Active.as_str(), Status::Expired.as_str()]),
+                    )
+                    .add(
+                        Condition::all()
+                            .add(memory::Column::Status.eq(Status::Deleted.as_str()))
+                            .add(memory::Column::UpdatedAt.gt(t)),
+                    ),
+            ),
+            t,
+        ),
+    };
+    status
+        .add(
+            Condition::any()
+                .add(memory::Column::ValidTo.is_null())
+                .add(memory::Column::ValidTo.gt(t)),
+        )
+        .add(
+            Condition::any()
+                .add(memory::Column::ExpiresAt.is_null())
+                .add(memory::Column::ExpiresAt.gt(t)),
+        )
 }

@@ -4,11 +4,16 @@
 //! - Entities are unique per (tenant, type, canonical key). The key defaults
 //!   to the name, lowercased with whitespace collapsed; [`Graph::upsert_entity`]
 //!   updates the entity with that key if it exists.
-//! - Relations are unique per (tenant, type, from, to). Types in
-//!   [`SYMMETRIC_RELATION_TYPES`] have no direction: they are stored once,
-//!   with the smaller id as `from`, so `A KNOWS B` and `B KNOWS A` are one row.
-//! - [`Graph::neighborhood`] walks current relations (no `valid_to` in the
-//!   past) breadth-first to depth ≤ [`MAX_DEPTH`].
+//! - Relations are bi-temporal facts ([`facts`]): when they were true
+//!   (`valid_from`, `valid_to`) and when Brainstem learned and retired them
+//!   (`recorded_at`, `expired_at`). Among current (not expired) rows a
+//!   relation is unique per (tenant, type, from, to); older versions stay.
+//!   Types in [`SYMMETRIC_RELATION_TYPES`] have no direction: they are
+//!   stored once, with the smaller id as `from`, so `A KNOWS B` and
+//!   `B KNOWS A` are one row.
+//! - [`Graph::neighborhood`] walks current relations (not superseded, no
+//!   `valid_to` in the past) breadth-first to depth ≤ [`MAX_DEPTH`];
+//!   [`Graph::neighborhood_at`] walks them as of a [`Moment`].
 //!
 //! - A deleted entity is in the bin (`deleted_at`): out of every read
 //!   (lookups, lists, neighbourhoods, the entities memories mention) and
@@ -19,6 +24,8 @@
 //!
 //! Every function takes a [`TenantScope`]; an id of another tenant is
 //! `NotFound`, exactly like an id that does not exist.
+
+mod facts;
 
 use crate::kernel::db::BeginWrite;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -32,6 +39,8 @@ use sea_orm::{
     sea_query::{Expr, ExprTrait},
 };
 use serde_json::Value as Json;
+
+pub use facts::{Moment, RecordedFact, RelationTypeInfo};
 
 use crate::{
     Error, Result,
@@ -97,6 +106,13 @@ pub struct Relation {
     pub provenance: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// When Brainstem learned this version.
+    pub recorded_at: DateTime<Utc>,
+    /// When Brainstem retired it (closed by a contradicting fact, or
+    /// replaced by a restatement with another validity: then
+    /// `superseded_by`).
+    pub expired_at: Option<DateTime<Utc>>,
+    pub superseded_by: Option<RelationId>,
 }
 
 impl From<kg_relation::Model> for Relation {
@@ -114,6 +130,9 @@ impl From<kg_relation::Model> for Relation {
             provenance: m.provenance,
             created_at: m.created_at,
             updated_at: m.updated_at,
+            recorded_at: m.recorded_at,
+            expired_at: m.expired_at,
+            superseded_by: m.superseded_by.map(RelationId::from),
         }
     }
 }
@@ -135,10 +154,13 @@ pub struct NewRelation {
     pub relation_type: String,
     pub from: EntityId,
     pub to: EntityId,
-    /// Defaults to 1.0.
+    /// Defaults to 1.0 for a new fact, to the current weight when the fact
+    /// is restated.
     pub weight: Option<f64>,
     pub properties: Option<Json>,
+    /// Defaults to now for a new fact, to the current one when restated.
     pub valid_from: Option<DateTime<Utc>>,
+    /// `None`: open-ended.
     pub valid_to: Option<DateTime<Utc>>,
     pub provenance: Option<String>,
 }
@@ -359,85 +381,6 @@ impl Graph {
         Ok(page.map(Entity::from))
     }
 
-    /// Create or update the relation of this type between two entities.
-    /// Returns it and whether it was created.
-    pub async fn relate(&self, scope: TenantScope, input: NewRelation) -> Result<(Relation, bool)> {
-        let ty = relation_type(&input.relation_type)?;
-        // Both ends must be the scope's tenant's: NotFound otherwise.
-        self.get(scope, input.from).await?;
-        self.get(scope, input.to).await?;
-        if input.from == input.to {
-            return Err(Error::validation("a relation needs two different entities"));
-        }
-        let weight = input.weight.unwrap_or(1.0);
-        if !weight.is_finite() || weight < 0.0 {
-            return Err(Error::validation("weight must be a non-negative number"));
-        }
-        if let (Some(from), Some(to)) = (input.valid_from, input.valid_to)
-            && to < from
-        {
-            return Err(Error::validation("validTo must not be before validFrom"));
-        }
-        let props = properties(input.properties)?;
-        let symmetric = SYMMETRIC_RELATION_TYPES.contains(&ty.as_str());
-        let (from, to) = if symmetric && input.to < input.from {
-            (input.to, input.from)
-        } else {
-            (input.from, input.to)
-        };
-        let now = Utc::now();
-        for _ in 0..2 {
-            let existing = kg_relation::Entity::find_in(scope)
-                .filter(kg_relation::Column::RelationType.eq(ty.as_str()))
-                .filter(kg_relation::Column::FromId.eq(from.uuid()))
-                .filter(kg_relation::Column::ToId.eq(to.uuid()))
-                .one(&self.db)
-                .await?;
-            if let Some(existing) = existing {
-                let mut model: kg_relation::ActiveModel = existing.into();
-                model.weight = Set(weight);
-                if let Some(p) = &props {
-                    model.properties = Set(p.clone());
-                }
-                if let Some(v) = input.valid_from {
-                    model.valid_from = Set(v);
-                }
-                model.valid_to = Set(input.valid_to);
-                if input.provenance.is_some() {
-                    model.provenance = Set(input.provenance.clone());
-                }
-                model.updated_at = Set(now);
-                return Ok((model.update(&self.db).await?.into(), false));
-            }
-            let inserted = kg_relation::ActiveModel {
-                id: Set(RelationId::new().uuid()),
-                tenant_id: Set(scope.tenant_id().uuid()),
-                relation_type: Set(ty.clone()),
-                from_id: Set(from.uuid()),
-                to_id: Set(to.uuid()),
-                symmetric: Set(symmetric),
-                weight: Set(weight),
-                properties: Set(props.clone().unwrap_or_else(|| serde_json::json!({}))),
-                valid_from: Set(input.valid_from.unwrap_or(now)),
-                valid_to: Set(input.valid_to),
-                provenance: Set(input.provenance.clone()),
-                created_at: Set(now),
-                updated_at: Set(now),
-            }
-            .insert(&self.db)
-            .await
-            .map_err(Error::from);
-            match inserted {
-                Ok(m) => return Ok((m.into(), true)),
-                Err(Error::Conflict(_)) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(Error::Conflict(
-            "the relation changed concurrently; retry".into(),
-        ))
-    }
-
     /// Entities within `depth` hops of `center` over current relations of
     /// the given types (all types when empty).
     pub async fn neighborhood(
@@ -447,6 +390,19 @@ impl Graph {
         depth: u32,
         relation_types: &[String],
         now: DateTime<Utc>,
+    ) -> Result<Neighborhood> {
+        self.neighborhood_at(scope, center, depth, relation_types, Moment::Now(now))
+            .await
+    }
+
+    /// [`Self::neighborhood`] over the relations that held at `at`.
+    pub async fn neighborhood_at(
+        &self,
+        scope: TenantScope,
+        center: EntityId,
+        depth: u32,
+        relation_types: &[String],
+        at: Moment,
     ) -> Result<Neighborhood> {
         if !(1..=MAX_DEPTH).contains(&depth) {
             return Err(Error::validation(format!("depth must be 1..={MAX_DEPTH}")));
@@ -472,11 +428,7 @@ impl Graph {
                         .add(kg_relation::Column::FromId.is_in(ids.clone()))
                         .add(kg_relation::Column::ToId.is_in(ids)),
                 )
-                .filter(
-                    Condition::any()
-                        .add(kg_relation::Column::ValidTo.is_null())
-                        .add(kg_relation::Column::ValidTo.gt(now)),
-                )
+                .filter(at.condition())
                 .filter(live_ends(scope))
                 .order_by_asc(kg_relation::Column::Id);
             if !types.is_empty() {

@@ -15,7 +15,7 @@ use brainstem_entity::{
     EntityId, MemoryId, TenantOwned, TenantScope, memory, memory_event, memory_mention,
     memory_version,
 };
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use sea_orm::{ColumnTrait, QueryFilter, QueryOrder};
 use uuid::Uuid;
 
@@ -74,6 +74,9 @@ pub struct SearchQuery {
     /// Also superseded facts.
     pub include_historical: bool,
     pub mode: SearchMode,
+    /// Search the memories as they stood at this instant
+    /// ([`CandidateFilter::as_of`]).
+    pub as_of: Option<DateTime<Utc>>,
 }
 
 /// One search result with the reasons for its place.
@@ -221,6 +224,7 @@ impl Memories {
             exact_subject: None,
             include_historical: query.include_historical,
             now: Some(Utc::now()),
+            as_of: query.as_of,
         };
         // Each leg fetches three times the limit, so fusion has room to
         // reorder (the "fairness multiplier").

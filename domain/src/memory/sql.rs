@@ -74,13 +74,31 @@ pub struct CandidateFilter {
     pub include_historical: bool,
     /// "Now", for validity and expiry.
     pub now: Option<DateTime<Utc>>,
+    /// Answer as the store stood at this instant instead of now: memories
+    /// created after it are out; validity and expiry are judged at it; a
+    /// memory deleted (sent to the bin) or expired since is back in.
+    pub as_of: Option<DateTime<Utc>>,
 }
 
 /// Append ` AND …` conditions on the memories alias `m` (the caller writes
 /// `WHERE m.tenant_id = …` first via [`tenant_condition`]).
 pub(crate) fn push_filter(sql: &mut Sql, scope: TenantScope, filter: &CandidateFilter) {
-    sql.push(" AND m.status = 'ACTIVE'");
-    let now = filter.now.unwrap_or_else(Utc::now);
+    let now = match filter.as_of {
+        None => {
+            sql.push(" AND m.status = 'ACTIVE'");
+            filter.now.unwrap_or_else(Utc::now)
+        }
+        Some(at) => {
+            // A deleted memory's `updated_at` is when it went to the bin
+            // (`forget`); an expired one's `expires_at` is judged below.
+            sql.push(" AND m.created_at <= ")
+                .bind(at)
+                .push(" AND (m.status IN ('ACTIVE', 'EXPIRED') OR (m.status = 'DELETED' AND m.updated_at > ")
+                .bind(at)
+                .push("))");
+            at
+        }
+    };
     if !filter.include_historical {
         sql.push(" AND (m.valid_to IS NULL OR m.valid_to > ")
             .bind(now)

@@ -18,6 +18,7 @@ use async_graphql::{
 };
 use brainstem_domain::{
     Domain, EntityId, MemoryId, TenantScope,
+    graph::Moment,
     memory::{
         self as dm, Memory as DomainMemory, MemoryEvent as DomainMemoryEvent,
         MemoryFilter as DomainMemoryFilter, SearchQuery,
@@ -234,7 +235,9 @@ impl Memory {
             return Ok(None);
         };
         let scope = read_scope(ctx)?;
-        Ok(Some(KgEntity(load_entity(ctx, scope, subject).await?)))
+        Ok(Some(KgEntity::from(
+            load_entity(ctx, scope, subject).await?,
+        )))
     }
 
     /// Other entities the fact mentions.
@@ -251,7 +254,7 @@ impl Memory {
             .await?;
         Ok(ids
             .iter()
-            .filter_map(|id| found.get(&(scope, *id)).cloned().map(KgEntity))
+            .filter_map(|id| found.get(&(scope, *id)).cloned().map(KgEntity::from))
             .collect())
     }
 
@@ -547,7 +550,8 @@ impl MemoryQuery {
     /// decide, keyword hits above a relevance floor break near-ties), then
     /// score, tier and knowledge-graph boosts (together at most 1.5×).
     /// `mode` runs one leg only. Only active, current facts unless
-    /// `includeHistorical`.
+    /// `includeHistorical`. With `asOf`, the memories as they stood then:
+    /// created by then, and not yet superseded, expired or deleted then.
     #[allow(clippy::too_many_arguments)]
     async fn search_memories(
         &self,
@@ -559,6 +563,7 @@ impl MemoryQuery {
         #[graphql(desc = "1–50.", default = 10)] limit: i32,
         #[graphql(default = false)] include_historical: bool,
         #[graphql(default_with = "SearchMode::Hybrid")] mode: SearchMode,
+        as_of: Option<DateTime<Utc>>,
     ) -> async_graphql::Result<MemorySearchResult> {
         let scope = read_scope(ctx)?;
         let results = domain(ctx)
@@ -577,6 +582,7 @@ impl MemoryQuery {
                     limit: Some(usize::try_from(limit).unwrap_or(0)),
                     include_historical,
                     mode: mode.into(),
+                    as_of,
                 },
             )
             .await
@@ -602,22 +608,29 @@ impl MemoryQuery {
         })
     }
 
-    /// What is known about a knowledge-graph entity.
-    async fn dossier(&self, ctx: &Context<'_>, subject_id: ID) -> async_graphql::Result<Dossier> {
+    /// What is known about a knowledge-graph entity; with `asOf`, what was
+    /// known to hold then: the facts created by then and not yet
+    /// superseded, expired or deleted, and the relations that held then.
+    async fn dossier(
+        &self,
+        ctx: &Context<'_>,
+        subject_id: ID,
+        as_of: Option<DateTime<Utc>>,
+    ) -> async_graphql::Result<Dossier> {
         let scope = read_scope(ctx)?;
         let subject = entity_id(&subject_id)?;
         let d = domain(ctx)
             .memory
-            .dossier(scope, subject, Utc::now())
+            .dossier_at(scope, subject, Moment::of(as_of, Utc::now()))
             .await
             .gql()?;
         Ok(Dossier {
             subject_id: subject.uuid(),
-            subject: KgEntity(d.subject),
+            subject: KgEntity(d.subject, as_of),
             facts: d.facts.into_iter().map(Memory).collect(),
             insights: d.insights.into_iter().map(Memory).collect(),
             recent_events: d.recent_events.into_iter().map(Memory).collect(),
-            neighborhood: d.neighborhood.into(),
+            neighborhood: Neighborhood::at(d.neighborhood, as_of),
         })
     }
 }
