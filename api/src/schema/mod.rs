@@ -97,6 +97,7 @@ pub struct Mutation(
     identity::IdentityMutation,
     plans::PlanMutation,
     tasks::TaskMutation,
+    tasks::fork::ForkMutation,
     admin::AdminMutation,
     memory::MemoryMutation,
     graph::GraphMutation,

@@ -17,8 +17,9 @@
 //! `record` holds the task record and its related rows, `event` the event
 //! types and the sink, `log` the write side of the event log ([`mutate`]),
 //! `reads` the reads (`filter` which tasks a list shows, `summaries` a
-//! page's steps and events in one statement), and `lifecycle` what a
-//! client may do to a running task.
+//! page's steps and events in one statement), `lifecycle` what a
+//! client may do to a running task, `checkpoints` the state after each
+//! settled step, and `fork` forks and reruns.
 
 use crate::kernel::db::BeginWrite;
 use std::{collections::HashMap, sync::Arc};
@@ -52,9 +53,11 @@ use crate::{
     models::usage::Usage,
 };
 
+pub mod checkpoints;
 mod event;
 mod fields;
 mod filter;
+mod fork;
 mod leased;
 mod lifecycle;
 mod log;
@@ -63,9 +66,11 @@ mod record;
 mod summaries;
 mod turns;
 
+pub use checkpoints::Checkpoint;
 pub use event::*;
 pub use fields::{EventField, Fields, StepField, TaskField};
 pub use filter::{TaskFilter, TimeRange};
+pub use fork::{ForkLink, ForkRequest, merge_patch};
 pub use leased::{LeasedWrite, OneStatement};
 pub use log::*;
 pub use reads::*;
