@@ -32,6 +32,7 @@ mod m20261127_100000_entity_bin;
 mod m20261128_090000_fair_queue;
 mod m20261128_110000_task_list_indexes;
 mod m20261128_130000_double_texting;
+mod m20261128_140000_task_checkpoints;
 mod m20261128_141000_retry_jobs;
 mod m20261128_143000_bitemporal_facts;
 
@@ -68,6 +69,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261128_090000_fair_queue::Migration),
             Box::new(m20261128_110000_task_list_indexes::Migration),
             Box::new(m20261128_130000_double_texting::Migration),
+            Box::new(m20261128_140000_task_checkpoints::Migration),
             Box::new(m20261128_141000_retry_jobs::Migration),
             Box::new(m20261128_143000_bitemporal_facts::Migration),
         ]

@@ -30,6 +30,7 @@ mod exposure;
 mod failed_auth;
 mod fair_queue;
 mod fanout;
+mod fork;
 #[cfg(feature = "local-models")]
 mod fusion;
 mod fuzz;

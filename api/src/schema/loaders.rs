@@ -33,7 +33,7 @@ use crate::error::ResultExt;
 pub type BrainstemLoader = DataLoader<Loaders, HashMapCache>;
 
 pub struct Loaders {
-    domain: Domain,
+    pub(super) domain: Domain,
 }
 
 impl Loaders {
@@ -126,7 +126,7 @@ impl Loader<CapabilityToolsKey> for Loaders {
 
 /// Task ids grouped by the tenant they belong to, so each tenant's rows are
 /// read through its own scope.
-fn by_scope(
+pub(super) fn by_scope(
     keys: impl Iterator<Item = (TenantScope, TaskId)>,
 ) -> HashMap<TenantScope, Vec<TaskId>> {
     let mut out: HashMap<TenantScope, Vec<TaskId>> = HashMap::new();

@@ -99,6 +99,7 @@ pub struct Mutation(
     plans::PlanMutation,
     tasks::TaskMutation,
     tasks::BulkRetryMutation,
+    tasks::fork::ForkMutation,
     admin::AdminMutation,
     memory::MemoryMutation,
     graph::GraphMutation,

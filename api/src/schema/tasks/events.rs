@@ -157,6 +157,13 @@ event_types! {
     /// A newer turn stopped this one (`data.strategy`, `data.by`,
     /// `data.kept_chars`: the text kept, in characters).
     TurnInterrupted {}
+    /// A fork (or rerun) of this task was started (`data.fork`,
+    /// `data.from_step`, `data.rerun`).
+    TaskForked {}
+    /// This task was started as a fork (or rerun) of another (`data.task`,
+    /// `data.from_step`, `data.copied_steps`; `dataKeys`: the state keys
+    /// edited).
+    ForkedFrom {}
     /// A `WARN` guardrail matched the step, which ran all the same
     /// (`data.guardrail`, `data.severity`).
     GuardrailMatched {

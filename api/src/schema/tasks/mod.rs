@@ -10,9 +10,11 @@
 //! - [`modes`]: what `startTask` answers in each mode, and the wait.
 //! - [`result`]: what an agent step concluded (`Task.result`).
 //! - [`bulk_retry`]: `retryTasks`, a job that retries many failed tasks.
+//! - [`fork`]: checkpoints, `stateAt`, forks and reruns.
 
 pub mod bulk_retry;
 pub mod events;
+pub mod fork;
 mod listing;
 pub mod modes;
 pub mod mutation;
@@ -95,7 +97,7 @@ mirror_enum!(
     TaskEventKind = tasks::EventKind {
         StatusChanged, StepStarted, StepCompleted, StepFailed, StepSkipped, StepsInjected,
         ReviewRequested, Delegated, TokenDelta, MemoryRecalled, GuardrailMatched,
-        TurnQueued, TurnInterrupted,
+        TurnQueued, TurnInterrupted, TaskForked, ForkedFrom,
     }
 );
 
@@ -380,6 +382,36 @@ impl Task {
             .into_iter()
             .find(|r| r.status == tasks::ReviewStatus::Pending)
             .map(Review))
+    }
+    /// The state after each settled step (and agent iteration), in the
+    /// order they settled: where a client can fork from.
+    async fn checkpoints(
+        &self,
+        ctx: &Context<'_>,
+    ) -> async_graphql::Result<Vec<fork::TaskCheckpoint>> {
+        fork::checkpoints(ctx, &self.0).await
+    }
+    /// The state as it stood right after `stepId` settled (with
+    /// `iteration`: that iteration of the agent loop `stepId` starts);
+    /// `null` while it has not.
+    async fn state_at(
+        &self,
+        ctx: &Context<'_>,
+        step_id: String,
+        iteration: Option<u32>,
+    ) -> async_graphql::Result<Option<Json<Value>>> {
+        fork::state_at(ctx, &self.0, &step_id, iteration).await
+    }
+    /// The task this one is a fork (or rerun) of.
+    async fn forked_from(
+        &self,
+        ctx: &Context<'_>,
+    ) -> async_graphql::Result<Option<fork::TaskForkLink>> {
+        fork::forked_from(ctx, &self.0).await
+    }
+    /// The forks and reruns of this task, oldest first.
+    async fn forks(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<Task>> {
+        fork::forks(ctx, &self.0).await
     }
     async fn artifacts(&self, ctx: &Context<'_>) -> async_graphql::Result<Vec<Artifact>> {
         Ok(loader(ctx)

@@ -101,6 +101,7 @@ impl LeasedWrite {
         rows.extend(crate::runtime::webhooks::outbox(
             backend, &after, &stored, now,
         ));
+        rows.extend(checkpoints::outbox(backend, &after, &stored, now));
         if !rows.iter().all(|s| insert_source(&s.sql).is_some()) {
             return many(changes, events, also);
         }

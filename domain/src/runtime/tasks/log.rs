@@ -317,6 +317,8 @@ pub(super) async fn insert_events<C: ConnectionTrait>(
     rows.extend(crate::runtime::webhooks::outbox(
         backend, task, &stored, now,
     ));
+    // So do the checkpoints of the steps they settle.
+    rows.extend(checkpoints::outbox(backend, task, &stored, now));
     let mut payloads = crate::runtime::events::notification_payloads(backend, &stored);
     if payloads.len() == 1 {
         // One round trip for all: the inserts as data-modifying CTEs (each

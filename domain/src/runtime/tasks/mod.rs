@@ -17,9 +17,10 @@
 //! `record` holds the task record and its related rows, `event` the event
 //! types and the sink, `log` the write side of the event log ([`mutate`]),
 //! `reads` the reads (`filter` which tasks a list shows, `summaries` a
-//! page's steps and events in one statement), and `lifecycle` what a
-//! client may do to a running task; `bulk_retry` and `bulk_retry_run`
-//! retry many failed tasks as one resumable job.
+//! page's steps and events in one statement), `lifecycle` what a
+//! client may do to a running task, `checkpoints` the state after each
+//! settled step, `fork` forks and reruns, and `bulk_retry` and
+//! `bulk_retry_run` retry many failed tasks as one resumable job.
 
 use crate::kernel::db::BeginWrite;
 use std::{collections::HashMap, sync::Arc};
@@ -55,9 +56,11 @@ use crate::{
 
 mod bulk_retry;
 mod bulk_retry_run;
+pub mod checkpoints;
 mod event;
 mod fields;
 mod filter;
+mod fork;
 mod leased;
 mod lifecycle;
 mod log;
@@ -71,9 +74,11 @@ pub use bulk_retry::{
     RetryJobStatus, RetryRequest,
 };
 pub use bulk_retry_run::RETRY_JOB_LEASE;
+pub use checkpoints::Checkpoint;
 pub use event::*;
 pub use fields::{EventField, Fields, StepField, TaskField};
 pub use filter::{TaskFilter, TimeRange};
+pub use fork::{ForkLink, ForkRequest, merge_patch};
 pub use leased::{LeasedWrite, OneStatement};
 pub use log::*;
 pub use reads::*;

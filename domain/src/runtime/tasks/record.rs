@@ -143,6 +143,8 @@ string_enum!(
         GuardrailMatched => "GuardrailMatched",
         TurnQueued => "TurnQueued",
         TurnInterrupted => "TurnInterrupted",
+        TaskForked => "TaskForked",
+        ForkedFrom => "ForkedFrom",
     }
 );
 

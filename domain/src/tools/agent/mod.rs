@@ -297,6 +297,7 @@ async fn start(
         root: ctx.step_id.clone(),
         iteration: 1,
         started_at_ms: Utc::now().timestamp_millis(),
+        task: Some(ctx.task_id.to_string()),
         model: args.get("model").and_then(Value::as_str).map(str::to_owned),
         limits,
         allowed,
@@ -348,6 +349,13 @@ async fn resume(ctx: &ToolContext, previous: &str) -> Result<LoopState, ToolErro
     };
     state.answer_calls(&ctx.steps, &attempts);
     state.iteration += 1;
+    // A fork continues a loop its original began: the loop's time limit
+    // counts from the fork's first iteration, not the original's.
+    let task = ctx.task_id.to_string();
+    if state.task.as_ref() != Some(&task) {
+        state.started_at_ms = Utc::now().timestamp_millis();
+        state.task = Some(task);
+    }
     Ok(state)
 }
 
@@ -394,5 +402,20 @@ fn finished(
         usage,
         result: Some(result),
         ..ToolOutput::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tool;
+    use crate::runtime::tasks::checkpoints::{AGENT_TOOL, LOOP_CONTINUES};
+
+    /// The runtime finds a loop's iterations by this key and argument
+    /// (checkpoints, forks at an iteration).
+    #[test]
+    fn the_runtime_knows_how_iterations_chain() {
+        assert_eq!(super::KEY, AGENT_TOOL);
+        assert_eq!(LOOP_CONTINUES, "continues");
+        assert!(super::Agent.input_schema()["properties"][LOOP_CONTINUES].is_object());
     }
 }

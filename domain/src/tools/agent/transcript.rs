@@ -133,8 +133,13 @@ pub struct LoopState {
     pub root: String,
     /// The iteration that stored this (1 for the first).
     pub iteration: u32,
-    /// When the first iteration began, in Unix milliseconds.
+    /// When the first iteration began, in Unix milliseconds (for a loop
+    /// a fork continues, when the fork's first iteration began).
     pub started_at_ms: i64,
+    /// The task whose run the clock above belongs to: a fork copies the
+    /// loop from its original, and its loop's clock starts again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
     /// The model the loop calls (as the step named it, or the default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
