@@ -14,6 +14,8 @@
 //!   32) and SmolLM2's time to first token and tokens/s.
 //! - `agent_loop`: what an agent loop's iteration costs beyond its model,
 //!   against a plain plan of as many steps.
+//! - `agent_eval`: the agent evaluation set (`bench/agent_eval.json`) run
+//!   against the local language model: pass rate and time per case.
 //!
 //! Every binary here runs with the allocator the `brainstem` binary ships
 //! with (mimalloc, `src/main.rs`), so a server measured in a benchmark's
