@@ -151,7 +151,7 @@ pub(crate) async fn fake_model(turns: Vec<Turn>) -> (Script, String) {
 }
 
 /// `test.lookup`: answers `{"found": <q upper-cased>}` and counts its calls.
-struct Lookup(Arc<AtomicUsize>);
+pub(crate) struct Lookup(pub(crate) Arc<AtomicUsize>);
 
 #[async_trait]
 impl Tool for Lookup {

@@ -10,20 +10,19 @@ use std::sync::{
     atomic::{AtomicUsize, Ordering},
 };
 
-use async_trait::async_trait;
 use axum::{
     Json, Router,
     extract::{Path, State},
     http::HeaderMap,
     routing::post,
 };
-use brainstem_domain::tools::{Tool, ToolContext, ToolError, ToolOutput};
+use brainstem_domain::tools::Tool;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
 use crate::{
-    agent::{Turn, fake_model},
+    agent::{Lookup, Turn, fake_model},
     helpers::{Backend, TestApp, poll_until, uuid_of},
     on_both_backends,
 };
@@ -504,28 +503,6 @@ async fn a_rerun_waits_for_its_task_to_finish(backend: Backend) {
     let again = read(&app, "acme", again["id"].as_str().unwrap()).await;
     assert_eq!(again["status"], "COMPLETED", "{again}");
     assert_eq!(endpoint.count("hold"), 2);
-}
-
-/// `test.lookup`: answers `{"found": <q upper-cased>}` and counts its calls.
-struct Lookup(Arc<AtomicUsize>);
-
-#[async_trait]
-impl Tool for Lookup {
-    fn key(&self) -> &str {
-        "test.lookup"
-    }
-    fn description(&self) -> &str {
-        "Look a word up."
-    }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object", "required": ["q"], "additionalProperties": false,
-               "properties": {"q": {"type": "string", "minLength": 1}}})
-    }
-    async fn call(&self, _ctx: ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        let q = args["q"].as_str().unwrap_or_default().to_uppercase();
-        Ok(ToolOutput::with_output(json!({"found": q}), "looked up"))
-    }
 }
 
 /// The tool messages of a model request: `(call id, content)`.

@@ -206,6 +206,7 @@ pub struct RetryJob {
 
 #[derive(FromQueryResult)]
 struct OutcomeCount {
+    job_id: Uuid,
     outcome: Option<String>,
     n: i64,
 }
@@ -303,7 +304,9 @@ impl Tasks {
             .one(&self.db)
             .await?
             .ok_or_else(|| Error::not_found(format!("retry job {id}")))?;
-        self.with_progress(scope, row).await
+        let mut jobs = self.with_progress(scope, vec![row]).await?;
+        jobs.pop()
+            .ok_or_else(|| Error::not_found(format!("retry job {id}")))
     }
 
     /// The caller's tenant's bulk retries, newest first, at most `first`
@@ -319,29 +322,53 @@ impl Tasks {
             .limit(first)
             .all(&self.db)
             .await?;
-        let mut jobs = Vec::with_capacity(rows.len());
-        for row in rows {
-            jobs.push(self.with_progress(scope, row).await?);
-        }
-        Ok(jobs)
+        self.with_progress(scope, rows).await
     }
 
-    /// A job row with its counters, counted from its items.
-    async fn with_progress(&self, scope: TenantScope, row: retry_job::Model) -> Result<RetryJob> {
+    /// Job rows with their counters, counted from their items in one
+    /// statement for all of them (the errors are read only for jobs that
+    /// have failed items).
+    async fn with_progress(
+        &self,
+        scope: TenantScope,
+        rows: Vec<retry_job::Model>,
+    ) -> Result<Vec<RetryJob>> {
         use retry_job_item::Column as I;
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
         let counts = retry_job_item::Entity::find_in(scope)
-            .filter(I::JobId.eq(row.id))
+            .filter(I::JobId.is_in(rows.iter().map(|r| r.id)))
             .select_only()
+            .column(I::JobId)
             .column(I::Outcome)
             .expr_as(Func::count(Expr::col(I::Id)), "n")
+            .group_by(I::JobId)
             .group_by(I::Outcome)
             .into_model::<OutcomeCount>()
             .all(&self.db)
             .await?;
+        let mut jobs = Vec::with_capacity(rows.len());
+        for row in rows {
+            jobs.push(self.job_of(scope, row, &counts).await?);
+        }
+        Ok(jobs)
+    }
+
+    /// One job from its row and the counts of every job read with it.
+    async fn job_of(
+        &self,
+        scope: TenantScope,
+        row: retry_job::Model,
+        counts: &[OutcomeCount],
+    ) -> Result<RetryJob> {
+        use retry_job_item::Column as I;
         let count = |outcome: Option<ItemOutcome>| -> u64 {
             counts
                 .iter()
-                .filter(|c| c.outcome.as_deref() == outcome.map(ItemOutcome::as_str))
+                .filter(|c| {
+                    c.job_id == row.id && c.outcome.as_deref() == outcome.map(ItemOutcome::as_str)
+                })
                 .map(|c| u64::try_from(c.n).unwrap_or(0))
                 .sum()
         };
