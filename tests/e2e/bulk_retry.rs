@@ -19,12 +19,13 @@ use chrono::Utc;
 use serde_json::{Value, json};
 
 use crate::{
-    helpers::{TestApp, in_tenant, poll_until, uuid_of},
+    helpers::{TestApp, encode_id, in_tenant, poll_until, uuid_of},
     on_both_backends,
 };
 
 on_both_backends!(
     two_hundred_failed_tasks_are_retried_once_each,
+    from_start_runs_every_step_again,
     a_job_cut_short_is_taken_up_and_never_runs_a_task_twice,
     filters_take_exactly_the_tasks_they_name_in_the_callers_tenant,
     bad_input_is_refused,
@@ -237,6 +238,39 @@ async fn two_hundred_failed_tasks_are_retried_once_each(app: TestApp) {
     );
 }
 
+async fn from_start_runs_every_step_again(app: TestApp) {
+    let (endpoint, url) = Endpoint::start().await;
+    app.create_tenant("acme").await;
+    publish(&app, "acme", "call", &url).await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(start(&app, "acme", "call", &format!("t-{i}")).await.0);
+    }
+    app.run_tasks().await;
+    for id in &ids {
+        assert_eq!(status(&app, "acme", id).await, "FAILED");
+    }
+
+    endpoint.set_fixed(true);
+    let done = retry_all(&app, "acme", json!({"fromStart": true})).await;
+    assert_eq!(counts(&done), [3, 3, 3, 0, 0], "{done}");
+    app.run_tasks().await;
+    for (i, id) in ids.iter().enumerate() {
+        let task = app.task("acme", id).await;
+        assert_eq!(task["status"], "COMPLETED", "{task}");
+        let runs = |step: &str| {
+            task["steps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|s| s["stepId"] == step)
+                .count()
+        };
+        assert_eq!((runs("prep"), runs("call")), (2, 2), "{task}");
+        assert_eq!(endpoint.calls(&format!("t-{i}")), 2);
+    }
+}
+
 async fn a_job_cut_short_is_taken_up_and_never_runs_a_task_twice(app: TestApp) {
     let (endpoint, url) = Endpoint::start().await;
     let tenant = uuid_of(&app.create_tenant("acme").await);
@@ -265,7 +299,7 @@ async fn a_job_cut_short_is_taken_up_and_never_runs_a_task_twice(app: TestApp) {
     .await
     .unwrap();
     assert_eq!(handled, 12);
-    let cut = job(&app, "acme", &first.id.to_string()).await;
+    let cut = job(&app, "acme", &encode_id("RetryJob", &first.id.to_string())).await;
     assert_eq!(cut["status"], "RUNNING");
     assert_eq!(counts(&cut), [30, 12, 12, 0, 0], "{cut}");
 
@@ -283,7 +317,7 @@ async fn a_job_cut_short_is_taken_up_and_never_runs_a_task_twice(app: TestApp) {
     assert_eq!(tasks.resume_retry_jobs(Utc::now()).await.unwrap(), 0);
     let later = Utc::now() + chrono::Duration::seconds(31);
     assert_eq!(tasks.resume_retry_jobs(later).await.unwrap(), 1);
-    let resumed = completed(&app, "acme", &first.id.to_string()).await;
+    let resumed = completed(&app, "acme", &encode_id("RetryJob", &first.id.to_string())).await;
     assert_eq!(counts(&resumed), [30, 30, 12, 18, 0], "{resumed}");
     assert_eq!(
         app.run_tasks().await,
@@ -405,6 +439,34 @@ async fn filters_take_exactly_the_tasks_they_name_in_the_callers_tenant(app: Tes
         )
         .await;
     assert_eq!(peek.error_code(), "NOT_FOUND");
+    // A job's id is a global id: `node` finds it for its tenant only, and
+    // `retryJob` takes no other type's id.
+    let node = "query($id: ID!) { node(id: $id) { id ... on RetryJob { matched } } }";
+    let own = app
+        .graphql(
+            Some(&app.admin_token("acme")),
+            node,
+            json!({"id": job["id"]}),
+        )
+        .await;
+    assert_eq!(own.data()["node"]["id"], job["id"]);
+    assert_eq!(own.data()["node"]["matched"], job["matched"]);
+    let foreign_node = app
+        .graphql(
+            Some(&app.admin_token("globex")),
+            node,
+            json!({"id": job["id"]}),
+        )
+        .await;
+    assert_eq!(foreign_node.error_code(), "NOT_FOUND");
+    let task_id = app
+        .graphql(
+            Some(&app.admin_token("acme")),
+            "query($id: ID!) { retryJob(id: $id) { id } }",
+            json!({"id": early[0].0}),
+        )
+        .await;
+    assert_eq!(task_id.error_code(), "BAD_USER_INPUT");
     app.run_tasks().await;
     assert_eq!(endpoint.calls("g-0"), 1);
     assert_eq!(endpoint.calls("g-1"), 1);

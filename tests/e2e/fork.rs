@@ -219,6 +219,7 @@ fn events_of<'t>(task: &'t Value, kind: &str) -> Vec<&'t Value> {
 
 on_both_backends!(
     a_fork_from_the_middle_runs_only_the_later_steps_with_the_edits,
+    a_fork_onto_a_newer_plan_version_runs_that_version_from_the_fork_step,
     checkpoints_and_state_at_agree_with_the_step_outputs,
     another_tenant_cannot_fork_or_rerun_a_task,
 );
@@ -323,6 +324,107 @@ async fn a_fork_from_the_middle_runs_only_the_later_steps_with_the_edits(app: Te
         forked["checkpoints"][4]["state"], forked["state"],
         "the last checkpoint is the final state"
     );
+}
+
+async fn a_fork_onto_a_newer_plan_version_runs_that_version_from_the_fork_step(app: TestApp) {
+    let (endpoint, original) = five_step_task(&app).await;
+    let original_id = original["id"].as_str().unwrap();
+    // Version 2 fixes s3 (it sends a version mark) and adds s6; version 3
+    // renames s2, so what the task ran before s3 is not its own.
+    let first_url = app
+        .graphql(
+            Some(&app.admin_token("acme")),
+            "query($id: ID!) { task(id: $id) { frozenPlan { args } } }",
+            json!({"id": original_id}),
+        )
+        .await
+        .data()["task"]["frozenPlan"][0]["args"]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut fixed = five_steps(first_url.trim_end_matches("/s/s1"));
+    fixed["steps"][2]["args"]["body"]["fixed"] = json!(true);
+    let s6 = {
+        let mut s = fixed["steps"][4].clone();
+        s["id"] = json!("s6");
+        s["args"]["save_as"] = json!("six");
+        s["args"]["url"] = json!(s["args"]["url"].as_str().unwrap().replace("/s5", "/s6"));
+        s
+    };
+    fixed["steps"].as_array_mut().unwrap().push(s6);
+    assert_eq!(
+        app.publish_plan("acme", fixed.clone()).await.data()["publishPlan"]["plan"]["version"],
+        2
+    );
+    let mut renamed = fixed.clone();
+    renamed["steps"][1]["id"] = json!("s2b");
+    assert_eq!(
+        app.publish_plan("acme", renamed).await.data()["publishPlan"]["plan"]["version"],
+        3
+    );
+
+    let refused = fork(
+        &app,
+        "acme",
+        json!({"taskId": original_id, "fromStepId": "s3", "planVersion": 3}),
+    )
+    .await;
+    assert_eq!(refused.error_code(), "BAD_USER_INPUT");
+    assert!(
+        refused.error_message().contains("not compatible"),
+        "{}",
+        refused.error_message()
+    );
+    let missing = fork(
+        &app,
+        "acme",
+        json!({"taskId": original_id, "fromStepId": "s3", "planVersion": 9}),
+    )
+    .await;
+    assert_eq!(
+        missing.error_code(),
+        "NOT_FOUND",
+        "{}",
+        missing.error_message()
+    );
+
+    let res = fork(
+        &app,
+        "acme",
+        json!({"taskId": original_id, "fromStepId": "s3", "planVersion": 2}),
+    )
+    .await;
+    let fork_id = res.data()["forkTask"]["task"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    app.run_tasks().await;
+    let forked = app
+        .graphql(
+            Some(&app.admin_token("acme")),
+            "query($id: ID!) { task(id: $id) { status plan { version } frozenPlan { id } events(first: 100) { kind data } } }",
+            json!({"id": fork_id}),
+        )
+        .await
+        .data()["task"]
+        .clone();
+    assert_eq!(forked["status"], "COMPLETED", "{forked}");
+    assert_eq!(forked["plan"]["version"], 2);
+    assert_eq!(
+        ids(&forked["frozenPlan"], "id"),
+        ["s1", "s2", "s3", "s4", "s5", "s6"]
+    );
+    // The steps before the fork point did not run again; version 2's did.
+    assert_eq!(
+        ["s1", "s2", "s3", "s4", "s5", "s6"].map(|s| endpoint.count(s)),
+        [1, 1, 2, 2, 2, 1]
+    );
+    assert_eq!(
+        endpoint.last("s3").body,
+        json!({"city": "Paris", "fixed": true})
+    );
+    let from = events_of(&forked, "FORKED_FROM");
+    assert_eq!(from[0]["data"]["plan_version"], 2);
 }
 
 /// SHA-256 (hex) of `value`'s canonical JSON (keys sorted at every depth).

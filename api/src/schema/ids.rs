@@ -22,6 +22,7 @@ pub enum NodeType {
     Capability,
     CapabilitySubscription,
     Conversation,
+    RetryJob,
 }
 
 impl NodeType {
@@ -40,6 +41,7 @@ impl NodeType {
             NodeType::Capability => "Capability",
             NodeType::CapabilitySubscription => "CapabilitySubscription",
             NodeType::Conversation => "Conversation",
+            NodeType::RetryJob => "RetryJob",
         }
     }
 
@@ -58,6 +60,7 @@ impl NodeType {
             "Capability" => Some(NodeType::Capability),
             "CapabilitySubscription" => Some(NodeType::CapabilitySubscription),
             "Conversation" => Some(NodeType::Conversation),
+            "RetryJob" => Some(NodeType::RetryJob),
             _ => None,
         }
     }

@@ -33,6 +33,7 @@ pub enum Node {
     Capability(capabilities::Capability),
     CapabilitySubscription(capabilities::CapabilitySubscription),
     Conversation(conversations::Conversation),
+    RetryJob(tasks::RetryJob),
 }
 
 #[derive(Default)]
@@ -74,6 +75,7 @@ impl NodeQuery {
             NodeType::Conversation => conversations::conversation_node(ctx, uuid)
                 .await
                 .map(Node::Conversation),
+            NodeType::RetryJob => tasks::retry_job_node(ctx, uuid).await.map(Node::RetryJob),
             _ => Err(Error::not_found("node")).gql(),
         }
     }

@@ -479,6 +479,29 @@ impl Plans {
             .and_then(Plan::try_from)
     }
 
+    /// Version `version` of the plan a task of key `key` may run at `now`:
+    /// the tenant's own, else a subscribed capability's (`Forbidden`
+    /// naming the capability otherwise); `NotFound` when there is none.
+    pub async fn version(
+        &self,
+        scope: TenantScope,
+        key: &str,
+        version: i32,
+        now: DateTime<Utc>,
+    ) -> Result<Plan> {
+        if let Some(own) = plan::Entity::find_in(scope)
+            .filter(plan::Column::Key.eq(key))
+            .filter(plan::Column::Version.eq(version))
+            .one(&self.db)
+            .await?
+        {
+            return Plan::try_from(own);
+        }
+        capabilities::plan_version_for_tenant(&self.db, scope, key, version, now)
+            .await?
+            .ok_or_else(|| Error::not_found(format!("version {version} of plan `{key}`")))
+    }
+
     /// A plan version by id: one of the tenant's, or one of the catalogue's
     /// (capability plans are public, like the catalogue).
     pub async fn get(&self, scope: TenantScope, id: PlanId) -> Result<Plan> {

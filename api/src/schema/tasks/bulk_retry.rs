@@ -18,7 +18,7 @@ use crate::{
     error::ResultExt,
     schema::{
         context::{domain, principal},
-        ids::{NodeType, encode},
+        ids::{NodeType, decode_as, encode},
     },
 };
 
@@ -73,8 +73,9 @@ pub struct RetryJob(tasks::RetryJob);
 
 #[Object]
 impl RetryJob {
-    async fn id(&self) -> ID {
-        ID(self.0.id.to_string())
+    /// Opaque global id.
+    pub async fn id(&self) -> ID {
+        encode(NodeType::RetryJob, self.0.id)
     }
 
     async fn status(&self) -> RetryJobStatus {
@@ -150,10 +151,14 @@ pub struct RetryTasksPayload {
     pub job: RetryJob,
 }
 
-fn job_id(id: &ID) -> async_graphql::Result<Uuid> {
-    Uuid::parse_str(id.as_str())
-        .map_err(|_| Error::validation(format!("`{}` is not a retry job id", id.as_str())))
-        .gql()
+/// A bulk retry by its global id, for `node(id:)`.
+pub(crate) async fn retry_job_node(ctx: &Context<'_>, id: Uuid) -> async_graphql::Result<RetryJob> {
+    let job = domain(ctx)
+        .tasks
+        .retry_job(principal(ctx)?, id)
+        .await
+        .gql()?;
+    Ok(RetryJob(job))
 }
 
 #[derive(Default)]
@@ -163,13 +168,7 @@ pub struct BulkRetryQuery;
 impl BulkRetryQuery {
     /// One of the caller's tenant's bulk retries.
     async fn retry_job(&self, ctx: &Context<'_>, id: ID) -> async_graphql::Result<RetryJob> {
-        let id = job_id(&id)?;
-        let job = domain(ctx)
-            .tasks
-            .retry_job(principal(ctx)?, id)
-            .await
-            .gql()?;
-        Ok(RetryJob(job))
+        retry_job_node(ctx, decode_as(&id, NodeType::RetryJob).gql()?).await
     }
 
     /// The caller's tenant's bulk retries, newest first.

@@ -40,6 +40,11 @@ pub struct ForkTaskInput {
     pub state_edits: Option<Json<Value>>,
     /// A JSON merge patch of the input, `{"text": …, "payload": …}`.
     pub input_edits: Option<Json<Value>>,
+    /// Run on this version of the task's plan instead of the plan the task
+    /// froze (say, after a fix). The version must have the fork step, and
+    /// its steps before it must be the ones the task ran (same ids and
+    /// tools, in order); otherwise `BAD_USER_INPUT` says what differs.
+    pub plan_version: Option<i32>,
 }
 
 #[derive(InputObject)]
@@ -56,8 +61,9 @@ pub struct ForkMutation;
 #[Object]
 impl ForkMutation {
     /// Start a new task from where a task stood before one of its steps,
-    /// with edits, on the task's frozen plan. Needs `tasks:read` and
-    /// `tasks:write`; a task running a step now is `CONFLICT`.
+    /// with edits, on the task's frozen plan (or another version of it).
+    /// Needs `tasks:read` and `tasks:write`; a task running a step now is
+    /// `CONFLICT`.
     async fn fork_task(
         &self,
         ctx: &Context<'_>,
@@ -70,6 +76,7 @@ impl ForkMutation {
             iteration: input.iteration,
             state_edits: input.state_edits.map_or(Value::Null, |j| j.0),
             input_edits: input.input_edits.map_or(Value::Null, |j| j.0),
+            plan_version: input.plan_version,
         };
         let task = domain(ctx).tasks.fork(principal, request).await.gql()?;
         Ok(TaskPayload { task: Task(task) })

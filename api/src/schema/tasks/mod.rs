@@ -32,7 +32,8 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-pub use self::bulk_retry::{BulkRetryMutation, BulkRetryQuery};
+pub(crate) use self::bulk_retry::retry_job_node;
+pub use self::bulk_retry::{BulkRetryMutation, BulkRetryQuery, RetryJob};
 use self::listing::{event_detail, event_span, step_detail};
 pub use self::review_list::ReviewQuery;
 pub use self::{

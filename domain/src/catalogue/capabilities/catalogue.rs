@@ -238,6 +238,27 @@ pub(crate) async fn plan_by_id_for_tenant<C: ConnectionTrait>(
     Ok(Some(plan))
 }
 
+/// One version of a capability's plan by key, if the tenant still
+/// subscribes to its capability at `now`; `None` when no such version
+/// exists.
+pub(crate) async fn plan_version_for_tenant(
+    db: &DatabaseConnection,
+    scope: TenantScope,
+    key: &str,
+    version: i32,
+    now: DateTime<Utc>,
+) -> Result<Option<Plan>> {
+    let Some(row) = capability_plan::Entity::find()
+        .filter(capability_plan::Column::Key.eq(key))
+        .filter(capability_plan::Column::Version.eq(version))
+        .one(db)
+        .await?
+    else {
+        return Ok(None);
+    };
+    plan_by_id_for_tenant(db, scope, row.id.into(), now).await
+}
+
 /// A capability plan by id, with its capability (the catalogue is public).
 pub(crate) async fn plan_by_id<C: ConnectionTrait>(
     db: &C,

@@ -59,7 +59,8 @@ pub use capability::{Capability, Limits, PartnerToolDef};
 use catalogue::catalogue_row;
 pub(crate) use catalogue::{
     all_current_plans, all_partner_tools, check_intent, check_quota, partner_tools, plan_by_id,
-    plan_by_id_for_tenant, plan_for_tenant, subscribed_plans, subscribed_tools,
+    plan_by_id_for_tenant, plan_for_tenant, plan_version_for_tenant, subscribed_plans,
+    subscribed_tools,
 };
 pub use publish::{CapabilityDef, Published};
 pub use subscriptions::{Subscription, SubscriptionStatus, effective_status, is_on};

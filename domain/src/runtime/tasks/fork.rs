@@ -35,7 +35,7 @@
 use brainstem_entity::{task_checkpoint, task_fork};
 
 use super::*;
-use crate::kernel::db::BeginWrite;
+use crate::{catalogue::plans::Plan, kernel::db::BeginWrite};
 
 /// What `forkTask` asks for.
 #[derive(Clone, Debug, Default)]
@@ -49,6 +49,8 @@ pub struct ForkRequest {
     pub state_edits: Value,
     /// A merge patch of `{"text": …, "payload": …}`.
     pub input_edits: Value,
+    /// Run on this version of the task's plan instead of its frozen plan.
+    pub plan_version: Option<i32>,
 }
 
 /// A task started as a fork of another.
@@ -146,6 +148,75 @@ fn kept_plan(plan: &[StepDef], index: usize, injected: &HashMap<String, String>)
         })
         .cloned()
         .collect()
+}
+
+/// The plan a fork before step `index` of `plan` runs on another version
+/// `target` of it: the steps before the fork step as they ran (with the
+/// steps they injected), then `target`'s steps from the fork step on.
+/// Refused, saying why, when `target` is not compatible: it lacks the fork
+/// step, its steps before it are not the plan's own (ids and tools, in
+/// order), a step injected before the fork point had not run yet, or an
+/// injected step's id is taken in `target`.
+fn onto_version(
+    plan: &[StepDef],
+    index: usize,
+    injected: &HashMap<String, String>,
+    target: &Plan,
+) -> Result<Vec<StepDef>> {
+    let version = target.version;
+    let from = &plan[index].id;
+    if injected.contains_key(from) {
+        return Err(Error::validation(format!(
+            "step `{from}` was injected at run time: a fork onto plan version {version} starts at one of the plan's own steps"
+        )));
+    }
+    let at = target
+        .steps
+        .iter()
+        .position(|s| &s.id == from)
+        .ok_or_else(|| Error::validation(format!("plan version {version} has no step `{from}`")))?;
+    let shape = |steps: &[StepDef]| -> Vec<(String, String)> {
+        steps
+            .iter()
+            .filter(|s| !injected.contains_key(&s.id))
+            .map(|s| (s.id.clone(), s.tool.clone()))
+            .collect()
+    };
+    let (ran, theirs) = (shape(&plan[..index]), shape(&target.steps[..at]));
+    if ran != theirs {
+        let show = |steps: &[(String, String)]| {
+            steps
+                .iter()
+                .map(|(id, tool)| format!("{id} ({tool})"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return Err(Error::validation(format!(
+            "plan version {version} is not compatible: its steps before `{from}` are [{}], the task ran [{}]",
+            show(&theirs),
+            show(&ran)
+        )));
+    }
+    if let Some(pending) = kept_plan(plan, index, injected)[index..]
+        .iter()
+        .find(|s| injected.contains_key(&s.id))
+    {
+        return Err(Error::validation(format!(
+            "step `{}` was injected before `{from}` and has not run: it has no place in plan version {version}",
+            pending.id
+        )));
+    }
+    let mut steps = plan[..index].to_vec();
+    for step in &target.steps[at..] {
+        if steps.iter().any(|s| s.id == step.id) {
+            return Err(Error::validation(format!(
+                "plan version {version} has a step `{}`, an id the task gave an injected step",
+                step.id
+            )));
+        }
+        steps.push(step.clone());
+    }
+    Ok(steps)
 }
 
 impl Tasks {
@@ -253,18 +324,34 @@ impl Tasks {
             merge_patch(&mut state, &request.state_edits);
         }
         let injected = self.injected_steps(scope, original.id).await?;
-        let frozen = kept_plan(plan, index, &injected);
         let now = Utc::now();
+        let onto = match (request.plan_version, original.plan_key.as_deref()) {
+            (Some(v), Some(key)) if Some(v) != original.plan_version => {
+                Some(self.plans.version(scope, key, v, now).await?)
+            }
+            _ => None,
+        };
+        let frozen = match &onto {
+            Some(target) => onto_version(plan, index, &injected, target)?,
+            None => kept_plan(plan, index, &injected),
+        };
         // A fork is a start of the plan: its capability must still be
         // subscribed, and its quota counts. (A plan the platform chose for
         // a task no plan handled has no stored version.)
-        if let Some(plan_id) = original.plan_id
-            && original.plan_version.is_some_and(|v| v > 0)
-        {
-            let stored =
-                crate::catalogue::plans::Plans::for_task_in(&self.db, scope, plan_id, now).await?;
-            crate::catalogue::capabilities::check_quota(&self.db, scope, &stored, now).await?;
+        let stored = match (&onto, original.plan_id) {
+            (Some(target), _) => Some(target.clone()),
+            (None, Some(plan_id)) if original.plan_version.is_some_and(|v| v > 0) => Some(
+                crate::catalogue::plans::Plans::for_task_in(&self.db, scope, plan_id, now).await?,
+            ),
+            _ => None,
+        };
+        if let Some(stored) = &stored {
+            crate::catalogue::capabilities::check_quota(&self.db, scope, stored, now).await?;
         }
+        let (plan_id, plan_version) = match &onto {
+            Some(target) => (Some(target.id.uuid()), Some(target.version)),
+            None => (row.plan_id, row.plan_version),
+        };
         let pick = |m: &Map<String, Value>| -> Map<String, Value> {
             m.iter()
                 .filter(|(k, _)| before.contains(k))
@@ -315,6 +402,8 @@ impl Tasks {
             },
             max_concurrent: if turn { None } else { row.max_concurrent },
             claimed_at: None,
+            plan_id,
+            plan_version,
             created_by: by.clone(),
             created_at: now,
             updated_at: now,
@@ -329,6 +418,7 @@ impl Tasks {
             "from_step": from,
             "rerun": rerun,
             "copied_steps": before,
+            "plan_version": plan_version,
         });
         let mut forked_from = NewEvent::new(
             EventKind::ForkedFrom,
@@ -581,5 +671,70 @@ mod tests {
         assert_eq!(ids(1), ["a", "b", "c", "a1"]);
         assert_eq!(ids(2), ["a", "b", "c", "a1", "b1"]);
         assert_eq!(ids(4), ["a", "b", "c", "a1", "b1", "c1"]);
+    }
+
+    fn version(steps: &[(&str, &str)]) -> Plan {
+        Plan {
+            id: uuid::Uuid::nil().into(),
+            key: "p".into(),
+            version: 2,
+            intent: "i".into(),
+            description: String::new(),
+            priority: 0,
+            patterns: Vec::new(),
+            steps: steps
+                .iter()
+                .map(|(id, tool)| serde_json::from_value(json!({"id": id, "tool": tool})).unwrap())
+                .collect(),
+            created_by: "t".into(),
+            created_at: Utc::now(),
+            capability: None,
+            archived_at: None,
+        }
+    }
+
+    #[test]
+    fn a_fork_onto_another_version_keeps_what_ran_and_takes_the_rest_from_it() {
+        let plan: Vec<StepDef> = ["a", "a1", "b", "c"].map(step).to_vec();
+        let injected = HashMap::from([("a1".to_owned(), "a".to_owned())]);
+        let ids = |steps: Vec<StepDef>| steps.into_iter().map(|s| s.id).collect::<Vec<_>>();
+        let newer = version(&[
+            ("a", "set_state"),
+            ("b", "set_state"),
+            ("c2", "set_state"),
+            ("c", "http_request"),
+        ]);
+        // From `b`: a and what it injected as they ran, then the version's.
+        assert_eq!(
+            ids(onto_version(&plan, 2, &injected, &newer).unwrap()),
+            ["a", "a1", "b", "c2", "c"]
+        );
+        let refused = |plan: &[StepDef], index, target: &Plan| {
+            onto_version(plan, index, &injected, target)
+                .unwrap_err()
+                .to_string()
+        };
+        // A version whose steps before the fork point differ: by id, by
+        // tool, by order, or missing the fork step.
+        for target in [
+            version(&[("x", "set_state"), ("b", "set_state")]),
+            version(&[("a", "http_request"), ("b", "set_state")]),
+            version(&[("b", "set_state"), ("a", "set_state")]),
+        ] {
+            assert!(
+                refused(&plan, 2, &target).contains("not compatible"),
+                "{target:?}"
+            );
+        }
+        assert!(refused(&plan, 2, &version(&[("a", "set_state")])).contains("has no step `b`"));
+        // An injected step is no fork point onto another version, and its
+        // id may not be taken there.
+        assert!(refused(&plan, 1, &newer).contains("injected at run time"));
+        let taken = version(&[("a", "set_state"), ("b", "set_state"), ("a1", "set_state")]);
+        assert!(refused(&plan, 2, &taken).contains("`a1`"));
+        // A step injected before the fork point that had not run yet.
+        let late: Vec<StepDef> = ["a", "b", "a1"].map(step).to_vec();
+        let two = version(&[("a", "set_state"), ("b", "set_state")]);
+        assert!(refused(&late, 1, &two).contains("has not run"));
     }
 }
