@@ -35,6 +35,7 @@ mod m20261128_130000_double_texting;
 mod m20261128_140000_task_checkpoints;
 mod m20261128_141000_retry_jobs;
 mod m20261128_143000_bitemporal_facts;
+mod m20261128_150000_keyed_in_progress;
 
 pub struct Migrator;
 
@@ -72,6 +73,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261128_140000_task_checkpoints::Migration),
             Box::new(m20261128_141000_retry_jobs::Migration),
             Box::new(m20261128_143000_bitemporal_facts::Migration),
+            Box::new(m20261128_150000_keyed_in_progress::Migration),
         ]
     }
 }

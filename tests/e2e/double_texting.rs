@@ -23,6 +23,8 @@ use crate::{
 for_both_backends!(
     reject_refuses_the_second_turn_while_the_first_runs,
     enqueue_runs_the_second_turn_after_the_first,
+    enqueue_waits_for_a_turn_paused_for_review,
+    two_retried_turns_run_oldest_first_without_waiting_for_each_other,
     interrupt_stops_the_first_turn_and_keeps_its_text,
     rollback_stops_the_first_turn_and_leaves_it_out,
 );
@@ -263,6 +265,163 @@ async fn enqueue_runs_the_second_turn_after_the_first(backend: Backend) {
     assert_eq!(queued[0]["stops"], json!([]));
     assert_eq!(queued[0]["after"].as_array().unwrap().len(), 1);
     assert!(events_of(&first, "TURN_INTERRUPTED").is_empty());
+}
+
+/// ENQUEUE keeps the order while a turn waits for a person: a turn paused
+/// for review holds its conversation, and the next turn runs only once
+/// that one has finished.
+async fn enqueue_waits_for_a_turn_paused_for_review(backend: Backend) {
+    let (app, _slow, token, conversation) = setup(backend).await;
+    app.publish_plan(
+        "acme",
+        json!({"key": "checked", "intent": "chat.checked", "steps": [
+            {"id": "check", "tool": "set_state", "args": {"checked": true}, "requiresReview": true}]}),
+    )
+    .await
+    .data();
+    app.publish_plan(
+        "acme",
+        json!({"key": "noted", "intent": "chat.noted", "steps": [
+            {"id": "note", "tool": "set_state", "args": {"noted": true}}]}),
+    )
+    .await
+    .data();
+    let turn = async |plan: &str, text: &str| {
+        let sent = app
+            .graphql(
+                Some(&token),
+                "mutation($input: StartTaskInput!) { startTask(input: $input) { task { id } } }",
+                json!({"input": {"planKey": plan, "input": text, "conversationId": conversation}}),
+            )
+            .await;
+        id_of(&sent)
+    };
+    let first = turn("checked", "Check this.").await;
+    app.run_tasks().await;
+    let paused = app
+        .graphql(
+            Some(&token),
+            "query($id: ID!) { task(id: $id) { status pendingReview { id } } }",
+            json!({"id": first}),
+        )
+        .await
+        .data()["task"]
+        .clone();
+    assert_eq!(paused["status"], "NEEDS_REVIEW", "{paused}");
+
+    let second = turn("noted", "And then?").await;
+    assert_eq!(
+        app.run_tasks().await,
+        0,
+        "the second turn waits for the paused one"
+    );
+    assert_eq!(read(&app, &token, &second).await["status"], "PENDING");
+
+    app.graphql(
+        Some(&token),
+        "mutation($t: ID!, $r: ID!) { resumeTask(input: {taskId: $t, reviewId: $r}) { task { status } } }",
+        json!({"t": first, "r": paused["pendingReview"]["id"]}),
+    )
+    .await
+    .data();
+    app.run_tasks().await;
+    let finished = |id: String| {
+        let (app, token) = (&app, &token);
+        async move {
+            app.graphql(
+                Some(token),
+                "query($id: ID!) { task(id: $id) { status completedAt } }",
+                json!({"id": id}),
+            )
+            .await
+            .data()["task"]
+                .clone()
+        }
+    };
+    let (first, second) = (finished(first).await, finished(second).await);
+    assert_eq!(first["status"], "COMPLETED", "{first}");
+    assert_eq!(second["status"], "COMPLETED", "{second}");
+    assert!(
+        first["completedAt"].as_str() < second["completedAt"].as_str(),
+        "{first} {second}"
+    );
+}
+
+/// Two turns of one conversation that both failed and are retried at once
+/// have both started before: each waits only for an older one, so the
+/// older runs first and neither waits for the other forever.
+async fn two_retried_turns_run_oldest_first_without_waiting_for_each_other(backend: Backend) {
+    let (app, _slow, token, conversation) = setup(backend).await;
+    // Nothing listens on port 1: the call fails at once, without a retry.
+    app.publish_plan(
+        "acme",
+        json!({"key": "broken", "intent": "chat.broken", "steps": [
+            {"id": "call", "tool": "http_request", "retry": {"maxAttempts": 1},
+             "args": {"url": "http://127.0.0.1:1/", "method": "POST"}}]}),
+    )
+    .await
+    .data();
+    let mut turns = Vec::new();
+    for text in ["one", "two"] {
+        let sent = app
+            .graphql(
+                Some(&token),
+                "mutation($input: StartTaskInput!) { startTask(input: $input) { task { id } } }",
+                json!({"input": {"planKey": "broken", "input": text, "conversationId": conversation}}),
+            )
+            .await;
+        turns.push(id_of(&sent));
+    }
+    assert_eq!(app.run_tasks().await, 2);
+    let retried = app
+        .graphql(
+            Some(&token),
+            "mutation { retryTasks(input: {filter: {planKey: \"broken\"}}) { job { id matched } } }",
+            json!({}),
+        )
+        .await;
+    let job = retried.data()["retryTasks"]["job"].clone();
+    assert_eq!(job["matched"], 2, "{job}");
+    crate::helpers::poll_until("the bulk retry completes", async || {
+        let done = app
+            .graphql(
+                Some(&token),
+                "query($id: ID!) { retryJob(id: $id) { status retried } }",
+                json!({"id": job["id"]}),
+            )
+            .await
+            .data()["retryJob"]
+            .clone();
+        (done["status"] == "COMPLETED").then_some(done)
+    })
+    .await;
+    assert_eq!(app.run_tasks().await, 2, "both retried turns ran");
+    for id in &turns {
+        let task = read(&app, &token, id).await;
+        assert_eq!(task["status"], "FAILED", "{task}");
+        let steps = task["steps"].as_array().unwrap();
+        assert_eq!(steps.len(), 2, "one attempt per run: {task}");
+    }
+    let finished = |id: &String| {
+        let (app, token) = (&app, &token);
+        let id = id.clone();
+        async move {
+            app.graphql(
+                Some(token),
+                "query($id: ID!) { task(id: $id) { completedAt } }",
+                json!({"id": id}),
+            )
+            .await
+            .data()["task"]["completedAt"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    assert!(
+        finished(&turns[0]).await < finished(&turns[1]).await,
+        "the older turn ran first"
+    );
 }
 
 /// INTERRUPT and ROLLBACK: the first turn stops mid-answer without the

@@ -10,8 +10,14 @@
 //! in proportion to their weights, and take turns when nothing is running.
 //! Within the tenant: the highest `priority`, then the longest wait
 //! (`run_after`, then id). A task with a concurrency key and a
-//! `max_concurrent` is skipped while that many tasks of its key run; the
-//! next ones of the key wait in the same order.
+//! `max_concurrent` is skipped while that many tasks of its key are in
+//! progress; the next ones of the key wait in the same order. In progress
+//! means leased, or started before it (an older id, claimed before) and not
+//! finished: a task waiting for a retry, a review or an approval keeps its
+//! place, so a key with `max_concurrent` 1 (a conversation's turns under
+//! ENQUEUE) runs its tasks strictly one after another. Only older tasks
+//! count that way, so two started tasks of a key waiting at once (say, both
+//! retried) never wait for each other: the older runs first.
 //!
 //! **Across processes.** Everything the rule reads is in the database
 //! (running means leased; served is `claimed_at`), so any number of
@@ -128,7 +134,11 @@ WHERE id = ( \
                      WHERE r.tenant_id = $4 AND r.lease_owner IS NOT NULL) < $5) \
     AND (c.max_concurrent IS NULL OR c.concurrency_key IS NULL \
          OR (SELECT count(*) FROM tasks k WHERE k.tenant_id = $4 \
-             AND k.concurrency_key = c.concurrency_key AND k.lease_owner IS NOT NULL) < c.max_concurrent) \
+             AND k.concurrency_key = c.concurrency_key AND k.lease_owner IS NOT NULL) \
+          + (SELECT count(*) FROM tasks w WHERE w.tenant_id = $4 \
+             AND w.concurrency_key = c.concurrency_key AND w.lease_owner IS NULL \
+             AND w.claimed_at IS NOT NULL AND w.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') \
+             AND w.id < c.id) < c.max_concurrent) \
   ORDER BY c.priority DESC, c.run_after, c.id \
   LIMIT 1 FOR UPDATE SKIP LOCKED) \
 RETURNING *";
@@ -153,7 +163,11 @@ WHERE id = ( \
     AND (t.max_running <= 0 OR t.running < t.max_running) \
     AND (c.max_concurrent IS NULL OR c.concurrency_key IS NULL \
          OR (SELECT count(*) FROM tasks k WHERE k.tenant_id = c.tenant_id \
-             AND k.concurrency_key = c.concurrency_key AND k.lease_owner IS NOT NULL) < c.max_concurrent) \
+             AND k.concurrency_key = c.concurrency_key AND k.lease_owner IS NOT NULL) \
+          + (SELECT count(*) FROM tasks w WHERE w.tenant_id = c.tenant_id \
+             AND w.concurrency_key = c.concurrency_key AND w.lease_owner IS NULL \
+             AND w.claimed_at IS NOT NULL AND w.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') \
+             AND w.id < c.id) < c.max_concurrent) \
   ORDER BY CAST(t.running AS REAL) / t.weight, t.served IS NOT NULL, t.served, t.tenant_id, \
     c.priority DESC, c.run_after, c.id \
   LIMIT 1) \
