@@ -77,6 +77,9 @@ pub async fn open_domain(config: &Config, tools: ToolRegistry) -> anyhow::Result
             Duration::from_millis(config.event_notify_linger_ms),
             domain.revocations.clone(),
         );
+        // A turn running here may be stopped by a newer turn started on
+        // another process.
+        domain.tasks.interrupt_on_events(domain.events.subscribe());
     }
     domain.prepare().await?;
     Ok(domain)

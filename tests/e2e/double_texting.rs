@@ -461,6 +461,39 @@ async fn stop_the_first(backend: Backend, strategy: &str) -> (Slow, Value, Value
     (slow, first, second)
 }
 
+/// INTERRUPT sent to another process than the one answering the first
+/// turn: the answer stops mid-call there too, not only at its step's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_sent_to_another_process_stops_the_answer_mid_call_postgres() {
+    let (app, slow, token, conversation) = setup(Backend::Postgres).await;
+    let other = app.spawn_beside(Vec::new()).await;
+    let (first, driving) = first_turn_streaming(&app, &slow, &token, &conversation).await;
+    let second = id_of(
+        &send(
+            &other,
+            &token,
+            &conversation,
+            "And the moon?",
+            Some("INTERRUPT"),
+        )
+        .await,
+    );
+    // Never released: the first answer stops because it was interrupted.
+    tokio::time::timeout(crate::helpers::WAIT, driving)
+        .await
+        .expect("the first turn stops mid-answer")
+        .unwrap();
+    assert_eq!(other.run_tasks().await, 1);
+    let (first, second) = (
+        read(&app, &token, &first).await,
+        read(&app, &token, &second).await,
+    );
+    assert_eq!(first["status"], "CANCELLED", "{first}");
+    assert_eq!(first["steps"][0]["output"]["interrupted"], true, "{first}");
+    assert_eq!(first["result"]["content"], "Part one ");
+    assert_eq!(second["status"], "COMPLETED", "{second}");
+}
+
 async fn interrupt_stops_the_first_turn_and_keeps_its_text(backend: Backend) {
     let (slow, _, _) = stop_the_first(backend, "INTERRUPT").await;
     assert_eq!(

@@ -42,8 +42,10 @@ pub fn turn_key(conversation: ConversationId) -> String {
 }
 
 /// Running tasks of this process that may be interrupted mid-step, and
-/// the signal that stops their step. A task driven by another process
-/// stops at its next step boundary (the cancel flag) instead.
+/// the signal that stops their step. A turn stopped from another process
+/// is signalled here when its `TurnQueued` event arrives
+/// ([`Tasks::interrupt_on_events`]); if that event is missed, it stops
+/// at its next step boundary (the cancel flag).
 #[derive(Default)]
 pub struct Interrupts(Mutex<HashMap<TaskId, watch::Sender<bool>>>);
 
@@ -288,6 +290,35 @@ pub(super) async fn admit(
 }
 
 impl Tasks {
+    /// Stop this process's running steps of the turns that newer turns
+    /// stop, as their `TurnQueued` events arrive on `events` from any
+    /// process (on PostgreSQL, the others' through the listener): a model
+    /// call in flight here stops at once, not at its step's end. An event
+    /// missed by a lagging receiver leaves the turn to its cancel flag, at
+    /// its next step boundary. Runs until the bus closes.
+    pub fn interrupt_on_events(
+        &self,
+        mut events: tokio::sync::broadcast::Receiver<Arc<TaskEvent>>,
+    ) -> tokio::task::JoinHandle<()> {
+        use tokio::sync::broadcast::error::RecvError;
+        let interrupts = self.interrupts.clone();
+        tokio::spawn(async move {
+            loop {
+                match events.recv().await {
+                    Ok(event) if event.kind == EventKind::TurnQueued => {
+                        for stopped in strings(&event.data["stops"]) {
+                            if let Ok(id) = Uuid::parse_str(&stopped) {
+                                interrupts.signal(TaskId::from(id));
+                            }
+                        }
+                    }
+                    Ok(_) | Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => break,
+                }
+            }
+        })
+    }
+
     /// Why the turn `id` was stopped by a newer turn, if it was.
     pub async fn interruption(
         &self,
