@@ -217,7 +217,9 @@ function Shell({ acting, onActIn, onSignOut }: ShellProps) {
 function Page({ route }: { route: Route }) {
   switch (route.page) {
     case "task":
-      return <TaskPage id={route.id} />;
+      // A new task (a fork, say) is a new page: nothing of the last one's
+      // timeline carries over.
+      return <TaskPage key={route.id} id={route.id} />;
     case "reviews":
       return <ReviewsPage />;
     case "conversations":

@@ -11,9 +11,7 @@ import assert from "node:assert/strict";
 import path from "node:path";
 import { gzipSync } from "node:zlib";
 
-import { chromium } from "playwright-core";
-
-import { axe, base, gql, seqs, shots, signIn, startFromForm, statusEvent, tokens, WAIT } from "./harness.mjs";
+import { axe, base, gql, runChecks, seqs, shots, signIn, startFromForm, statusEvent, tokens, WAIT } from "./harness.mjs";
 import { editorChecks } from "./editor.mjs";
 import { finishChecks } from "./finish.mjs";
 import { freshChecks } from "./fresh.mjs";
@@ -684,33 +682,4 @@ const checks = {
   ...editorChecks,
 };
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-  args: ["--no-sandbox", "--disable-dev-shm-usage"],
-});
-let failed = false;
-const only = process.env.CONSOLE_CHECKS ? new RegExp(process.env.CONSOLE_CHECKS) : null;
-for (const [name, check] of Object.entries(checks)) {
-  if (only && !only.test(name)) continue;
-  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
-  const page = await context.newPage();
-  // Confirmations are accepted, and what they asked is kept for the checks.
-  page.dialogs = [];
-  page.on("dialog", (dialog) => {
-    page.dialogs.push(dialog.message());
-    dialog.accept().catch(() => {});
-  });
-  try {
-    const figures = await check(page);
-    console.log(JSON.stringify({ check: name, status: "ok", ...figures }));
-  } catch (error) {
-    failed = true;
-    const shot = path.join(shots, `failed-${name.replace(/[^a-z0-9]+/gi, "-")}.png`);
-    await page.screenshot({ path: shot, fullPage: true }).catch(() => {});
-    console.log(JSON.stringify({ check: name, status: "failed", error: String(error?.stack ?? error), screenshot: shot }));
-  } finally {
-    await context.close();
-  }
-}
-await browser.close();
-process.exit(failed ? 1 : 0);
+await runChecks(checks);

@@ -1,11 +1,17 @@
 // What every console check shares: the server's address and the tenants'
 // tokens (from the environment tests/e2e/console.rs sets), GraphQL over
-// HTTP, signing in, starting a task from the form, waiting for events, and
-// axe-core.
+// HTTP, signing in, starting a task from the form, waiting for events,
+// axe-core, and the runner: each check in a fresh browser context, one
+// JSON line per check on stdout, exit 1 if any fails (with a screenshot of
+// the failing page in SCREENSHOT_DIR); CONSOLE_CHECKS, a regular
+// expression, runs only the checks it matches.
 
 import assert from "node:assert/strict";
 import { mkdirSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
+import path from "node:path";
+
+import { chromium } from "playwright-core";
 
 const require = createRequire(import.meta.url);
 export const base = process.env.BRAINSTEM_URL;
@@ -74,4 +80,39 @@ export async function axe(page) {
     [],
     "no serious accessibility violations",
   );
+}
+
+/** Runs `checks` (name → `async (page) => figures`) in headless Chromium
+ * and exits. Confirmations are accepted, and what they asked is kept in
+ * `page.dialogs`. */
+export async function runChecks(checks) {
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+    args: ["--no-sandbox", "--disable-dev-shm-usage"],
+  });
+  let failed = false;
+  const only = process.env.CONSOLE_CHECKS ? new RegExp(process.env.CONSOLE_CHECKS) : null;
+  for (const [name, check] of Object.entries(checks)) {
+    if (only && !only.test(name)) continue;
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    const page = await context.newPage();
+    page.dialogs = [];
+    page.on("dialog", (dialog) => {
+      page.dialogs.push(dialog.message());
+      dialog.accept().catch(() => {});
+    });
+    try {
+      const figures = await check(page);
+      console.log(JSON.stringify({ check: name, status: "ok", ...figures }));
+    } catch (error) {
+      failed = true;
+      const shot = path.join(shots, `failed-${name.replace(/[^a-z0-9]+/gi, "-")}.png`);
+      await page.screenshot({ path: shot, fullPage: true }).catch(() => {});
+      console.log(JSON.stringify({ check: name, status: "failed", error: String(error?.stack ?? error), screenshot: shot }));
+    } finally {
+      await context.close();
+    }
+  }
+  await browser.close();
+  process.exit(failed ? 1 : 0);
 }

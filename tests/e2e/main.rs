@@ -18,6 +18,7 @@ mod capabilities;
 mod compression;
 mod connections;
 mod console;
+mod console_runs;
 mod console_types;
 mod contention;
 mod conversations;

@@ -2,7 +2,8 @@
 // and newer by cursor), and a chat on the tenant's agent plans. Each message
 // is a task (a turn) of the conversation; the answer's tokens stream in as
 // they are produced, tool calls show as they start, and memory suggestions
-// can be accepted.
+// can be accepted. A message sent while a turn runs follows the
+// conversation's strategy, shown and changed here (`multitask.tsx`).
 
 import { useEffect, useMemo, useState } from "react";
 import { useMutation, useQuery, useSubscription } from "urql";
@@ -11,6 +12,7 @@ import { mergeDelta } from "../live";
 import { type Cursor, Pager, pageArgs } from "../paging";
 import { usePoll } from "../poll";
 import { href } from "../router";
+import { MessageStrategy, type Multitask, SendError, StrategyPicker, TurnNote } from "./multitask";
 import { Empty, ErrorBox, Loading, Status } from "../ui";
 import { graphql, type ResultOf } from "../graphql";
 
@@ -43,11 +45,14 @@ const START = graphql(`
     }
   }
 `);
+// A turn's first and last two events say whether it was queued or
+// stopped (`multitask.tsx`).
 const TURNS = graphql(`
   query ($id: ID!) {
     conversation(id: $id) {
       id
       title
+      multitask
       turns(first: 100) {
         edges {
           node {
@@ -58,6 +63,14 @@ const TURNS = graphql(`
             result {
               content
               memorySuggestions
+            }
+            opening: events(first: 2) {
+              kind
+              data
+            }
+            closing: events(last: 2) {
+              kind
+              data
             }
           }
         }
@@ -174,14 +187,15 @@ function Chat({ id }: { id: string }) {
   });
   const [live] = useSubscription<ResultOf<typeof LIVE>, LiveState>(
     { query: LIVE, variables: { id } },
-    (state = { text: {}, tools: {}, settled: 0 }, event) => fold(state, event.conversationEvents),
+    (state = { text: {}, tools: {}, changes: 0 }, event) => fold(state, event.conversationEvents),
   );
-  const settled = live.data?.settled ?? 0;
+  const changes = live.data?.changes ?? 0;
   useEffect(() => {
-    if (settled > 0) reload({ requestPolicy: "network-only" });
-  }, [settled, reload]);
+    if (changes > 0) reload({ requestPolicy: "network-only" });
+  }, [changes, reload]);
   const [planKey, setPlanKey] = useState("assistant");
   const [message, setMessage] = useState("");
+  const [strategy, setStrategy] = useState<Multitask | "">("");
   const [sent, send] = useMutation(SEND);
   const [, accept] = useMutation(ACCEPT);
   const [accepted, setAccepted] = useState<Record<string, boolean>>({});
@@ -194,9 +208,13 @@ function Chat({ id }: { id: string }) {
 
   if (error) return <ErrorBox error={error} />;
   if (fetching && !data) return <Loading what="the conversation" />;
+  const multitask = data?.conversation.multitask;
   return (
     <div className="chat">
       <h2>{data?.conversation.title || "Untitled"}</h2>
+      {multitask && (
+        <StrategyPicker id={id} multitask={multitask} onChanged={() => reload({ requestPolicy: "network-only" })} />
+      )}
       <ol className="turns" aria-label="Turns">
         {turns.map((turn) => (
           <li key={turn.id} data-testid="turn">
@@ -217,6 +235,7 @@ function Chat({ id }: { id: string }) {
                 </span>
               ))}
               <Status status={turn.status} />
+              <TurnNote turn={turn} />
               {turn.result?.memorySuggestions.map((s, i) => (
                 <p key={i} className="suggestion">
                   Remember: “{s}”{" "}
@@ -241,7 +260,9 @@ function Chat({ id }: { id: string }) {
         onSubmit={async (e) => {
           e.preventDefault();
           if (!message.trim()) return;
-          const answer = await send({ input: { input: message, conversationId: id, planKey } });
+          const answer = await send({
+            input: { input: message, conversationId: id, planKey, ...(strategy ? { multitask: strategy } : {}) },
+          });
           if (!answer.error) {
             setMessage("");
             reload({ requestPolicy: "network-only" });
@@ -252,11 +273,12 @@ function Chat({ id }: { id: string }) {
         <input id="chat-plan" value={planKey} onChange={(e) => setPlanKey(e.target.value)} />
         <label htmlFor="chat-message">Message</label>
         <input id="chat-message" value={message} onChange={(e) => setMessage(e.target.value)} />
+        <MessageStrategy value={strategy} conversations={multitask} onChange={setStrategy} />
         <button type="submit" disabled={sent.fetching}>
           Send
         </button>
       </form>
-      {sent.error && <ErrorBox error={sent.error} />}
+      {sent.error && <SendError error={sent.error} />}
     </div>
   );
 }
@@ -268,8 +290,9 @@ interface LiveState {
   text: Record<string, string>;
   /** Tools called per turn, as they start. */
   tools: Record<string, string[]>;
-  /** How many turns ended (each one re-reads the turns). */
-  settled: number;
+  /** How many times a turn changed status or was stopped (each one
+   * re-reads the turns). */
+  changes: number;
 }
 
 function fold(state: LiveState, e: LiveEvent): LiveState {
@@ -280,12 +303,8 @@ function fold(state: LiveState, e: LiveEvent): LiveState {
   if (e.kind === "STEP_STARTED" && e.tool && e.tool !== "agent") {
     return { ...state, tools: { ...state.tools, [e.taskId]: [...(state.tools[e.taskId] ?? []), e.tool] } };
   }
-  if (
-    e.kind === "STATUS_CHANGED" &&
-    e.status &&
-    ["COMPLETED", "FAILED", "CANCELLED", "NEEDS_REVIEW"].includes(e.status)
-  ) {
-    return { ...state, settled: state.settled + 1 };
+  if (e.kind === "STATUS_CHANGED" || e.kind === "TURN_INTERRUPTED") {
+    return { ...state, changes: state.changes + 1 };
   }
   return state;
 }

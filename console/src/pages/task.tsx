@@ -1,6 +1,8 @@
 // One task: its state and steps (read once, then again when its status
 // changes) and a live timeline of its events, tokens streaming into the
 // step that produces them; cancel and retry, each after a confirmation.
+// Forks and reruns (`task-fork.tsx`): where the task was forked from, its
+// forks, "Run again", and its checkpoints with "Fork from here".
 // Its token counter rises as text streams: the stored usage, plus the
 // tokens streamed since the task was last read.
 
@@ -9,58 +11,63 @@ import { useMutation, useQuery } from "urql";
 
 import { useClients } from "../clients";
 import { emptyTimeline, follow, type Timeline } from "../live";
+import { ForkedFrom, ForkPoints, Forks, LINEAGE, RunAgain } from "./task-fork";
 import { numbered, Waterfall } from "./waterfall";
 import { clock, Empty, ErrorBox, Json, Loading, Status, when } from "../ui";
 import { graphql } from "../graphql";
 
-const TASK = graphql(`
-  query ($id: ID!) {
-    task(id: $id) {
-      id
-      status
-      input
-      intent
-      channel
-      error
-      traceId
-      createdAt
-      startedAt
-      completedAt
-      plan {
-        key
-        version
-      }
-      usage {
-        inputTokens
-        outputTokens
-        costMicros
-      }
-      result {
-        content
-        model
-      }
-      pendingReview {
+const TASK = graphql(
+  `
+    query ($id: ID!) {
+      task(id: $id) {
         id
-        stepId
-        reason
-        proposed
-      }
-      steps {
-        stepId
-        tool
-        attempt
         status
-        args
-        output
-        summary
+        input
+        intent
+        channel
         error
+        traceId
+        createdAt
         startedAt
-        finishedAt
-        durationMs
+        completedAt
+        plan {
+          key
+          version
+        }
+        usage {
+          inputTokens
+          outputTokens
+          costMicros
+        }
+        result {
+          content
+          model
+        }
+        pendingReview {
+          id
+          stepId
+          reason
+          proposed
+        }
+        steps {
+          stepId
+          tool
+          attempt
+          status
+          args
+          output
+          summary
+          error
+          startedAt
+          finishedAt
+          durationMs
+        }
+        ...Lineage
       }
     }
-  }
-`);
+  `,
+  [LINEAGE],
+);
 
 const CANCEL = graphql(`
   mutation ($id: ID!) {
@@ -139,6 +146,7 @@ export function TaskPage({ id }: { id: string }) {
         <Status status={task.status} /> · {task.plan ? `${task.plan.key} v${task.plan.version}` : "no plan yet"} ·{" "}
         {task.channel} · started {when(task.startedAt)} · trace <code>{task.traceId}</code>
       </p>
+      <ForkedFrom task={task} />
       <p className="facts" data-testid="usage" aria-live="off">
         {task.usage.inputTokens} input and {task.usage.outputTokens + streaming} output tokens
         {streaming > 0 && ` (${streaming} streaming now, estimated)`} · cost {(task.usage.costMicros / 1e6).toFixed(6)}
@@ -167,6 +175,7 @@ export function TaskPage({ id }: { id: string }) {
         >
           Retry
         </button>
+        <RunAgain task={task} />
         {(cancelled.error || retried.error) && <ErrorBox error={(cancelled.error || retried.error)!} />}
       </div>
       {task.result && (
@@ -176,6 +185,8 @@ export function TaskPage({ id }: { id: string }) {
         </section>
       )}
       <Waterfall steps={task.steps} />
+      <ForkPoints task={task} />
+      <Forks task={task} />
       <div className="columns">
         <section aria-labelledby="timeline-title">
           <h2 id="timeline-title">
