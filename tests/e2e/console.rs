@@ -55,7 +55,7 @@ pub(crate) fn browser() -> (PathBuf, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_works_in_a_real_browser() {
     let (dir, chromium) = browser();
-    let app = TestApp::spawn_with(Backend::Postgres, |c| c.workers = 2).await;
+    let app = TestApp::spawn_with(Backend::Postgres, |c| c.executor_slots = 2).await;
     app.create_tenant("acme").await;
     app.create_tenant("globex").await;
     // initech's task list is paged and filtered: its tasks are started by
