@@ -164,7 +164,7 @@ async fn first_turn_streaming(
 async fn read(app: &TestApp, token: &str, id: &str) -> Value {
     app.graphql(
         Some(token),
-        "query($id: ID!) { task(id: $id) { status error result { content } \
+        "query($id: ID!) { task(id: $id) { status error result { content interrupted rolledBack } \
            steps { stepId status output } events(first: 100) { kind data } } }",
         json!({"id": id}),
     )
@@ -445,6 +445,13 @@ async fn stop_the_first(backend: Backend, strategy: &str) -> (Slow, Value, Value
         first["result"]["content"], "Part one ",
         "the partial text is kept"
     );
+    assert_eq!(first["result"]["interrupted"], true, "{first}");
+    assert_eq!(
+        first["result"]["rolledBack"],
+        strategy == "ROLLBACK",
+        "{first}"
+    );
+    assert_eq!(second["result"]["interrupted"], false, "{second}");
     let step = &first["steps"][0];
     assert_eq!(step["output"]["text"], "Part one ", "{first}");
     assert_eq!(step["output"]["interrupted"], true, "{first}");

@@ -52,6 +52,12 @@ pub struct TaskResult {
     pub tool_calls: u32,
     /// Model calls made.
     pub iterations: u32,
+    /// A newer turn of the conversation stopped this one mid-answer
+    /// (`INTERRUPT` or `ROLLBACK`): `content` is the text so far.
+    pub interrupted: bool,
+    /// The newer turn rolled this one back: the conversation's history
+    /// leaves it out.
+    pub rolled_back: bool,
 }
 
 impl TaskResult {
@@ -59,6 +65,7 @@ impl TaskResult {
     pub fn from_stored(v: &Value) -> Self {
         let text = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default();
         let count = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
+        let flag = |k: &str| v.get(k).and_then(Value::as_bool).unwrap_or(false);
         Self {
             content: text("content").to_owned(),
             model: text("model").to_owned(),
@@ -79,6 +86,8 @@ impl TaskResult {
                 .unwrap_or_default(),
             tool_calls: u32::try_from(count(v.get("tool_calls"))).unwrap_or(u32::MAX),
             iterations: u32::try_from(count(v.get("iterations"))).unwrap_or(u32::MAX),
+            interrupted: flag("interrupted"),
+            rolled_back: flag("rolled_back"),
         }
     }
 }
