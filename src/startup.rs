@@ -68,6 +68,7 @@ pub async fn open_domain(config: &Config, tools: ToolRegistry) -> anyhow::Result
     let mut domain = Domain::with_memory(conn.clone(), tools, events, config.memory_config()?)?;
     domain.policies =
         brainstem_domain::policy::Policies::new(conn.clone(), config.executor_policy());
+    domain.answering_model = answering_model(config);
     if Backend::of(&conn) == Backend::Postgres {
         // Every process hears every other's events and revocations
         // (LISTEN/NOTIFY).
@@ -201,6 +202,35 @@ pub fn model_client(config: &Config) -> anyhow::Result<ModelClient> {
     };
     tracing::debug!(provider = model.provider(), model = %settings.default_model, "language model");
     Ok(ModelClient::new(model, settings))
+}
+
+/// The language model [`model_client`] answers with, named without loading
+/// it: for clients to show (`languageModel`).
+pub fn answering_model(config: &Config) -> llm::AnsweringModel {
+    let (provider, model) = match config.llm_provider() {
+        LlmProvider::Auto | LlmProvider::Offline => ("offline", llm::offline::MODEL.to_owned()),
+        LlmProvider::Local => ("local", local_model_name(config)),
+        LlmProvider::Openai => ("openai", config.llm_model.clone().unwrap_or_default()),
+    };
+    llm::AnsweringModel {
+        provider: provider.to_owned(),
+        model,
+    }
+}
+
+/// The local language model [`local_language_model`] loads.
+#[cfg(feature = "local-models")]
+fn local_model_name(config: &Config) -> String {
+    use brainstem_domain::models::local::{ModelFiles, qwen, smollm};
+    match ModelFiles::at(&config.models_dir).has_agent() {
+        true => qwen::model_name().to_owned(),
+        false => smollm::model_name().to_owned(),
+    }
+}
+
+#[cfg(not(feature = "local-models"))]
+fn local_model_name(_config: &Config) -> String {
+    "none (this build has no local models)".to_owned()
 }
 
 /// The strongest local language model in the models directory (the agent

@@ -139,6 +139,9 @@ const checks = {
     await page.getByRole("button", { name: "New conversation" }).click();
     await page.waitForURL(/#\/conversations\/.+/, { timeout: WAIT });
     const conversation = decodeURIComponent(new URL(page.url()).hash.replace("#/conversations/", ""));
+    // Which model answers: the server's, before any turn, then each
+    // answer's own.
+    await page.getByTestId("answering-model").filter({ hasText: "fake-model (openai)" }).waitFor({ timeout: WAIT });
     const picker = page.getByLabel("While a turn is running, a new message");
     const message = page.getByLabel("Message", { exact: true });
     const turns = page.getByTestId("turn");
@@ -193,6 +196,7 @@ const checks = {
     await release();
     await finished(0, "COMPLETED");
     await turn(0).getByText("Part one done.").waitFor({ timeout: WAIT });
+    assert.equal(await turn(0).getByTestId("turn-model").innerText(), "fake-model");
 
     // ENQUEUE: the kept message is sent; a third waits, queued, and runs
     // once the second has finished.

@@ -703,3 +703,35 @@ async fn the_usage_report_adds_up_the_tasks_run(backend: Backend) {
     let member = app.token(Some("acme"), &[brainstem_domain::Role::Member]);
     assert_eq!(usage(member, before, after).await.error_code(), "FORBIDDEN");
 }
+
+/// `languageModel` names the model that answers by default, for clients to
+/// show before any answer: the offline one unless configured, the
+/// endpoint's model for an OpenAI-compatible one; signed-in callers only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_answering_model_is_named_for_clients() {
+    const QUERY: &str = "{ languageModel { provider model } }";
+    let offline = TestApp::spawn(Backend::Sqlite).await;
+    offline.create_tenant("acme").await;
+    let res = offline
+        .graphql(Some(&offline.admin_token("acme")), QUERY, json!({}))
+        .await;
+    assert_eq!(
+        res.data()["languageModel"],
+        json!({"provider": "offline", "model": "offline"})
+    );
+    assert_eq!(
+        offline.graphql(None, QUERY, json!({})).await.error_code(),
+        "UNAUTHENTICATED"
+    );
+
+    let remote =
+        TestApp::spawn_with(Backend::Sqlite, |c| use_fake(c, "http://127.0.0.1:9/v1")).await;
+    remote.create_tenant("acme").await;
+    let res = remote
+        .graphql(Some(&remote.admin_token("acme")), QUERY, json!({}))
+        .await;
+    assert_eq!(
+        res.data()["languageModel"],
+        json!({"provider": "openai", "model": "fake-model"})
+    );
+}

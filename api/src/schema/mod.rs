@@ -38,6 +38,7 @@ pub mod ids;
 pub mod limits;
 pub mod loaders;
 pub mod memory;
+pub mod models;
 pub mod node;
 pub mod operation;
 pub mod order;
@@ -90,6 +91,7 @@ pub struct Query(
     usage::UsageQuery,
     webhooks::WebhookQuery,
     queue::QueueQuery,
+    models::ModelQuery,
 );
 
 // The mutation root, merged like `Query`.

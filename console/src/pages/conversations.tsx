@@ -49,6 +49,10 @@ const START = graphql(`
 // stopped (`multitask.tsx`).
 const TURNS = graphql(`
   query ($id: ID!) {
+    languageModel {
+      provider
+      model
+    }
     conversation(id: $id) {
       id
       title
@@ -62,6 +66,7 @@ const TURNS = graphql(`
             error
             result {
               content
+              model
               memorySuggestions
             }
             opening: events(first: 2) {
@@ -212,6 +217,11 @@ function Chat({ id }: { id: string }) {
   return (
     <div className="chat">
       <h2>{data?.conversation.title || "Untitled"}</h2>
+      {data?.languageModel && (
+        <p className="muted" data-testid="answering-model">
+          Answers come from {data.languageModel.model} ({data.languageModel.provider})
+        </p>
+      )}
       {multitask && (
         <StrategyPicker id={id} multitask={multitask} onChanged={() => reload({ requestPolicy: "network-only" })} />
       )}
@@ -221,7 +231,12 @@ function Chat({ id }: { id: string }) {
             <p className="you">{turn.input}</p>
             <div className="assistant" data-testid="answer">
               {turn.result ? (
-                <p>{turn.result.content}</p>
+                <>
+                  <p>{turn.result.content}</p>
+                  <p className="muted" data-testid="turn-model">
+                    {turn.result.model}
+                  </p>
+                </>
               ) : turn.error ? (
                 <ErrorBox error={turn.error} />
               ) : (

@@ -182,6 +182,7 @@ export function TaskPage({ id }: { id: string }) {
         <section aria-label="Result">
           <h2>Answer</h2>
           <p className="answer">{task.result.content}</p>
+          <p className="muted">Answered by {task.result.model}</p>
         </section>
       )}
       <Waterfall steps={task.steps} />

@@ -56,6 +56,8 @@ pub struct Domain {
     /// The client every outbound call a tenant's work can steer goes
     /// through (tools, partner tools, webhooks).
     pub outbound: outbound::Outbound,
+    /// The language model that answers by default (set at start-up).
+    pub answering_model: crate::models::llm::AnsweringModel,
     /// The tool lists and OAuth tokens of tenants' MCP servers, kept by
     /// this process.
     pub mcp: mcp::McpClients,
@@ -131,6 +133,7 @@ impl Domain {
             guardrails: guardrails::Guardrails::new(db.clone()),
             outbound: outbound::Outbound::default(),
             mcp: mcp::McpClients::default(),
+            answering_model: Default::default(),
             statements,
             db,
         }

@@ -274,6 +274,25 @@ impl ModelQueue {
     }
 }
 
+/// Which language model answers by default in this process, as a
+/// client may be told (the console says it beside each answer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AnsweringModel {
+    /// `offline`, `local` or `openai`.
+    pub provider: String,
+    /// The model's name (for an OpenAI-compatible endpoint, the one asked for).
+    pub model: String,
+}
+
+impl Default for AnsweringModel {
+    fn default() -> Self {
+        Self {
+            provider: "offline".into(),
+            model: offline::MODEL.into(),
+        }
+    }
+}
+
 /// A streaming language model.
 #[async_trait]
 pub trait LanguageModel: Send + Sync + 'static {
