@@ -33,6 +33,7 @@ use tokio::{net::TcpListener, sync::Semaphore};
 
 use crate::{
     console::{browser, node_checks},
+    double_texting::chunk,
     helpers::{Backend, TestApp, WAIT},
 };
 
@@ -45,15 +46,6 @@ struct Fakes {
     requests: Arc<Mutex<Vec<Value>>>,
     /// An answer takes one permit before its last words; `/release` adds one.
     gate: Arc<Semaphore>,
-}
-
-fn chunk(delta: Value) -> Vec<u8> {
-    format!(
-        "data: {}\n\n",
-        json!({"id": "c", "object": "chat.completion.chunk", "model": "fake-model",
-               "choices": [{"index": 0, "delta": delta, "finish_reason": null}]})
-    )
-    .into_bytes()
 }
 
 /// "Part one " at once, then "done." once released.

@@ -38,7 +38,8 @@ struct Slow {
     release: Arc<Notify>,
 }
 
-fn chunk(delta: Value) -> Vec<u8> {
+/// One server-sent chunk of a streamed completion carrying `delta`.
+pub(crate) fn chunk(delta: Value) -> Vec<u8> {
     format!(
         "data: {}\n\n",
         json!({"id": "c", "object": "chat.completion.chunk", "model": "fake-model",
