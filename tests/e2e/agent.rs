@@ -295,6 +295,17 @@ async fn a_two_tool_loop_ends_with_the_models_answer(backend: Backend) {
     assert_eq!(result["content"], "TIDE is noted.");
     assert_eq!(result["memorySuggestions"], json!(["likes tides"]));
     assert_eq!(result["model"], "fake-model");
+    let answered = task["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|s| s["tool"] == "agent")
+        .unwrap();
+    assert!(
+        answered["output"].get("one_hop").is_none(),
+        "a model that chains calls runs no one-hop loop: {answered}"
+    );
     assert_eq!(
         result["tokenUsage"],
         json!({"input": 10 + 20, "output": 2 + 4}),

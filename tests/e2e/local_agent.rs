@@ -116,6 +116,10 @@ async fn an_agent_step_answers_from_memory_through_a_tool_call() {
         answer.to_lowercase().contains("penicillin"),
         "answer: {answer:?}"
     );
+    // The agent model is weak at chaining calls: the answering step says
+    // it ran one hop.
+    let last = steps.iter().rev().find(|s| s["tool"] == "agent").unwrap();
+    assert_eq!(last["output"]["one_hop"], true, "{task}");
 }
 
 /// Run one turn of `conversation` through the `chat` plan; its answer.

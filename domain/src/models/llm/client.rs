@@ -163,6 +163,11 @@ impl ModelClient {
         self.inner.model.provider()
     }
 
+    /// See [`LanguageModel::one_hop`].
+    pub fn one_hop(&self) -> bool {
+        self.inner.model.one_hop()
+    }
+
     pub fn settings(&self) -> &LlmSettings {
         &self.inner.settings
     }

@@ -303,6 +303,12 @@ pub trait LanguageModel: Send + Sync + 'static {
     fn queue(&self) -> Option<&ModelQueue> {
         None
     }
+    /// Whether the model is weak at chaining tool calls, and so answers
+    /// from the first tools' results with no tools offered: an agent loop
+    /// on it runs one hop (pick a tool → run it → answer) and says so.
+    fn one_hop(&self) -> bool {
+        false
+    }
     /// Send `request`; resolves once the provider accepted it, then the
     /// stream yields text deltas and (at most once) the usage. A stream
     /// error ends the stream.

@@ -73,6 +73,10 @@ pub trait Template: Send + Sync + 'static {
     fn penalise_prompt(&self) -> bool {
         false
     }
+    /// See [`LanguageModel::one_hop`].
+    fn one_hop(&self) -> bool {
+        false
+    }
 }
 
 /// The architectures this runner loads.
@@ -147,6 +151,10 @@ impl LanguageModel for LocalLm {
 
     fn queue(&self) -> Option<&ModelQueue> {
         Some(&self.queue)
+    }
+
+    fn one_hop(&self) -> bool {
+        self.template.one_hop()
     }
 
     async fn stream(

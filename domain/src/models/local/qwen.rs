@@ -69,6 +69,10 @@ impl Template for QwenChat {
         !request.tools.is_empty() && !answering(request)
     }
 
+    fn one_hop(&self) -> bool {
+        true
+    }
+
     fn prompt(&self, request: &CompletionRequest) -> String {
         // One system turn, as the model was tuned: every system message,
         // in order (the agent loop's rules and recalled memories too).

@@ -307,6 +307,7 @@ async fn start(
         messages: messages.iter().map(StoredMessage::from).collect(),
         calls: Vec::new(),
         recalled: layers.recalled,
+        one_hop: ctx.settings.llm.one_hop(),
     })
 }
 
@@ -390,6 +391,11 @@ fn finished(
         (&mut output, serde_json::to_value(&state.messages))
     {
         fields.insert("messages".into(), messages);
+        if state.one_hop {
+            // A model weak at chaining calls answered from the first
+            // tools' results, with no tools offered.
+            fields.insert("one_hop".into(), Value::Bool(true));
+        }
     }
     ToolOutput {
         output,

@@ -160,6 +160,10 @@ pub struct LoopState {
     /// The memories the prompt includes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recalled: Vec<MemoryId>,
+    /// The model runs one hop (`LanguageModel::one_hop`): the step's output
+    /// says so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub one_hop: bool,
 }
 
 impl LoopState {
