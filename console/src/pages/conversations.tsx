@@ -47,12 +47,18 @@ const START = graphql(`
 `);
 // A turn's first and last two events say whether it was queued or
 // stopped (`multitask.tsx`).
-const TURNS = graphql(`
-  query ($id: ID!) {
+// Asked apart from the turns: a conversation another tenant owns is an
+// error that must not take the page with it.
+const ANSWERING = graphql(`
+  query {
     languageModel {
       provider
       model
     }
+  }
+`);
+const TURNS = graphql(`
+  query ($id: ID!) {
     conversation(id: $id) {
       id
       title
@@ -190,6 +196,7 @@ function Chat({ id }: { id: string }) {
     variables: { id },
     requestPolicy: "network-only",
   });
+  const [answering] = useQuery({ query: ANSWERING });
   const [live] = useSubscription<ResultOf<typeof LIVE>, LiveState>(
     { query: LIVE, variables: { id } },
     (state = { text: {}, tools: {}, changes: 0 }, event) => fold(state, event.conversationEvents),
@@ -217,9 +224,9 @@ function Chat({ id }: { id: string }) {
   return (
     <div className="chat">
       <h2>{data?.conversation.title || "Untitled"}</h2>
-      {data?.languageModel && (
+      {answering.data?.languageModel && (
         <p className="muted" data-testid="answering-model">
-          Answers come from {data.languageModel.model} ({data.languageModel.provider})
+          Answers come from {answering.data.languageModel.model} ({answering.data.languageModel.provider})
         </p>
       )}
       {multitask && (
