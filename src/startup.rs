@@ -353,15 +353,10 @@ pub fn models_status(config: &Config) -> String {
         AGENT_PARTS[0].package,
         AGENT_PARTS[AGENT_PARTS.len() - 1].package,
     ));
-    let answering = match (config.llm_provider(), agent) {
-        (LlmProvider::Local, true) => AGENT_MODEL.to_owned(),
-        (LlmProvider::Local, false) => SMOLLM_MODEL.to_owned(),
-        (LlmProvider::Openai, _) => format!(
-            "`{}` at {}",
-            config.llm_model.as_deref().unwrap_or_default(),
-            config.llm_base_url
-        ),
-        (LlmProvider::Auto | LlmProvider::Offline, _) => llm::offline::MODEL.to_owned(),
+    let named = answering_model(config);
+    let answering = match config.llm_provider() {
+        LlmProvider::Openai => format!("`{}` at {}", named.model, config.llm_base_url),
+        _ => named.model,
     };
     out.push_str(&format!("language model answering: {answering}\n"));
     out

@@ -116,3 +116,17 @@ export async function runChecks(checks) {
   await browser.close();
   process.exit(failed ? 1 : 0);
 }
+
+/** Waits until `read()` gives `expected` (polled every 100 ms, up to
+ * `WAIT`): for what the page shows after a change, where old values, a
+ * loading state and new values follow each other. */
+export async function until(read, expected, what) {
+  const deadline = Date.now() + WAIT;
+  for (;;) {
+    const got = await read();
+    if (JSON.stringify(got) === JSON.stringify(expected)) return;
+    assert.ok(Date.now() < deadline, `${what}: ${JSON.stringify(got)}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+

@@ -3,7 +3,7 @@
 
 import assert from "node:assert/strict";
 
-import { axe, base, gql, signIn, tokens, WAIT } from "./harness.mjs";
+import { axe, base, gql, signIn, tokens, until, WAIT } from "./harness.mjs";
 
 /** The texts of a list's entries, in page order. */
 const texts = (locator) => locator.allInnerTexts().then((all) => all.map((t) => t.trim()));
@@ -14,18 +14,6 @@ const firstIs = (locator, text) =>
     .first()
     .filter({ hasText: new RegExp(`^\\s*${text}\\b`) })
     .waitFor({ timeout: WAIT });
-
-/** Waits until `read()` gives `expected` (a list's rows after a filter: the
- * old rows, a loading state and the new rows follow each other). */
-async function until(read, expected, what) {
-  const deadline = Date.now() + WAIT;
-  for (;;) {
-    const got = await read();
-    if (JSON.stringify(got) === JSON.stringify(expected)) return;
-    assert.ok(Date.now() < deadline, `${what}: ${JSON.stringify(got)}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
 
 /** Pages a newest-first list of 30 (`name-29` … `name-0`) in pages of 25 and back. */
 async function pageThrough(page, { entries, pager, name }) {

@@ -12,7 +12,7 @@
 import assert from "node:assert/strict";
 import path from "node:path";
 
-import { axe, base, gql, runChecks, shots, signIn, startFromForm, statusEvent, tokens, WAIT } from "./harness.mjs";
+import { axe, base, gql, runChecks, shots, signIn, startFromForm, statusEvent, tokens, until, WAIT } from "./harness.mjs";
 
 const fakes = process.env.FAKES_URL;
 
@@ -26,17 +26,6 @@ async function fake(route, method = "GET") {
 async function counts() {
   const calls = await fake("/calls");
   return ["s1", "s2", "s3", "s4", "s5"].map((step) => calls.filter((c) => c.step === step).length);
-}
-
-/** Waits until `read()` gives `expected`. */
-async function until(read, expected, what) {
-  const deadline = Date.now() + WAIT;
-  for (;;) {
-    const got = await read();
-    if (JSON.stringify(got) === JSON.stringify(expected)) return;
-    assert.ok(Date.now() < deadline, `${what}: ${JSON.stringify(got)}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
 }
 
 const taskId = (page) => decodeURIComponent(new URL(page.url()).hash.replace("#/tasks/", ""));

@@ -124,10 +124,22 @@ async fn send(
     text: &str,
     multitask: Option<&str>,
 ) -> crate::helpers::Gql {
+    send_on(app, token, conversation, "chat", text, multitask).await
+}
+
+/// Send a turn of plan `plan`.
+async fn send_on(
+    app: &TestApp,
+    token: &str,
+    conversation: &str,
+    plan: &str,
+    text: &str,
+    multitask: Option<&str>,
+) -> crate::helpers::Gql {
     app.graphql(
         Some(token),
         "mutation($input: StartTaskInput!) { startTask(input: $input) { task { id } } }",
-        json!({"input": {"planKey": "chat", "input": text, "conversationId": conversation,
+        json!({"input": {"planKey": plan, "input": text, "conversationId": conversation,
                          "multitask": multitask}}),
     )
     .await
@@ -288,14 +300,7 @@ async fn enqueue_waits_for_a_turn_paused_for_review(backend: Backend) {
     .await
     .data();
     let turn = async |plan: &str, text: &str| {
-        let sent = app
-            .graphql(
-                Some(&token),
-                "mutation($input: StartTaskInput!) { startTask(input: $input) { task { id } } }",
-                json!({"input": {"planKey": plan, "input": text, "conversationId": conversation}}),
-            )
-            .await;
-        id_of(&sent)
+        id_of(&send_on(&app, &token, &conversation, plan, text, None).await)
     };
     let first = turn("checked", "Check this.").await;
     app.run_tasks().await;
@@ -364,14 +369,9 @@ async fn two_retried_turns_run_oldest_first_without_waiting_for_each_other(backe
     .data();
     let mut turns = Vec::new();
     for text in ["one", "two"] {
-        let sent = app
-            .graphql(
-                Some(&token),
-                "mutation($input: StartTaskInput!) { startTask(input: $input) { task { id } } }",
-                json!({"input": {"planKey": "broken", "input": text, "conversationId": conversation}}),
-            )
-            .await;
-        turns.push(id_of(&sent));
+        turns.push(id_of(
+            &send_on(&app, &token, &conversation, "broken", text, None).await,
+        ));
     }
     assert_eq!(app.run_tasks().await, 2);
     let retried = app
