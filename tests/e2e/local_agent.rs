@@ -8,12 +8,18 @@
 //! `/var/tmp/brainstem-cache/models-agent`; `scripts/test` fetches it there
 //! (`brainstem models fetch --agent`, 1.1 GB, once). Each test runs on the
 //! embedded SQLite only: what is tested is the model and the agent loop,
-//! and a run takes tens of seconds of both cores.
+//! and a run takes tens of seconds of both cores. One test drives the model
+//! directly: a prompt that shares the last one's beginning reads only the
+//! rest.
 
 use std::path::PathBuf;
 
 use brainstem::config::{EmbeddingProvider, LlmProvider};
-use brainstem_domain::models::local::ModelFiles;
+use brainstem_domain::{
+    llm::{Chunk, CompletionRequest, LanguageModel, Message, TokenUsage, ToolSpec, prompt},
+    models::local::{ModelFiles, qwen},
+};
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 
 use crate::{
@@ -217,4 +223,95 @@ fn the_agent_model_carries_its_licence_and_notice() {
     assert!(licence.contains("Apache License") && licence.contains("Version 2.0"));
     let notice = std::fs::read_to_string(files.agent_dir().join("NOTICE")).expect("NOTICE");
     assert!(notice.contains("Qwen2.5-Coder"), "{notice}");
+}
+
+/// What a model call streamed (text and calls), and its usage.
+async fn answer(
+    model: &dyn LanguageModel,
+    request: &CompletionRequest,
+) -> (Vec<Chunk>, TokenUsage) {
+    let mut stream = model
+        .stream(request)
+        .await
+        .expect("the model takes the call");
+    let (mut chunks, mut usage) = (Vec::new(), None);
+    while let Some(chunk) = stream.next().await {
+        match chunk.expect("a chunk") {
+            Chunk::Usage(u) => usage = Some(u),
+            chunk => chunks.push(chunk),
+        }
+    }
+    (chunks, usage.expect("usage reported"))
+}
+
+/// An agent's prompts share their beginning (the platform's rules, the
+/// tools): the model keeps what a prompt shares with the last one and
+/// reads only the rest, and answers exactly as from a fresh read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_sharing_the_last_ones_beginning_reads_only_the_rest() {
+    let files = agent_models();
+    let model = tokio::task::spawn_blocking(move || qwen::load(&files))
+        .await
+        .expect("the loading thread")
+        .expect("the agent model loads");
+    let tools = vec![
+        ToolSpec {
+            name: "memory_recall".into(),
+            description: "Find what the tenant's memories say about a question.".into(),
+            parameters: json!({"type": "object", "properties": {"query": {"type": "string"}},
+                               "required": ["query"]}),
+        },
+        ToolSpec {
+            name: "memory_remember".into(),
+            description: "Store a fact in the tenant's memories.".into(),
+            parameters: json!({"type": "object", "properties": {"content": {"type": "string"}},
+                               "required": ["content"]}),
+        },
+    ];
+    let ask = |question: &str| CompletionRequest {
+        messages: prompt::for_call(
+            vec![
+                Message::system(prompt::IMMUTABLE_CORE),
+                Message::user(question),
+            ],
+            true,
+        ),
+        model: qwen::model_name().into(),
+        max_tokens: 40,
+        temperature: 0.0,
+        tools: tools.clone(),
+    };
+    let unrelated = CompletionRequest {
+        messages: vec![Message::user("Say hello.")],
+        max_tokens: 4,
+        tools: Vec::new(),
+        ..ask("")
+    };
+    let question = "Remember that the Berlin office closes at 6pm on Fridays.";
+
+    let (_, cold) = answer(&model, &ask("What is Maria Lopez allergic to?")).await;
+    let (cached, usage) = answer(&model, &ask(question)).await;
+    assert!(cold.cached_input_tokens < 8, "first read: {cold:?}");
+    assert!(
+        usage.input_tokens - usage.cached_input_tokens < 40,
+        "only the question is read again: {usage:?}"
+    );
+
+    answer(&model, &unrelated).await;
+    let (fresh, fresh_usage) = answer(&model, &ask(question)).await;
+    assert!(fresh_usage.cached_input_tokens < 8, "{fresh_usage:?}");
+    assert_eq!(fresh_usage.input_tokens, usage.input_tokens);
+    assert_eq!(cached, fresh, "the same answer as from a fresh read");
+    assert!(
+        cached.iter().any(|c| matches!(c, Chunk::ToolCall(_))),
+        "a call to remember the fact: {cached:?}"
+    );
+
+    // The same prompt again reads only its last token.
+    let (again, again_usage) = answer(&model, &ask(question)).await;
+    assert_eq!(
+        again_usage.cached_input_tokens,
+        again_usage.input_tokens - 1
+    );
+    assert_eq!(again, fresh);
 }

@@ -2,7 +2,8 @@
 //! batch 32), SmolLM2's time to first token and decode tokens per second,
 //! and, when the directory holds the agent model (`models fetch --agent`),
 //! the same for Qwen2.5-Coder-1.5B plus the time it takes to answer an
-//! agent prompt offering five tools with a tool call.
+//! agent prompt offering five tools with a tool call, and the time to its
+//! first token cold and with the system turn and tools already read.
 //! Runs the models as the server does (each on its own thread, through the
 //! `Embedder` and `LanguageModel` traits), from a fetched models directory.
 //!
@@ -20,7 +21,7 @@ use std::{
 
 use anyhow::Context;
 use brainstem_domain::{
-    llm::{Chunk, CompletionRequest, LanguageModel, Message, ToolSpec},
+    llm::{Chunk, CompletionRequest, LanguageModel, Message, ToolSpec, prompt},
     memory::Embedder,
     models::local::{MiniLmEmbedder, ModelFiles, qwen, smollm},
 };
@@ -142,6 +143,7 @@ async fn main() -> anyhow::Result<()> {
     };
     generations(&agent, "agent model", &request, args.generations).await?;
     let tools = five_tools();
+    first_tokens(&agent, &tools).await?;
     for (question, expected) in [
         ("What is Maria Lopez allergic to?", "memory_recall"),
         (
@@ -181,6 +183,53 @@ async fn main() -> anyhow::Result<()> {
             usage.output_tokens,
             started.elapsed().as_secs_f64(),
             called.as_deref().unwrap_or("no call"),
+        );
+    }
+    Ok(())
+}
+
+/// Time to the first token of an agent prompt offering five tools (the
+/// platform's core rules and tool guardrail, the tools, a question): the
+/// first read cold, then other questions after the same system turn, whose
+/// keys and values the model keeps.
+async fn first_tokens(model: &dyn LanguageModel, tools: &[ToolSpec]) -> anyhow::Result<()> {
+    let questions = [
+        "What is Maria Lopez allergic to?",
+        "Remember that the Berlin office closes at 6pm on Fridays.",
+        "Fetch https://api.example.com/orders/42 and tell me its status.",
+        "Which depot ships to Lisbon?",
+    ];
+    for (run, question) in questions.into_iter().enumerate() {
+        let request = CompletionRequest {
+            messages: prompt::for_call(
+                vec![
+                    Message::system(prompt::IMMUTABLE_CORE),
+                    Message::user(question),
+                ],
+                true,
+            ),
+            model: qwen::model_name().into(),
+            max_tokens: 1,
+            temperature: 0.0,
+            tools: tools.to_vec(),
+        };
+        let started = Instant::now();
+        let mut stream = model.stream(&request).await?;
+        let mut usage = None;
+        while let Some(chunk) = stream.next().await {
+            if let Chunk::Usage(u) = chunk? {
+                usage = Some(u);
+            }
+        }
+        let usage = usage.context("no usage reported")?;
+        println!(
+            "agent model, five tools, {}: prompt {} tokens, first token after {:.0} ms",
+            match run {
+                0 => "cold",
+                _ => "system turn and tools cached",
+            },
+            usage.input_tokens,
+            ms(started.elapsed()),
         );
     }
     Ok(())

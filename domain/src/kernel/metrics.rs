@@ -68,7 +68,8 @@ pub struct ModelOutcomeLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TokenLabels {
     pub model: String,
-    /// `input` or `output`.
+    /// `input`, `output`, or `cached_input` (input tokens the provider kept
+    /// from an earlier prompt; also counted in `input`).
     pub kind: &'static str,
 }
 
@@ -256,7 +257,7 @@ pub fn register(registry: &mut Registry) {
     );
     registry.register(
         "llm_tokens",
-        "Language model tokens, by model and kind (input, output)",
+        "Language model tokens, by model and kind (input, output, cached_input: input kept from an earlier prompt)",
         m.llm_tokens.clone(),
     );
     registry.register(

@@ -424,6 +424,7 @@ impl Generation {
                 TokenUsage {
                     input_tokens: self.prompt_estimate,
                     output_tokens: estimate_tokens(&self.text),
+                    cached_input_tokens: 0,
                 },
                 true,
             ),
@@ -439,6 +440,7 @@ impl Generation {
         for (kind, tokens) in [
             ("input", usage.input_tokens),
             ("output", usage.output_tokens),
+            ("cached_input", usage.cached_input_tokens),
         ] {
             m.llm_tokens
                 .get_or_create(&TokenLabels {
@@ -563,6 +565,7 @@ mod tests {
                 Ok(Chunk::Usage(TokenUsage {
                     input_tokens: 7,
                     output_tokens: 2,
+                    cached_input_tokens: 0,
                 })),
             ])))
         }
@@ -606,7 +609,8 @@ mod tests {
             done.usage,
             TokenUsage {
                 input_tokens: 7,
-                output_tokens: 2
+                output_tokens: 2,
+                cached_input_tokens: 0,
             }
         );
         assert!(!done.usage_estimated);
@@ -715,7 +719,8 @@ mod tests {
             done.usage,
             TokenUsage {
                 input_tokens: 5,
-                output_tokens: 2
+                output_tokens: 2,
+                cached_input_tokens: 0,
             }
         );
     }

@@ -226,6 +226,9 @@ pub fn estimate_tokens(text: &str) -> u64 {
 pub struct TokenUsage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Of `input_tokens`, those the provider did not read again: the
+    /// beginning shared with an earlier prompt, kept in its cache.
+    pub cached_input_tokens: u64,
 }
 
 /// What a provider's stream yields.

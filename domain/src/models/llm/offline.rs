@@ -148,6 +148,7 @@ impl LanguageModel for Offline {
             chunks.push(Ok(Chunk::Usage(TokenUsage {
                 input_tokens: request.estimated_prompt_tokens(),
                 output_tokens: output,
+                cached_input_tokens: 0,
             })));
             return Ok(Box::pin(stream::iter(chunks)));
         }
@@ -169,6 +170,7 @@ impl LanguageModel for Offline {
         chunks.push(Ok(Chunk::Usage(TokenUsage {
             input_tokens: request.estimated_prompt_tokens(),
             output_tokens: estimate_tokens(&text),
+            cached_input_tokens: 0,
         })));
         Ok(Box::pin(stream::iter(chunks)))
     }
@@ -219,6 +221,7 @@ mod tests {
             Some(&Chunk::Usage(TokenUsage {
                 input_tokens: req.estimated_prompt_tokens(),
                 output_tokens: estimate_tokens(&text),
+                cached_input_tokens: 0,
             }))
         );
     }

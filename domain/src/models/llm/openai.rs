@@ -297,6 +297,10 @@ pub(crate) fn parse_chunk(data: &str) -> Result<Vec<Chunk>, LlmError> {
         out.push(Chunk::Usage(TokenUsage {
             input_tokens: n("prompt_tokens"),
             output_tokens: n("completion_tokens"),
+            cached_input_tokens: usage
+                .pointer("/prompt_tokens_details/cached_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
         }));
     }
     Ok(out)
@@ -343,7 +347,8 @@ mod tests {
             parse_chunk(usage).unwrap(),
             vec![Chunk::Usage(TokenUsage {
                 input_tokens: 12,
-                output_tokens: 3
+                output_tokens: 3,
+                cached_input_tokens: 0,
             })]
         );
         let null_usage = r#"{"choices":[{"index":0,"delta":{"content":"x"}}],"usage":null}"#;
@@ -382,7 +387,8 @@ mod tests {
                 Ok(Chunk::Delta(", world".into())),
                 Ok(Chunk::Usage(TokenUsage {
                     input_tokens: 9,
-                    output_tokens: 2
+                    output_tokens: 2,
+                    cached_input_tokens: 0,
                 })),
             ]
         );

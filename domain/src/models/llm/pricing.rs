@@ -85,6 +85,7 @@ mod tests {
         let usage = |i, o| TokenUsage {
             input_tokens: i,
             output_tokens: o,
+            cached_input_tokens: 0,
         };
         // 1M input tokens of gpt-4o cost 2.50 units = 2,500,000 micros.
         assert_eq!(prices.cost_micros("gpt-4o", usage(1_000_000, 0)), 2_500_000);

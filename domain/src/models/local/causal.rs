@@ -18,13 +18,17 @@
 //!   timeouts, so hundreds of concurrent model steps take turns instead of
 //!   timing out. A caller that drops the stream stops its generation at
 //!   the next token.
+//! - A model whose cache can be cut back (Qwen2) reads only the part of a
+//!   prompt after what it shares with the tokens already in its cache
+//!   (the system turn and tools, earlier turns, earlier loop iterations);
+//!   the answer is the same as from a fresh read.
 //! - A delta is sent only when it decodes to whole characters (a byte-level
 //!   BPE token may hold half of one); the deltas concatenate to the answer.
 //! - When tools are offered, text that may be the start of a tool call is
 //!   held back until the end; then it leaves as the calls it holds, or as
 //!   text if it holds none. Text that cannot start a call streams at once.
-//! - Usage is counted in real tokens: the prompt and the tokens generated
-//!   (the end token not included).
+//! - Usage is counted in real tokens: the prompt (and how much of it came
+//!   from the cache) and the tokens generated (the end token not included).
 
 use std::{fs, io::BufReader, path::Path, sync::mpsc, thread};
 
@@ -32,14 +36,14 @@ use async_trait::async_trait;
 use candle_core::{Device, Tensor, quantized::gguf_file};
 use candle_transformers::{
     generation::{LogitsProcessor, Sampling},
-    models::{quantized_llama, quantized_qwen2},
+    models::quantized_llama,
     utils::apply_repeat_penalty,
 };
 use futures_util::stream;
 use tokenizers::Tokenizer;
 use tokio::sync::mpsc as async_mpsc;
 
-use super::tool_text;
+use super::{qwen2_net::Qwen2, tool_text};
 use crate::{
     Error, Result,
     models::llm::{
@@ -87,14 +91,29 @@ pub enum Architecture {
 
 enum Weights {
     Llama(quantized_llama::ModelWeights),
-    Qwen2(quantized_qwen2::ModelWeights),
+    Qwen2(Qwen2),
 }
 
 impl Weights {
+    /// Keep at most the first `shared` positions of the key/value cache
+    /// for the next prompt; how many it kept (candle's llama restarts its
+    /// cache at position 0, so none).
+    fn keep(&mut self, shared: usize) -> candle_core::Result<usize> {
+        match self {
+            Weights::Llama(_) => Ok(0),
+            Weights::Qwen2(w) => {
+                w.rewind(shared)?;
+                Ok(w.cached())
+            }
+        }
+    }
+
+    /// Read `input` at `position` (what [`Self::keep`] kept, then each
+    /// position after the last read).
     fn forward(&mut self, input: &Tensor, position: usize) -> candle_core::Result<Tensor> {
         match self {
             Weights::Llama(w) => w.forward(input, position),
-            Weights::Qwen2(w) => w.forward(input, position),
+            Weights::Qwen2(w) => w.forward(input),
         }
     }
 }
@@ -188,6 +207,8 @@ fn serve(mut model: Model, queue: &mpsc::Receiver<Job>) {
 
 struct Model {
     weights: Weights,
+    /// The tokens whose keys and values the cache holds, in order.
+    cached: Vec<u32>,
     tokenizer: Tokenizer,
     end: u32,
     context: usize,
@@ -233,12 +254,12 @@ impl Model {
                     .map_err(|e| fail(&e))?,
             ),
             Architecture::Qwen2 => Weights::Qwen2(
-                quantized_qwen2::ModelWeights::from_gguf(content, &mut reader, &device)
-                    .map_err(|e| fail(&e))?,
+                Qwen2::from_gguf(&content, &mut reader, &device).map_err(|e| fail(&e))?,
             ),
         };
         Ok(Self {
             weights,
+            cached: Vec::new(),
             tokenizer,
             end,
             context,
@@ -258,7 +279,7 @@ impl Model {
             .map_err(|e| invalid(&e))?
             .get_ids()
             .to_vec();
-        if prompt.len() >= self.context {
+        if prompt.is_empty() || prompt.len() >= self.context {
             return Err(LlmError::new(
                 ErrorKind::Rejected,
                 format!(
@@ -283,17 +304,33 @@ impl Model {
         let mut generated: Vec<u32> = Vec::new();
         let mut sent = 0usize;
         let mut text = String::new();
-        let mut input = Tensor::new(prompt.as_slice(), &self.device)
-            .and_then(|t| t.unsqueeze(0))
-            .map_err(|e| invalid(&e))?;
-        let mut position = 0;
+        // What this prompt shares with the cache is not read again (at
+        // least its last token is, for the logits).
+        let shared = self
+            .cached
+            .iter()
+            .zip(&prompt)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(prompt.len() - 1);
+        let reused = self.weights.keep(shared).map_err(|e| invalid(&e))?;
+        self.cached.truncate(reused);
+        let mut position = reused;
+        let mut input = prompt[position..].to_vec();
         while generated.len() < budget {
-            let logits = self
-                .weights
-                .forward(&input, position)
-                .and_then(|l| l.squeeze(0))
-                .map_err(|e| invalid(&e))?;
-            position += input.dim(1).map_err(|e| invalid(&e))?;
+            let logits = Tensor::new(input.as_slice(), &self.device)
+                .and_then(|t| t.unsqueeze(0))
+                .and_then(|t| self.weights.forward(&t, position))
+                .and_then(|l| l.squeeze(0));
+            let logits = match logits {
+                Ok(logits) => logits,
+                Err(e) => {
+                    self.cached.clear();
+                    return Err(invalid(&e));
+                }
+            };
+            position += input.len();
+            self.cached.extend_from_slice(&input);
             // Usually the answer's own tokens only: penalising the prompt's
             // would push the model away from the very words it must quote
             // (a name, a fact from a tool's result).
@@ -330,9 +367,7 @@ impl Model {
                     return Ok(()); // the caller went away
                 }
             }
-            input = Tensor::new(&[next], &self.device)
-                .and_then(|t| t.unsqueeze(0))
-                .map_err(|e| invalid(&e))?;
+            input = vec![next];
         }
         // What was held back: the calls it holds, or the text.
         let calls = match job.calls_tools && text.is_char_boundary(sent) {
@@ -358,6 +393,7 @@ impl Model {
         tail.push(Chunk::Usage(TokenUsage {
             input_tokens: prompt.len() as u64,
             output_tokens: generated.len() as u64,
+            cached_input_tokens: reused as u64,
         }));
         for chunk in tail {
             if job.out.blocking_send(Ok(chunk)).is_err() {

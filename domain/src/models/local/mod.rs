@@ -15,7 +15,9 @@
 //!   each model brings its chat template.
 //! - [`smollm`]: SmolLM2-135M-Instruct (Q8_0): answers, calls no tools.
 //! - [`qwen`]: Qwen2.5-Coder-1.5B-Instruct (Q4_K_M): answers and calls
-//!   tools ([`tool_text`] reads the calls from its text).
+//!   tools ([`tool_text`] reads the calls from its text); [`qwen2_net`]
+//!   is its network, whose key/value cache a new prompt reuses as far as it
+//!   shares the last one's beginning.
 //!
 //! Invariants:
 //! - Inference never runs on the async runtime's worker threads: each model
@@ -31,6 +33,7 @@ pub mod files;
 pub mod gguf_tokenizer;
 pub mod minilm;
 pub mod qwen;
+pub mod qwen2_net;
 pub mod smollm;
 pub mod tool_text;
 
