@@ -522,6 +522,64 @@ async fn a_tool_the_step_does_not_offer_is_refused(backend: Backend) {
     assert_eq!(step_ids(&task), ["answer", "answer:2"]);
 }
 
+for_both_backends!(a_step_says_what_each_tool_is_for);
+/// The model sees the step's words for a tool in place of the tool's own;
+/// a step describing a tool it does not offer fails, saying which.
+async fn a_step_says_what_each_tool_is_for(backend: Backend) {
+    let (script, url) = fake_model(vec![Turn::Text(vec!["Nothing to look up."])]).await;
+    let (app, _) = app_on(backend, &url).await;
+    let task = run_agent(
+        &app,
+        json!({"tools": ["test.lookup", "test.slow"],
+               "tool_descriptions": {"test.lookup": "Look up an order by its number."}}),
+        "Where is order 42?",
+    )
+    .await;
+    assert_eq!(task["status"], "COMPLETED", "{task}");
+    let offered: Vec<(String, String)> = script.requests()[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let f = &t["function"];
+            (
+                f["name"].as_str().unwrap().into(),
+                f["description"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        offered,
+        [
+            (
+                "test_lookup".to_owned(),
+                "Look up an order by its number.".to_owned()
+            ),
+            ("test_slow".to_owned(), "Takes too long.".to_owned()),
+        ]
+    );
+
+    let task = run_agent(
+        &app,
+        json!({"tools": ["test.lookup"], "tool_descriptions": {"test.slow": "Wait."}}),
+        "Where is order 42?",
+    )
+    .await;
+    assert_eq!(task["status"], "FAILED", "{task}");
+    assert!(
+        task["error"]
+            .as_str()
+            .unwrap()
+            .contains("tool_descriptions names `test.slow`, which this step does not offer"),
+        "{task}"
+    );
+    assert_eq!(
+        script.requests().len(),
+        1,
+        "the failing step called no model"
+    );
+}
+
 for_both_backends!(the_offline_model_runs_a_loop_with_no_server);
 
 async fn the_offline_model_runs_a_loop_with_no_server(backend: Backend) {

@@ -22,7 +22,9 @@
 //! reach the model through `memory.recall` or the memories the platform
 //! puts in its prompt; its verdict notes which. `conversation` cases run a
 //! plan that offers no tools, so only the conversation's history can hold
-//! the answer.
+//! the answer. The tenant's plan says, as a tenant would, which source
+//! answers which question (its `system`) and what each tool is for
+//! (`tool_descriptions`).
 //!
 //! ```text
 //! cargo run --release -p brainstem-bench --bin agent_eval -- \
@@ -371,6 +373,16 @@ async fn main() -> anyhow::Result<()> {
          - Anything else: answer directly, without a tool.\n\
          Answer in one short sentence."
     );
+    // And what each tool is for, in the tenant's words.
+    let descriptions = json!({
+        "memory.recall": "Search what the company knows about its people, sites, customers \
+                          and policies. Knows nothing about orders.",
+        "memory.remember": "Store a fact the user asks you to remember or note.",
+        "http_request": format!(
+            "Look up an order at the order service: {{\"url\": \"{service_url}/orders/<number>\"}}. \
+             It answers with the order's status, carrier, total and expected arrival."
+        ),
+    });
     for (key, tools, system) in [
         (
             "assist",
@@ -379,12 +391,17 @@ async fn main() -> anyhow::Result<()> {
         ),
         ("chat", json!([]), "Answer in one short sentence."),
     ] {
+        let descriptions = match key {
+            "assist" => descriptions.clone(),
+            _ => json!({}),
+        };
         server
             .call(
                 "mutation($input: PublishPlanInput!) { publishPlan(input: $input) { plan { id } } }",
                 json!({"input": {"key": key, "intent": format!("eval.{key}"), "steps": [
                     {"id": "answer", "tool": "agent", "args": {
-                        "system": system, "tools": tools, "temperature": 0, "max_tokens": 120}}]}}),
+                        "system": system, "tools": tools, "tool_descriptions": descriptions,
+                        "temperature": 0, "max_tokens": 120}}]}}),
             )
             .await?;
     }

@@ -39,6 +39,8 @@ const MAX_NAME: usize = 64;
 
 /// One tool as the model sees it.
 struct Entry {
+    /// The key a plan names it by (`http_request`, `plan.<key>`).
+    key: String,
     name: String,
     tool: Arc<dyn Tool>,
     description: String,
@@ -67,6 +69,7 @@ impl Menu {
         }) {
             let name = menu.name_for(tool.key());
             menu.entries.push(Entry {
+                key: tool.key().to_owned(),
                 name,
                 description: tool.description().to_owned(),
                 parameters: tool.input_schema(),
@@ -98,6 +101,7 @@ impl Menu {
             };
             let name = self.name_for(&key);
             self.entries.push(Entry {
+                key,
                 name,
                 tool: runner.clone(),
                 description,
@@ -114,6 +118,22 @@ impl Menu {
             });
         }
         self
+    }
+
+    /// The menu with each tool in `descriptions` (by key) described as the
+    /// step says instead of by its own words; the first key it names that
+    /// the menu does not offer is the error.
+    pub fn described(
+        mut self,
+        descriptions: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Self, String> {
+        for (key, text) in descriptions {
+            match self.entries.iter_mut().find(|e| &e.key == key) {
+                Some(entry) => entry.description.clone_from(text),
+                None => return Err(key.clone()),
+            }
+        }
+        Ok(self)
     }
 
     /// The name `key` is offered under, unique in the menu.
@@ -378,6 +398,33 @@ mod tests {
             name: name.into(),
             arguments: arguments.into(),
         }
+    }
+
+    #[test]
+    fn a_step_describes_a_tool_by_its_key_and_names_only_tools_it_offers() {
+        let descriptions = std::collections::BTreeMap::from([(
+            "memory_search".to_owned(),
+            "Look up an order.".to_owned(),
+        )]);
+        let specs = menu().described(&descriptions).expect("offered").specs();
+        let described: Vec<(&str, &str)> = specs
+            .iter()
+            .map(|s| (s.name.as_str(), s.description.as_str()))
+            .collect();
+        assert_eq!(
+            described,
+            [
+                ("memory_search", "test"),
+                ("memory_search_2", "Look up an order.")
+            ],
+            "by key, not by the name the model sees"
+        );
+        let unknown =
+            std::collections::BTreeMap::from([("http_request".to_owned(), "x".to_owned())]);
+        assert_eq!(
+            menu().described(&unknown).err().as_deref(),
+            Some("http_request")
+        );
     }
 
     #[test]

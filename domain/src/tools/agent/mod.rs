@@ -41,6 +41,9 @@
 //!
 //! Arguments: `prompt` (default: the task's input text), `system` (the
 //! step's instructions), `tools` (tool keys to offer instead of all),
+//! `tool_descriptions` (tool key → what the tool is for in this step, in
+//! place of its generic description; a key the step does not offer fails
+//! the step),
 //! `model`, and limits that can only tighten the [`ExecutorPolicy`]:
 //! `max_iterations`, `max_tool_calls`, `max_tokens` (per model call),
 //! `temperature`, `max_task_tokens`. `continues` is the loop's own (the
@@ -94,6 +97,10 @@ impl Tool for Agent {
                 "prompt": {"type": "string", "minLength": 1},
                 "system": {"type": "string"},
                 "tools": {"type": "array", "items": {"type": "string", "minLength": 1}},
+                "tool_descriptions": {
+                    "type": "object",
+                    "additionalProperties": {"type": "string", "minLength": 1, "maxLength": 1000}
+                },
                 "model": {"type": "string", "minLength": 1},
                 "max_iterations": {"type": "integer", "minimum": 1},
                 "max_tool_calls": {"type": "integer", "minimum": 0},
@@ -170,13 +177,18 @@ impl Tool for Agent {
             };
             tools.extend(mcp.map_err(listing)?);
             let menu = calls::Menu::new(tools, allowed);
-            match ports.plans.registry().get(crate::tools::plan_run::KEY) {
+            let menu = match ports.plans.registry().get(crate::tools::plan_run::KEY) {
                 Some(runner) => {
                     let plans = ports.plans.available(scope, now).await.map_err(listing)?;
                     menu.with_plans(&plans, runner, allowed)
                 }
                 None => menu,
-            }
+            };
+            menu.described(&state.descriptions).map_err(|key| {
+                ToolError::fatal(format!(
+                    "tool_descriptions names `{key}`, which this step does not offer"
+                ))
+            })?
         };
         let client = &ctx.settings.llm;
         let mut request = client.request(
@@ -301,6 +313,15 @@ async fn start(
         model: args.get("model").and_then(Value::as_str).map(str::to_owned),
         limits,
         allowed,
+        descriptions: args
+            .get("tool_descriptions")
+            .and_then(Value::as_object)
+            .map(|d| {
+                d.iter()
+                    .filter_map(|(key, text)| Some((key.clone(), text.as_str()?.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default(),
         max_task_tokens: arg_u64(args, "max_task_tokens"),
         tool_calls_made: 0,
         tokens: Tokens::default(),

@@ -6,6 +6,8 @@
 //! step's output: a resumed loop reads it back from the task, never from a
 //! worker's memory.
 
+use std::collections::BTreeMap;
+
 use brainstem_entity::MemoryId;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -147,6 +149,10 @@ pub struct LoopState {
     /// The tools the step allows (keys); none: every tool of the tenant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed: Option<Vec<String>>,
+    /// What the step says each tool is for (by key), in place of the
+    /// tool's own description.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub descriptions: BTreeMap<String, String>,
     /// The step's own token budget for the task, if it set one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_task_tokens: Option<u64>,
