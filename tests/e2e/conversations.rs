@@ -220,16 +220,6 @@ async fn the_prompts_layers_keep_their_order_and_shares(backend: Backend) {
     )
     .await
     .data();
-    // Unrelated to the message: left out of the prompt, though the vector
-    // leg returns it among its nearest.
-    gql(
-        &app,
-        &token,
-        "mutation { remember(input: {content: \"Quarterly tax filings are due by April 30\", importance: 0.9}) { memory { id } } }",
-        json!({}),
-    )
-    .await
-    .data();
     let conversation = start_conversation(&app, &token).await;
     let (task, _) = turn(
         &app,

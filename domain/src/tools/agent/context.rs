@@ -3,8 +3,7 @@
 //! [`crate::models::llm::prompt`]): the tenant's active system prompt, the
 //! preferences of the subject that started the task, the memories most
 //! relevant to the message (importance × relevance; about the task's
-//! subject when it has one; without a subject, only those the message
-//! matched by words or came close to in meaning, [`PROMPT_SIMILARITY`]), and the earlier turns of its conversation
+//! subject when it has one), and the earlier turns of its conversation
 //! (each turn's message and answer; an interrupted turn's text so far,
 //! marked, and no rolled-back turn). Knowledge comes from the knowledge
 //! graph: when the task has a subject, the subject and the entities one
@@ -27,13 +26,6 @@ use crate::{
 
 /// Memories fetched for the prompt, before its share cuts them.
 pub const MEMORIES: usize = 5;
-/// A memory goes into the prompt only if the message matched its words or
-/// comes this close to it in meaning (cosine; paraphrases score above 0.5
-/// with the local embedder, unrelated sentences below 0.15). The vector
-/// leg always returns its nearest memories, however far: unrelated facts
-/// in the prompt cost a small model its attention and steer it to the
-/// memory tools for questions they cannot answer.
-pub const PROMPT_SIMILARITY: f32 = 0.3;
 /// Earlier turns read, before the conversation's share cuts them.
 pub const TURNS: u64 = 20;
 /// Ends the answer of an earlier turn that a newer one interrupted.
@@ -90,15 +82,7 @@ pub async fn gather(
         )
         .await;
     let mut hits = match search {
-        Ok(results) => results
-            .hits
-            .into_iter()
-            .filter(|h| {
-                task.subject_id.is_some()
-                    || h.keyword_rank.is_some()
-                    || h.vector_similarity.is_some_and(|s| s >= PROMPT_SIMILARITY)
-            })
-            .collect(),
+        Ok(results) => results.hits,
         Err(e) => {
             tracing::warn!(task = %ctx.task_id, error = %e, "the agent's memory search failed; no memories in the prompt");
             Vec::new()
