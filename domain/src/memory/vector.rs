@@ -41,6 +41,11 @@
 //! **SQLite** ([`SqliteVectorIndex`]): f32 little-endian blobs, searched
 //! exactly in Rust — an embedded install holds few enough memories per
 //! tenant for a linear scan.
+//!
+//! Imports use the batch forms: [`VectorIndex::upsert_many`] (multi-row
+//! inserts) and [`VectorIndex::nearest_each`] (each query's nearest memory
+//! for a whole batch: one `LATERAL` statement on PostgreSQL, one pass over
+//! the tenant's candidate vectors on SQLite).
 
 use crate::kernel::db::BeginWrite;
 use std::{
