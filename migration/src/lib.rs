@@ -36,6 +36,7 @@ mod m20261128_140000_task_checkpoints;
 mod m20261128_141000_retry_jobs;
 mod m20261128_143000_bitemporal_facts;
 mod m20261128_150000_keyed_in_progress;
+mod m20261128_160000_memory_import_keys;
 
 pub struct Migrator;
 
@@ -74,6 +75,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261128_141000_retry_jobs::Migration),
             Box::new(m20261128_143000_bitemporal_facts::Migration),
             Box::new(m20261128_150000_keyed_in_progress::Migration),
+            Box::new(m20261128_160000_memory_import_keys::Migration),
         ]
     }
 }

@@ -63,6 +63,7 @@ mod mcp_oauth;
 mod mcp_remote_tools;
 mod mcp_resources;
 mod memory;
+mod memory_import;
 mod memory_tools;
 mod metrics;
 mod modes;

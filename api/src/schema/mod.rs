@@ -104,6 +104,7 @@ pub struct Mutation(
     tasks::fork::ForkMutation,
     admin::AdminMutation,
     memory::MemoryMutation,
+    memory::MemoryImportMutation,
     graph::GraphMutation,
     capabilities::CapabilityMutation,
     conversations::ConversationMutation,

@@ -25,6 +25,10 @@
 //!   worked +0.2, failed −0.3, partial +0.05, unknown ±0, clamped to 0..1,
 //!   uses +1. `MEMORY_BANK` and `DOCUMENTS` are authoritative: their score
 //!   never changes, only their uses.
+//! - [`Memories::import`]`(scope, items)` → one [`Imported`] per item
+//!   (`CREATED`, `MERGED`, `SKIPPED`, `FAILED`): up to
+//!   [`MAX_IMPORT_BATCH`] memories at once, each judged as `remember` would,
+//!   idempotent by an item key, written set-based (see [`import`]).
 //! - [`Memories::dossier`]`(scope, subject, now)` → [`Dossier`]: what is
 //!   known about a knowledge-graph entity.
 //! - [`Memories::get`], [`Memories::list`], [`Memories::update`],
@@ -50,6 +54,7 @@
 //! - `record`: the record ([`Memory`], [`Tier`], [`Status`]), its settings,
 //!   versions and event log, and the checks on a write's values.
 //! - `writes`: remember (merge, supersede), update, archive, reindex.
+//! - `import`: batches of memories, idempotent by key.
 //! - `reads`: get, list, mentions, versions, events, and hybrid search.
 //! - `outcomes`: [`Outcome`] and the score rule.
 //! - `dossier`: what is known about a subject.
@@ -67,6 +72,7 @@ pub mod vector;
 
 mod dossier;
 pub mod forget;
+mod import;
 mod outcomes;
 mod reads;
 mod writes;
@@ -81,6 +87,7 @@ use sea_orm::DatabaseConnection;
 
 pub use dossier::Dossier;
 pub use embedder::{Embedder, EmbedderConfig};
+pub use import::{ImportItem, ImportStatus, Imported, MAX_IMPORT_BATCH, MAX_IMPORT_KEY_CHARS};
 pub use maintenance::MaintenanceReport;
 pub use outcomes::{Outcome, OutcomeRecorded};
 pub use reads::{MemoryFilter, SearchHit, SearchMode, SearchQuery, SearchResults};

@@ -41,6 +41,11 @@
 //! **SQLite** ([`SqliteVectorIndex`]): f32 little-endian blobs, searched
 //! exactly in Rust — an embedded install holds few enough memories per
 //! tenant for a linear scan.
+//!
+//! Imports use the batch forms: [`VectorIndex::upsert_many`] (multi-row
+//! inserts) and [`VectorIndex::nearest_each`] (each query's nearest memory
+//! for a whole batch: one `LATERAL` statement on PostgreSQL, one pass over
+//! the tenant's candidate vectors on SQLite).
 
 use crate::kernel::db::BeginWrite;
 use std::{
@@ -109,7 +114,46 @@ pub trait VectorIndex: Send + Sync + 'static {
     async fn maintain(&self) -> Result<u64> {
         Ok(0)
     }
+    /// Store (or replace) many memories' vectors of one model, in the
+    /// caller's transaction: one statement per chunk of rows instead of one
+    /// per memory (imports).
+    async fn upsert_many(
+        &self,
+        txn: &DatabaseTransaction,
+        scope: TenantScope,
+        model: &str,
+        rows: &[(MemoryId, &[f32])],
+    ) -> Result<()> {
+        for (id, v) in rows {
+            self.upsert(txn, scope, *id, model, v).await?;
+        }
+        Ok(())
+    }
+    /// For each query, the most similar memory passing `filter` (what
+    /// [`VectorIndex::nearest`] with `k = 1` answers), for a whole batch of
+    /// queries at once.
+    async fn nearest_each(
+        &self,
+        scope: TenantScope,
+        queries: &[&[f32]],
+        filter: &CandidateFilter,
+    ) -> Result<Vec<Option<Scored>>> {
+        let mut found = Vec::with_capacity(queries.len());
+        for q in queries {
+            found.push(
+                self.nearest(scope, q, 1, filter, false)
+                    .await?
+                    .into_iter()
+                    .next(),
+            );
+        }
+        Ok(found)
+    }
 }
+
+/// Rows per multi-row vector insert (well under both backends' limits on
+/// bound parameters).
+const UPSERT_CHUNK: usize = 200;
 
 /// How the PostgreSQL vector leg searches and indexes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -472,6 +516,113 @@ impl VectorIndex for PgVectorIndex {
             .collect()
     }
 
+    async fn upsert_many(
+        &self,
+        txn: &DatabaseTransaction,
+        scope: TenantScope,
+        model: &str,
+        rows: &[(MemoryId, &[f32])],
+    ) -> Result<()> {
+        for chunk in rows.chunks(UPSERT_CHUNK) {
+            let mut sql = Sql::new(DbBackend::Postgres);
+            sql.push(
+                "INSERT INTO memory_embeddings (memory_id, tenant_id, model, embedding) VALUES ",
+            );
+            for (i, (id, v)) in chunk.iter().enumerate() {
+                check_dimension(v, self.settings.dimension)?;
+                if i > 0 {
+                    sql.push(", ");
+                }
+                sql.push("(")
+                    .bind(id.uuid())
+                    .push(", ")
+                    .bind(scope.tenant_id().uuid())
+                    .push(", ")
+                    .bind(model.to_owned())
+                    .push(", ")
+                    .bind(pg_vector_literal(v))
+                    .push("::vector)");
+            }
+            sql.push(
+                " ON CONFLICT (memory_id) DO UPDATE SET model = EXCLUDED.model, \
+                   embedding = EXCLUDED.embedding",
+            );
+            txn.execute_raw(sql.statement()).await?;
+        }
+        Ok(())
+    }
+
+    /// One statement for the whole batch: each query's nearest memory in a
+    /// `LATERAL` subquery, through the tenant's HNSW index when it has one
+    /// (its few best by half precision, then the exact distance), else
+    /// exactly.
+    async fn nearest_each(
+        &self,
+        scope: TenantScope,
+        queries: &[&[f32]],
+        filter: &CandidateFilter,
+    ) -> Result<Vec<Option<Scored>>> {
+        let mut found = vec![None; queries.len()];
+        if queries.is_empty() {
+            return Ok(found);
+        }
+        let tenant = scope.tenant_id().uuid();
+        let indexed = self.has_own_index(tenant).await?;
+        let half = format!("::halfvec({})", self.settings.dimension);
+        let mut sql = Sql::new(DbBackend::Postgres);
+        sql.push("SELECT q.i, n.memory_id, n.distance FROM (VALUES ");
+        for (i, v) in queries.iter().enumerate() {
+            check_dimension(v, self.settings.dimension)?;
+            if i > 0 {
+                sql.push(", ");
+            }
+            sql.push(&format!("({i}, "))
+                .bind(pg_vector_literal(v))
+                .push("::vector)");
+        }
+        sql.push(") AS q(i, v) CROSS JOIN LATERAL (SELECT e.memory_id, e.embedding <=> q.v AS distance \
+                  FROM memory_embeddings e JOIN memories m ON m.id = e.memory_id WHERE e.tenant_id = ")
+            .bind(tenant)
+            .push(" AND ");
+        tenant_condition(&mut sql, scope);
+        push_filter(&mut sql, scope, filter);
+        if indexed {
+            sql.push(&format!(
+                " ORDER BY e.embedding{half} <=> q.v{half} LIMIT 4) n"
+            ));
+        } else {
+            sql.push(" ORDER BY distance, e.memory_id LIMIT 1) n");
+        }
+        let settings = if indexed {
+            format!(
+                "SET LOCAL plan_cache_mode = force_custom_plan; \
+                 SET LOCAL hnsw.iterative_scan = relaxed_order; \
+                 SET LOCAL hnsw.ef_search = {}",
+                self.settings.ef_search.clamp(1, 1000)
+            )
+        } else {
+            "SET LOCAL plan_cache_mode = force_custom_plan; \
+             SET LOCAL max_parallel_workers_per_gather = 0"
+                .to_owned()
+        };
+        let txn = self.db.begin().await?;
+        txn.execute_unprepared(&settings).await?;
+        let rows = txn.query_all_raw(sql.statement()).await?;
+        txn.commit().await?;
+        for row in rows {
+            let i: i32 = row.try_get("", "i")?;
+            let id: Uuid = row.try_get("", "memory_id")?;
+            let distance: f64 = row.try_get("", "distance")?;
+            let similarity = (1.0 - distance) as f32;
+            if let Some(slot) = usize::try_from(i).ok().and_then(|i| found.get_mut(i))
+                && slot.is_none_or(|(_, best): Scored| similarity > best)
+            {
+                *slot = Some((MemoryId::from(id), similarity));
+            }
+        }
+        Ok(found)
+    }
+
     async fn maintain(&self) -> Result<u64> {
         let pool = self.db.get_postgres_connection_pool();
         let mut conn = pool.acquire().await.map_err(sqlx_error)?;
@@ -547,6 +698,100 @@ impl VectorIndex for SqliteVectorIndex {
         remove(txn, DbBackend::Sqlite, scope, id).await
     }
 
+    async fn upsert_many(
+        &self,
+        txn: &DatabaseTransaction,
+        scope: TenantScope,
+        model: &str,
+        rows: &[(MemoryId, &[f32])],
+    ) -> Result<()> {
+        for chunk in rows.chunks(UPSERT_CHUNK) {
+            let mut sql = Sql::new(DbBackend::Sqlite);
+            sql.push("INSERT INTO memory_embeddings (memory_id, tenant_id, model, dimension, vector) VALUES ");
+            for (i, (id, v)) in chunk.iter().enumerate() {
+                check_dimension(v, self.dimension)?;
+                if i > 0 {
+                    sql.push(", ");
+                }
+                let blob: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                sql.push("(")
+                    .bind(id.uuid())
+                    .push(", ")
+                    .bind(scope.tenant_id().uuid())
+                    .push(", ")
+                    .bind(model.to_owned())
+                    .push(", ")
+                    .bind(self.dimension as i64)
+                    .push(", ")
+                    .bind(blob)
+                    .push(")");
+            }
+            sql.push(
+                " ON CONFLICT (memory_id) DO UPDATE SET model = excluded.model, \
+                   dimension = excluded.dimension, vector = excluded.vector",
+            );
+            txn.execute_raw(sql.statement()).await?;
+        }
+        Ok(())
+    }
+
+    /// One pass over the tenant's candidate vectors for the whole batch.
+    async fn nearest_each(
+        &self,
+        scope: TenantScope,
+        queries: &[&[f32]],
+        filter: &CandidateFilter,
+    ) -> Result<Vec<Option<Scored>>> {
+        let mut found: Vec<Option<Scored>> = vec![None; queries.len()];
+        if queries.is_empty() {
+            return Ok(found);
+        }
+        for q in queries {
+            check_dimension(q, self.dimension)?;
+        }
+        let mut sql = Sql::new(DbBackend::Sqlite);
+        sql.push("SELECT e.memory_id, e.vector FROM memory_embeddings e JOIN memories m ON m.id = e.memory_id WHERE e.tenant_id = ")
+            .bind(scope.tenant_id().uuid())
+            .push(" AND e.dimension = ")
+            .bind(self.dimension as i64)
+            .push(" AND ");
+        tenant_condition(&mut sql, scope);
+        push_filter(&mut sql, scope, filter);
+        let rows = self.db.query_all_raw(sql.statement()).await?;
+        let norms: Vec<f32> = queries.iter().map(|q| norm(q)).collect();
+        let mut v = vec![0f32; self.dimension];
+        for row in rows {
+            let id: Uuid = row.try_get("", "memory_id")?;
+            let blob: Vec<u8> = row.try_get("", "vector")?;
+            for (x, b) in v.iter_mut().zip(blob.chunks_exact(4)) {
+                *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+            let nv = norm(&v);
+            if nv == 0.0 {
+                continue;
+            }
+            let id = MemoryId::from(id);
+            for ((q, nq), slot) in queries.iter().zip(&norms).zip(found.iter_mut()) {
+                if *nq == 0.0 {
+                    continue;
+                }
+                let dot: f32 = q.iter().zip(&v).map(|(a, b)| a * b).sum();
+                let similarity = dot / (nq * nv);
+                // Ties go to the smaller id, as in `nearest`.
+                let better = match slot {
+                    None => true,
+                    Some((best_id, best)) => {
+                        similarity > *best || (similarity == *best && id < *best_id)
+                    }
+                };
+                if better {
+                    *slot = Some((id, similarity));
+                }
+            }
+        }
+        Ok(found)
+    }
+
     async fn nearest(
         &self,
         scope: TenantScope,
@@ -579,6 +824,10 @@ impl VectorIndex for SqliteVectorIndex {
         scored.truncate(k);
         Ok(scored)
     }
+}
+
+fn norm(v: &[f32]) -> f32 {
+    v.iter().map(|x| x * x).sum::<f32>().sqrt()
 }
 
 fn check_dimension(v: &[f32], dimension: usize) -> Result<()> {

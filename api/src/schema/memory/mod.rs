@@ -6,7 +6,9 @@
 //! from the graph area.
 //!
 //! - [`mutation`]: remember, record an outcome, update, archive, reindex.
+//! - [`import`]: `importMemories`, batches of memories with per-item results.
 
+pub mod import;
 pub mod mutation;
 
 use std::collections::HashMap;
@@ -27,7 +29,7 @@ use brainstem_domain::{
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-pub use self::mutation::MemoryMutation;
+pub use self::{import::MemoryImportMutation, mutation::MemoryMutation};
 use super::{
     context::{domain, require_scope},
     graph::{EntityLoader, KgEntity, Neighborhood, entity_id, load_entity},

@@ -1,0 +1,321 @@
+//! `memory_import`: bulk ingest through the real server, on the embedded
+//! SQLite default and on PostgreSQL, side by side.
+//!
+//! Each backend is a fresh database behind a fresh server (rate limits off,
+//! so the figures are the store's). A tenant imports `--memories` distinct
+//! memories (default 100,000) with `importMemories` over HTTP in batches
+//! of `--batch` (1,000, the limit), one batch after another from one
+//! client; the figure is memories stored per second, wall clock, embedding
+//! included. `searchMemories` p95 is measured in a neighbour tenant of
+//! 1,000 memories before and after the import (does a big import slow
+//! other tenants' searches?), and in the importing tenant after it, once
+//! the memory maintenance job has built its vector index (as it would in a
+//! deployment).
+//!
+//! `--embedder hashing` (default) is the offline embedder; `--embedder
+//! local` is MiniLM from `--models-dir` (compare with `local_models`'s
+//! "embeddings/s, batch 32", the embedder's own throughput).
+//!
+//! ```sh
+//! scripts/bench memory_import                          # SQLite, then PostgreSQL, durability on
+//! scripts/bench memory_import --memories 5000 --embedder local --models-dir /var/tmp/brainstem-cache/models
+//! ```
+
+use std::{
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use brainstem::{
+    config::{Config, EmbeddingProvider, LlmProvider},
+    startup::Application,
+};
+use brainstem_bench::{bench_token, ms, percentile};
+use brainstem_domain::Role;
+use clap::{Parser, ValueEnum};
+use secrecy::SecretString;
+use serde_json::{Value, json};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Embedder {
+    Hashing,
+    Local,
+}
+
+#[derive(Parser, Debug)]
+#[command(about = "Bulk memory import through the real server")]
+struct Args {
+    /// A PostgreSQL database to measure too (after the embedded SQLite).
+    #[arg(long)]
+    database_url: Option<String>,
+    /// Memories to import per backend.
+    #[arg(long, default_value_t = 100_000)]
+    memories: usize,
+    /// Items per `importMemories` call (at most 1,000).
+    #[arg(long, default_value_t = 1000)]
+    batch: usize,
+    #[arg(long, value_enum, default_value_t = Embedder::Hashing)]
+    embedder: Embedder,
+    /// A directory filled by `brainstem models fetch` (for `--embedder local`).
+    #[arg(long, env = "BRAINSTEM_MODELS_DIR", default_value = "models")]
+    models_dir: PathBuf,
+    /// Searches per p95 figure.
+    #[arg(long, default_value_t = 200)]
+    searches: usize,
+    /// Skip SQLite (PostgreSQL only).
+    #[arg(long)]
+    no_sqlite: bool,
+}
+
+const IMPORT: &str = "mutation($input: ImportMemoriesInput!) { importMemories(input: $input) { created merged skipped failed } }";
+const SEARCH: &str =
+    "query($q: String!) { searchMemories(query: $q, limit: 10) { hits { memory { id } } } }";
+
+/// One backend's figures.
+struct Figures {
+    backend: &'static str,
+    imported: usize,
+    merged: usize,
+    elapsed: Duration,
+    neighbour_before: Duration,
+    neighbour_after: Duration,
+    own_after: Duration,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    anyhow::ensure!((1..=1000).contains(&args.batch), "--batch must be 1..=1000");
+    if args.embedder == Embedder::Local {
+        anyhow::ensure!(
+            args.models_dir.join("all-MiniLM-L6-v2").exists() || args.models_dir.exists(),
+            "--embedder local needs --models-dir (run `brainstem models fetch`)"
+        );
+    }
+    println!(
+        "memory_import: {} memories per backend in batches of {}, {:?} embedder",
+        args.memories, args.batch, args.embedder
+    );
+    let mut figures = Vec::new();
+    if !args.no_sqlite {
+        let dir = std::env::temp_dir().join(format!("brainstem-import-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir_all(&dir)?;
+        let sqlite = format!("sqlite://{}", dir.join("bench.db").display());
+        let result = backend("SQLite", &sqlite, &args).await;
+        std::fs::remove_dir_all(&dir)?;
+        figures.push(result?);
+    }
+    if let Some(url) = &args.database_url {
+        figures.push(backend("PostgreSQL", url, &args).await?);
+    }
+    println!();
+    println!(
+        "| backend | memories | seconds | memories/s | merged | search p95, neighbour before | neighbour after | importing tenant after |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for f in figures {
+        println!(
+            "| {} | {} | {:.1} | **{:.0}** | {} | {:.1} ms | {:.1} ms | {:.1} ms |",
+            f.backend,
+            f.imported,
+            f.elapsed.as_secs_f64(),
+            f.imported as f64 / f.elapsed.as_secs_f64(),
+            f.merged,
+            ms(f.neighbour_before),
+            ms(f.neighbour_after),
+            ms(f.own_after),
+        );
+    }
+    Ok(())
+}
+
+async fn backend(name: &'static str, database_url: &str, args: &Args) -> anyhow::Result<Figures> {
+    let (embedding_provider, embedding_dimension) = match args.embedder {
+        Embedder::Hashing => (
+            EmbeddingProvider::Offline,
+            Config::default().embedding_dimension,
+        ),
+        Embedder::Local => (EmbeddingProvider::Local, 384),
+    };
+    let config = Config {
+        bind: "127.0.0.1:0".into(),
+        database_url: database_url.to_owned(),
+        jwt_secret: Some(SecretString::from(uuid::Uuid::now_v7().to_string())),
+        // 32 zero bytes: a throwaway key for a throwaway database.
+        connection_encryption_key: Some(SecretString::from(
+            "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+        )),
+        executor_slots: 0,
+        rate_limit_per_key_rps: 0.0,
+        rate_limit_per_tenant_rps: 0.0,
+        log: "warn".into(),
+        llm_provider: LlmProvider::Offline,
+        embedding_provider,
+        embedding_dimension,
+        models_dir: args.models_dir.clone(),
+        ..Config::default()
+    };
+    let app = Application::build(&config).await?;
+    let domain = app.domain().clone();
+    let url = format!("http://{}/graphql", app.local_addr());
+    let auth = brainstem::startup::auth_config(&config, app.domain()).await?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.run_until(async {
+        let _ = stopped.await;
+    }));
+    let http = reqwest::Client::new();
+    let platform = bench_token(&auth, None, Role::PlatformAdmin)?;
+    let mut tokens = Vec::new();
+    for slug in ["neighbour", "importer"] {
+        let created = post(
+            &http,
+            &url,
+            &platform,
+            "mutation($input: CreateTenantInput!) { createTenant(input: $input) { tenant { id } } }",
+            json!({"input": {"slug": slug, "name": slug}}),
+        )
+        .await?;
+        anyhow::ensure!(created.get("errors").is_none(), "createTenant: {created}");
+        tokens.push(bench_token(&auth, Some(slug), Role::Member)?);
+    }
+    let (neighbour, importer) = (&tokens[0], &tokens[1]);
+
+    // The neighbour: 1,000 memories, searched before and after.
+    let (_, merged) = import(&http, &url, neighbour, 1_000_000, 1000, 1000).await?;
+    anyhow::ensure!(merged == 0, "the neighbour's texts merged: {merged}");
+    let neighbour_before = searches(&http, &url, neighbour, 1_000_000, 1000, args.searches).await?;
+
+    let started = Instant::now();
+    let (imported, merged) = import(&http, &url, importer, 0, args.memories, args.batch).await?;
+    let elapsed = started.elapsed();
+    eprintln!(
+        "{name}: {imported} memories in {:.1} s ({:.0}/s)",
+        elapsed.as_secs_f64(),
+        imported as f64 / elapsed.as_secs_f64()
+    );
+
+    let neighbour_after = searches(&http, &url, neighbour, 1_000_000, 1000, args.searches).await?;
+    // What the maintenance job does next: the importing tenant's own
+    // vector index (PostgreSQL; nothing to do on SQLite).
+    let built = domain.memory.index().maintain().await?;
+    eprintln!("{name}: {built} tenant vector index(es) built");
+    let own_after = searches(&http, &url, importer, 0, args.memories, args.searches).await?;
+
+    let _ = stop.send(());
+    server.await??;
+    Ok(Figures {
+        backend: name,
+        imported,
+        merged,
+        elapsed,
+        neighbour_before,
+        neighbour_after,
+        own_after,
+    })
+}
+
+/// Import memories `from..from + count` in batches; (stored, merged).
+async fn import(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    from: usize,
+    count: usize,
+    batch: usize,
+) -> anyhow::Result<(usize, usize)> {
+    let (mut stored, mut merged) = (0, 0);
+    let mut at = from;
+    while at < from + count {
+        let end = (at + batch).min(from + count);
+        let items: Vec<Value> = (at..end)
+            .map(|n| json!({"key": format!("m{n}"), "content": text(n as u64)}))
+            .collect();
+        let body = post(http, url, token, IMPORT, json!({"input": {"items": items}})).await?;
+        let payload = &body["data"]["importMemories"];
+        anyhow::ensure!(
+            body.get("errors").is_none() && payload["failed"] == 0,
+            "importMemories: {}",
+            body.to_string().chars().take(500).collect::<String>()
+        );
+        let created = payload["created"].as_u64().unwrap_or(0) as usize;
+        let m = payload["merged"].as_u64().unwrap_or(0) as usize;
+        stored += created + m;
+        merged += m;
+        at = end;
+    }
+    Ok((stored, merged))
+}
+
+/// p95 of `n` searches for texts among memories `from..from + count`.
+async fn searches(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    from: usize,
+    count: usize,
+    n: usize,
+) -> anyhow::Result<Duration> {
+    let mut latencies = Vec::with_capacity(n);
+    for i in 0..n {
+        let pick = from + (i * 7919) % count.max(1);
+        // The first half of a stored text: a partial, not a copy.
+        let words: Vec<String> = text(pick as u64)
+            .split(' ')
+            .take(5)
+            .map(str::to_owned)
+            .collect();
+        let sent = Instant::now();
+        let body = post(http, url, token, SEARCH, json!({"q": words.join(" ")})).await?;
+        latencies.push(sent.elapsed());
+        anyhow::ensure!(body.get("errors").is_none(), "searchMemories: {body}");
+    }
+    latencies.sort();
+    Ok(percentile(&latencies, 95.0))
+}
+
+/// A sentence unlike every other: eight made-up words drawn from `n`.
+fn text(n: u64) -> String {
+    const SYLLABLES: [&str; 24] = [
+        "ka", "lo", "mi", "ru", "te", "vo", "zan", "pel", "qui", "dor", "sha", "bex", "nu", "fi",
+        "gor", "hal", "jus", "wen", "yot", "cra", "ple", "sto", "mar", "tiv",
+    ];
+    let mut state = n
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut next = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) as usize
+    };
+    let words: Vec<String> = (0..8)
+        .map(|_| {
+            (0..3)
+                .map(|_| SYLLABLES[next() % SYLLABLES.len()])
+                .collect()
+        })
+        .collect();
+    format!(
+        "Record {n}: the {} of {} is {}",
+        words[..3].join(" "),
+        words[3..5].join(" "),
+        words[5..].join(" ")
+    )
+}
+
+async fn post(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    query: &str,
+    variables: Value,
+) -> anyhow::Result<Value> {
+    Ok(http
+        .post(url)
+        .bearer_auth(token)
+        .json(&json!({"query": query, "variables": variables}))
+        .send()
+        .await?
+        .json()
+        .await?)
+}
