@@ -251,7 +251,7 @@ impl Memories {
                 Some(Duplicate::Batch(at)) => Some(at),
                 Some(Duplicate::Stored(model)) => {
                     targets.push(Target {
-                        model,
+                        model: *model,
                         new: false,
                         vector: None,
                         mentions: Vec::new(),
@@ -555,7 +555,7 @@ impl Memories {
         match stored {
             // Already changed by this batch: judged above, on its new text.
             Some(m) if target_of.contains_key(&m.id) => None,
-            Some(m) => Some(Duplicate::Stored(m)),
+            Some(m) => Some(Duplicate::Stored(Box::new(m))),
             None => None,
         }
     }
@@ -707,7 +707,7 @@ enum Duplicate {
     /// A memory the batch already created or merged into (its position).
     Batch(usize),
     /// A stored memory the batch has not touched yet.
-    Stored(memory::Model),
+    Stored(Box<memory::Model>),
 }
 
 /// An item's own checks, as `remember` makes them, and its key's.
