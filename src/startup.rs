@@ -567,6 +567,9 @@ impl Application {
             brainstem_api::router(domain.clone(), api)?.merge(crate::console::routes()),
             EdgeLimits {
                 max_body_bytes: config.http_max_body_bytes,
+                max_upload_bytes: brainstem_api::upload::request_limit(
+                    config.memory_import_max_bytes,
+                ),
                 body_timeout: Duration::from_secs(config.http_body_timeout_secs),
             },
         );

@@ -4,6 +4,9 @@
 //!   with `413` and code `PAYLOAD_TOO_LARGE`: at once when its
 //!   `Content-Length` says so, else when reading passes the limit. A route
 //!   may keep a smaller limit of its own (`DefaultBodyLimit` on the route).
+//!   The one exception is an upload (`POST /graphql` as
+//!   `multipart/form-data`), bounded by [`EdgeLimits::max_upload_bytes`]
+//!   instead, which its reader ([`crate::upload`]) enforces as it reads.
 //! - A request body that has not arrived whole within
 //!   [`EdgeLimits::body_timeout`] of its headers is refused with `408` and
 //!   code `REQUEST_TIMEOUT`, and the connection is closed.
@@ -40,6 +43,8 @@ use crate::error;
 #[derive(Clone, Copy, Debug)]
 pub struct EdgeLimits {
     pub max_body_bytes: usize,
+    /// The largest upload body (see [`crate::upload::request_limit`]).
+    pub max_upload_bytes: usize,
     pub body_timeout: Duration,
 }
 
@@ -47,8 +52,24 @@ impl Default for EdgeLimits {
     fn default() -> Self {
         Self {
             max_body_bytes: 2 * 1024 * 1024,
+            max_upload_bytes: crate::upload::request_limit(
+                brainstem_domain::memory::ImportFileLimits::default().max_bytes,
+            ),
             body_timeout: Duration::from_secs(30),
         }
+    }
+}
+
+/// The Content-Length a request may declare: an upload's limit for an
+/// upload, the body limit for anything else.
+fn declared_limit(request: &Request, limits: &EdgeLimits) -> usize {
+    let upload = request.method() == axum::http::Method::POST
+        && request.uri().path() == "/graphql"
+        && crate::upload::is_multipart(request.headers());
+    if upload {
+        limits.max_upload_bytes
+    } else {
+        limits.max_body_bytes
     }
 }
 
@@ -84,8 +105,9 @@ async fn refusals(State(limits): State<EdgeLimits>, request: Request, next: Next
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limits.max_body_bytes as u64) {
-        return too_large(limits.max_body_bytes);
+    let limit = declared_limit(&request, &limits);
+    if declared.is_some_and(|n| n > limit as u64) {
+        return too_large(limit);
     }
     let timed_out = Arc::new(AtomicBool::new(false));
     let request = request.map(|body| with_deadline(body, limits.body_timeout, timed_out.clone()));

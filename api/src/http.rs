@@ -33,6 +33,11 @@
 //!   be run with (`into_make_service_with_connect_info`).
 //! - Automatic persisted queries work over `POST` and `GET`; a persisted
 //!   mutation is refused over `GET` like any other.
+//! - `POST` with `multipart/form-data` is a file upload (the GraphQL
+//!   multipart request specification, [`crate::upload`]): it must carry a
+//!   preflight-forcing header (`Apollo-Require-Preflight`) and a
+//!   credential, both checked before its body is read; then it runs as any
+//!   request does.
 
 use std::{collections::BTreeMap, net::SocketAddr, time::Instant};
 
@@ -40,7 +45,7 @@ use axum::extract::Path;
 use axum::{
     Extension, Router,
     body::Bytes,
-    extract::{ConnectInfo, MatchedPath, RawQuery, Request, State},
+    extract::{ConnectInfo, FromRequest, MatchedPath, RawQuery, Request, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
     middleware::{Next, from_fn_with_state},
     response::{IntoResponse, Redirect, Response},
@@ -59,7 +64,7 @@ pub use crate::state::{ACTING_TENANT, REQUEST_ID};
 use crate::{
     ApiState,
     error::{self, code_and_message},
-    hooks, metrics, schema, state, ws,
+    hooks, metrics, schema, state, upload, ws,
 };
 
 pub const GRAPHQL_RESPONSE_JSON: &str = "application/graphql-response+json";
@@ -178,7 +183,7 @@ async fn graphql_get(
             .insert(header::ALLOW, HeaderValue::from_static("POST"));
         return response;
     }
-    execute(state, peer, headers, media, request).await
+    execute(state, peer, headers, media, Incoming::Ready(request)).await
 }
 
 /// The GraphQL request in a `GET`'s query string. async-graphql's own parser
@@ -220,11 +225,27 @@ async fn graphql_post(
     State(state): State<ApiState>,
     peer: Peer,
     headers: HeaderMap,
-    body: Bytes,
+    request: Request,
 ) -> Response {
     let Some(media) = Media::negotiate(&headers) else {
         return not_acceptable();
     };
+    if upload::is_multipart(&headers) {
+        if !upload::has_preflight_header(&headers) {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                media,
+                error::BAD_USER_INPUT,
+                &format!(
+                    "a multipart request must carry one of the headers {} (any value), so \
+                     that no other site can send it from a browser",
+                    upload::PREFLIGHT_HEADERS.join(", ")
+                ),
+            );
+        }
+        let incoming = Incoming::Upload(request.into_body());
+        return execute(state, peer, headers, media, incoming).await;
+    }
     let is_json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -234,9 +255,13 @@ async fn graphql_post(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             media,
             error::BAD_USER_INPUT,
-            "send the request as application/json",
+            "send the request as application/json (or multipart/form-data to upload a file)",
         );
     }
+    let body = match Bytes::from_request(request, &state).await {
+        Ok(body) => body,
+        Err(rejection) => return rejection.into_response(),
+    };
     let request: async_graphql::Request = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(err) => {
@@ -249,15 +274,27 @@ async fn graphql_post(
         }
     };
     if !has_document(&request) {
-        return error_response(
-            StatusCode::BAD_REQUEST,
-            media,
-            error::BAD_USER_INPUT,
-            "the request has no document: send it as {\"query\": \"…\"} (or a persisted \
-             query's hash in `extensions`)",
-        );
+        return no_document(media);
     }
-    execute(state, peer, headers, media, request).await
+    execute(state, peer, headers, media, Incoming::Ready(request)).await
+}
+
+/// A `POST` without a document.
+fn no_document(media: Media) -> Response {
+    error_response(
+        StatusCode::BAD_REQUEST,
+        media,
+        error::BAD_USER_INPUT,
+        "the request has no document: send it as {\"query\": \"…\"} (or a persisted \
+         query's hash in `extensions`)",
+    )
+}
+
+/// A request as it reaches execution: read, or a multipart body to be read
+/// once its sender is authenticated.
+enum Incoming {
+    Ready(async_graphql::Request),
+    Upload(axum::body::Body),
 }
 
 /// Run a GraphQL request within its origin (request and trace ids, for
@@ -268,7 +305,7 @@ async fn execute(
     peer: Peer,
     headers: HeaderMap,
     media: Media,
-    request: async_graphql::Request,
+    request: Incoming,
 ) -> Response {
     let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let origin = Origin::of_request(value(REQUEST_ID), value("traceparent"));
@@ -290,7 +327,7 @@ async fn execute_in(
     peer: Peer,
     headers: &HeaderMap,
     media: Media,
-    mut request: async_graphql::Request,
+    incoming: Incoming,
 ) -> Response {
     let authorization = state::authorization(headers);
     let address = peer.as_ref().map(|Extension(ConnectInfo(a))| a.ip());
@@ -310,6 +347,26 @@ async fn execute_in(
             Err(err) => return request_failure(media, &err),
         };
     }
+    // An upload's body is read only once its sender is known.
+    let mut request = match incoming {
+        Incoming::Ready(request) => request,
+        Incoming::Upload(_) if credential.is_none() => {
+            return request_failure(
+                media,
+                &Error::Unauthenticated(
+                    "an upload needs a credential: send `Authorization: Bearer <token>`".into(),
+                ),
+            );
+        }
+        Incoming::Upload(body) => {
+            let max_file = state.domain.memory.import_file_limits().max_bytes;
+            match upload::read(headers, body, max_file).await {
+                Ok(request) if has_document(&request) => request,
+                Ok(_) => return no_document(media),
+                Err(err) => return request_failure(media, &err),
+            }
+        }
+    };
     let access = credential
         .as_ref()
         .and_then(|c| row_security::of_principal(&c.principal));

@@ -34,6 +34,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod schema;
 pub mod state;
+pub mod upload;
 pub mod ws;
 
 pub use http::GRAPHQL_RESPONSE_JSON;

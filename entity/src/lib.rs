@@ -8,7 +8,8 @@
 //!   [`platform_setting`], [`connection`]; the executor's [`plan`],
 //!   [`task`], [`task_step`], [`task_event`], [`artifact`], [`review`],
 //!   [`delegation`]; memory: [`memory`], [`memory_version`],
-//!   [`memory_event`], [`memory_mention`], [`memory_import_key`]; knowledge graph: [`kg_entity`],
+//!   [`memory_event`], [`memory_mention`], [`memory_import_key`],
+//!   [`memory_import_job`], [`memory_import_line`]; knowledge graph: [`kg_entity`],
 //!   [`kg_relation`], [`kg_relation_type`]. Memory embeddings are not an entity: their column type
 //!   differs by backend (see `brainstem_domain::memory::vector`).
 //!   The capability catalogue: [`capability`], [`capability_plan`],
@@ -33,7 +34,9 @@ pub mod kg_relation;
 pub mod kg_relation_type;
 pub mod memory;
 pub mod memory_event;
+pub mod memory_import_job;
 pub mod memory_import_key;
+pub mod memory_import_line;
 pub mod memory_mention;
 pub mod memory_version;
 pub mod plan;

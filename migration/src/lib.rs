@@ -37,6 +37,7 @@ mod m20261128_141000_retry_jobs;
 mod m20261128_143000_bitemporal_facts;
 mod m20261128_150000_keyed_in_progress;
 mod m20261128_160000_memory_import_keys;
+mod m20261129_090000_memory_import_jobs;
 
 pub struct Migrator;
 
@@ -76,6 +77,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261128_143000_bitemporal_facts::Migration),
             Box::new(m20261128_150000_keyed_in_progress::Migration),
             Box::new(m20261128_160000_memory_import_keys::Migration),
+            Box::new(m20261129_090000_memory_import_jobs::Migration),
         ]
     }
 }

@@ -297,6 +297,11 @@ pub struct Config {
     /// Days a deleted memory or knowledge-graph entity stays restorable
     /// before maintenance purges it.
     pub memory_purge_after_days: u32,
+    /// Largest file a memory import job (`startMemoryImport`) takes, in
+    /// bytes.
+    pub memory_import_max_bytes: usize,
+    /// Most lines with content a memory import job takes.
+    pub memory_import_max_lines: usize,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -426,6 +431,8 @@ impl Default for Config {
             memory_bank_capacity: memory.memory_bank_capacity,
             memory_maintenance_interval_secs: 1800,
             memory_purge_after_days: 30,
+            memory_import_max_bytes: memory.import_file.max_bytes,
+            memory_import_max_lines: memory.import_file.max_lines,
             memory_hnsw_ef_search: memory.hnsw_ef_search,
             memory_tenant_index_rows: memory.tenant_index_rows,
         }
@@ -613,6 +620,10 @@ impl Config {
             hnsw_ef_search: self.memory_hnsw_ef_search,
             tenant_index_rows: self.memory_tenant_index_rows,
             purge_after_days: self.memory_purge_after_days,
+            import_file: brainstem_domain::memory::ImportFileLimits {
+                max_bytes: self.memory_import_max_bytes,
+                max_lines: self.memory_import_max_lines,
+            },
         })
     }
 

@@ -71,6 +71,9 @@ impl Config {
         if !(1..=3650).contains(&self.memory_purge_after_days) {
             bail!("memory_purge_after_days must be 1-3650");
         }
+        if self.memory_import_max_bytes == 0 || self.memory_import_max_lines == 0 {
+            bail!("memory_import_max_bytes and memory_import_max_lines must be at least 1");
+        }
         if self.http_max_response_bytes == 0 {
             bail!("http_max_response_bytes must be at least 1");
         }

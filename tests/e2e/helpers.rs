@@ -488,8 +488,14 @@ impl WsClient {
 
     /// The next text message or the close, skipping pings.
     pub async fn next_event(&mut self) -> WsEvent {
+        self.next_event_within(WAIT).await
+    }
+
+    /// [`WsClient::next_event`], for a message that may take up to `wait`
+    /// (a long job's next step on a slow backend).
+    pub async fn next_event_within(&mut self, wait: Duration) -> WsEvent {
         loop {
-            let message = tokio::time::timeout(WAIT, self.stream.next())
+            let message = tokio::time::timeout(wait, self.stream.next())
                 .await
                 .expect("the server answers in time");
             match message {

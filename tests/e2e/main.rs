@@ -64,6 +64,7 @@ mod mcp_remote_tools;
 mod mcp_resources;
 mod memory;
 mod memory_import;
+mod memory_import_job;
 mod memory_tools;
 mod metrics;
 mod modes;

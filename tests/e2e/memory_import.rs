@@ -55,7 +55,7 @@ async fn import(app: &TestApp, token: &str, items: &[Value]) -> Value {
 /// A text unlike every other one: eight made-up words drawn from the
 /// item's number (the hashing embedder sees words and trigrams, so
 /// numbered copies of one sentence would look alike).
-fn text(n: u64) -> String {
+pub(crate) fn text(n: u64) -> String {
     const SYLLABLES: [&str; 24] = [
         "ka", "lo", "mi", "ru", "te", "vo", "zan", "pel", "qui", "dor", "sha", "bex", "nu", "fi",
         "gor", "hal", "jus", "wen", "yot", "cra", "ple", "sto", "mar", "tiv",
@@ -80,7 +80,7 @@ fn text(n: u64) -> String {
 }
 
 /// How many rows of `table` the tenant has.
-async fn count(app: &TestApp, table: &str, tenant_id: &str) -> i64 {
+pub(crate) async fn count(app: &TestApp, table: &str, tenant_id: &str) -> i64 {
     let db = app.outside_db().await;
     let backend = db.get_database_backend();
     let placeholder = if backend == sea_orm::DbBackend::Postgres {

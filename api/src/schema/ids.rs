@@ -23,6 +23,7 @@ pub enum NodeType {
     CapabilitySubscription,
     Conversation,
     RetryJob,
+    MemoryImportJob,
 }
 
 impl NodeType {
@@ -42,6 +43,7 @@ impl NodeType {
             NodeType::CapabilitySubscription => "CapabilitySubscription",
             NodeType::Conversation => "Conversation",
             NodeType::RetryJob => "RetryJob",
+            NodeType::MemoryImportJob => "MemoryImportJob",
         }
     }
 
@@ -61,6 +63,7 @@ impl NodeType {
             "CapabilitySubscription" => Some(NodeType::CapabilitySubscription),
             "Conversation" => Some(NodeType::Conversation),
             "RetryJob" => Some(NodeType::RetryJob),
+            "MemoryImportJob" => Some(NodeType::MemoryImportJob),
             _ => None,
         }
     }
@@ -72,15 +75,9 @@ pub fn encode(ty: NodeType, id: Uuid) -> ID {
 
 /// Decode any global id.
 pub fn decode(id: &ID) -> Result<(NodeType, Uuid), Error> {
-    let malformed = || Error::validation(format!("`{}` is not a valid id", id.as_str()));
-    let bytes = URL_SAFE_NO_PAD
-        .decode(id.as_str().trim_end_matches('='))
-        .map_err(|_| malformed())?;
-    let text = String::from_utf8(bytes).map_err(|_| malformed())?;
-    let (ty, uuid) = text.split_once(':').ok_or_else(malformed)?;
-    let ty = NodeType::parse(ty).ok_or_else(malformed)?;
-    let uuid = Uuid::parse_str(uuid).map_err(|_| malformed())?;
-    Ok((ty, uuid))
+    brainstem_domain::page::parse_global_id(id.as_str())
+        .and_then(|(ty, uuid)| Some((NodeType::parse(&ty)?, uuid)))
+        .ok_or_else(|| Error::validation(format!("`{}` is not a valid id", id.as_str())))
 }
 
 /// Decode a global id that must be of one type.

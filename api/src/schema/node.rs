@@ -34,6 +34,7 @@ pub enum Node {
     CapabilitySubscription(capabilities::CapabilitySubscription),
     Conversation(conversations::Conversation),
     RetryJob(tasks::RetryJob),
+    MemoryImportJob(memory::MemoryImportJob),
 }
 
 #[derive(Default)]
@@ -76,6 +77,9 @@ impl NodeQuery {
                 .await
                 .map(Node::Conversation),
             NodeType::RetryJob => tasks::retry_job_node(ctx, uuid).await.map(Node::RetryJob),
+            NodeType::MemoryImportJob => memory::import_job_node(ctx, uuid)
+                .await
+                .map(Node::MemoryImportJob),
             _ => Err(Error::not_found("node")).gql(),
         }
     }

@@ -1,4 +1,5 @@
-//! Subscriptions: a task's events (resumable) and live task updates.
+//! Subscriptions: a task's events (resumable), live task updates, and a
+//! memory import job's progress.
 //!
 //! Each WebSocket connection may hold a bounded number of subscriptions at
 //! once ([`SubscriptionSlots`]); one more answers `RATE_LIMITED`.
@@ -13,9 +14,10 @@ use brainstem_domain::{Error, TaskId, events, metrics::metrics};
 use futures_util::{Stream, StreamExt, stream::BoxStream};
 
 use super::{
-    context::{RenderOne, domain, principal},
+    context::{RenderOne, domain, principal, require_scope},
     conversations,
     ids::{self, NodeType},
+    memory::{MemoryImportJob, import_job_id},
     tasks::{Task, TaskEvent, TaskStatus},
 };
 use crate::error::ResultExt;
@@ -217,5 +219,27 @@ impl Subscription {
             };
             async move { keep }
         }))
+    }
+
+    /// A memory import job as it is now, then each time its progress
+    /// changes, ending after it completes. Works wherever the job runs:
+    /// a change made in this server process is sent at once, one made by
+    /// another process when the job is next read (every 250 ms). Another
+    /// tenant's job is `NOT_FOUND`, before anything streams.
+    async fn memory_import_job(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+    ) -> async_graphql::Result<BoxStream<'static, async_graphql::Result<MemoryImportJob>>> {
+        let scope = require_scope(ctx, "memory:read")?;
+        let id = import_job_id(&id)?;
+        let jobs = domain(ctx).memory.watch_import_job(scope, id).await.gql()?;
+        let guard = slot(ctx)?;
+        Ok(jobs
+            .map(move |job| {
+                let _held = &guard;
+                job.map(MemoryImportJob).gql()
+            })
+            .boxed())
     }
 }

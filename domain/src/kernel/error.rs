@@ -60,6 +60,38 @@ impl Error {
     pub fn internal(cause: impl std::fmt::Display) -> Self {
         Self::Internal(cause.to_string())
     }
+
+    /// The error as stored with what it refused (a failed import line):
+    /// a stable name of its kind and its text; [`Error::stored`] gives it
+    /// back. A rate limit is stored as a conflict (its wait is long past
+    /// when it is read).
+    pub fn to_stored(&self) -> (&'static str, String) {
+        match self {
+            Self::Unauthenticated(m) => ("unauthenticated", m.clone()),
+            Self::Forbidden(m) => ("forbidden", m.clone()),
+            Self::NotFound(m) => ("not_found", m.clone()),
+            Self::Validation(m) => ("validation", m.clone()),
+            Self::Conflict(m) | Self::RateLimited { message: m, .. } => ("conflict", m.clone()),
+            Self::InvalidTransition(m) => ("invalid_transition", m.clone()),
+            Self::Unavailable(m) => ("unavailable", m.clone()),
+            Self::Internal(m) => ("internal", m.clone()),
+        }
+    }
+
+    /// An error as [`Error::to_stored`] stored it; an unknown kind is
+    /// internal.
+    pub fn stored(kind: &str, text: String) -> Self {
+        match kind {
+            "unauthenticated" => Self::Unauthenticated(text),
+            "forbidden" => Self::Forbidden(text),
+            "not_found" => Self::NotFound(text),
+            "validation" => Self::Validation(text),
+            "conflict" => Self::Conflict(text),
+            "invalid_transition" => Self::InvalidTransition(text),
+            "unavailable" => Self::Unavailable(text),
+            _ => Self::Internal(text),
+        }
+    }
 }
 
 /// Database errors become domain errors here and only here: a unique

@@ -21,6 +21,7 @@ pub mod db_files;
 pub mod db_write;
 pub mod error;
 pub mod http_client;
+pub mod job_lease;
 pub mod json_schema;
 pub mod metrics;
 pub mod origin;

@@ -40,6 +40,27 @@ pub fn global_id(type_name: &str, id: Uuid) -> String {
     URL_SAFE_NO_PAD.encode(format!("{type_name}:{id}"))
 }
 
+/// The type name and UUID of a global id ([`global_id`]), if it is one.
+pub fn parse_global_id(id: &str) -> Option<(String, Uuid)> {
+    use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
+    let bytes = URL_SAFE_NO_PAD.decode(id.trim_end_matches('=')).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let (type_name, uuid) = text.split_once(':')?;
+    Some((type_name.to_owned(), Uuid::parse_str(uuid).ok()?))
+}
+
+/// The UUID of a global id of a `type_name` row; a malformed id, or one of
+/// another type, is a validation error.
+pub fn global_id_of(id: &str, type_name: &str) -> Result<Uuid> {
+    match parse_global_id(id) {
+        Some((ty, uuid)) if ty == type_name => Ok(uuid),
+        Some(_) => Err(Error::validation(format!(
+            "`{id}` is not an id of a {type_name}"
+        ))),
+        None => Err(Error::validation(format!("`{id}` is not a valid id"))),
+    }
+}
+
 pub const DEFAULT_PAGE_SIZE: u64 = 20;
 pub const MAX_PAGE_SIZE: u64 = 100;
 

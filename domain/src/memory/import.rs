@@ -71,7 +71,7 @@ pub struct ImportItem {
 }
 
 /// What became of an item.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ImportStatus {
     /// Stored as a new memory.
     Created,
@@ -81,6 +81,17 @@ pub enum ImportStatus {
     Skipped,
     /// Refused; see its error.
     Failed,
+}
+
+impl ImportStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "CREATED",
+            Self::Merged => "MERGED",
+            Self::Skipped => "SKIPPED",
+            Self::Failed => "FAILED",
+        }
+    }
 }
 
 /// The outcome of one item.

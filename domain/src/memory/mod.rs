@@ -29,6 +29,12 @@
 //!   (`CREATED`, `MERGED`, `SKIPPED`, `FAILED`): up to
 //!   [`MAX_IMPORT_BATCH`] memories at once, each judged as `remember` would,
 //!   idempotent by an item key, written set-based (see [`import`]).
+//! - [`Memories::start_import_job`]`(scope, created_by, file_name, file)`
+//!   → [`ImportJob`]: a JSON Lines file stored as a durable job and
+//!   imported in the background in batches through `import`, resumable
+//!   after a crash; [`Memories::import_job`], [`Memories::import_jobs`],
+//!   [`Memories::import_job_errors`] and [`Memories::watch_import_job`]
+//!   read its progress (see [`import_job`], [`import_job_run`]).
 //! - [`Memories::dossier`]`(scope, subject, now)` → [`Dossier`]: what is
 //!   known about a knowledge-graph entity.
 //! - [`Memories::get`], [`Memories::list`], [`Memories::update`],
@@ -55,6 +61,8 @@
 //!   versions and event log, and the checks on a write's values.
 //! - `writes`: remember (merge, supersede), update, archive, reindex.
 //! - `import`: batches of memories, idempotent by key.
+//! - `import_job`, `import_job_run`, `import_line`: a JSON Lines file as a
+//!   durable import job, its runner, and the reading of one line.
 //! - `reads`: get, list, mentions, versions, events, and hybrid search.
 //! - `outcomes`: [`Outcome`] and the score rule.
 //! - `dossier`: what is known about a subject.
@@ -73,6 +81,9 @@ pub mod vector;
 mod dossier;
 pub mod forget;
 mod import;
+pub mod import_job;
+pub mod import_job_run;
+mod import_line;
 mod outcomes;
 mod reads;
 mod writes;
@@ -88,6 +99,10 @@ use sea_orm::DatabaseConnection;
 pub use dossier::Dossier;
 pub use embedder::{Embedder, EmbedderConfig};
 pub use import::{ImportItem, ImportStatus, Imported, MAX_IMPORT_BATCH, MAX_IMPORT_KEY_CHARS};
+pub use import_job::{
+    ImportFileLimits, ImportJob, ImportJobStatus, ImportLineError, MAX_IMPORT_ERRORS_PAGE,
+};
+pub use import_job_run::{IMPORT_JOB_LEASE, derived_key};
 pub use maintenance::MaintenanceReport;
 pub use outcomes::{Outcome, OutcomeRecorded};
 pub use reads::{MemoryFilter, SearchHit, SearchMode, SearchQuery, SearchResults};
@@ -112,6 +127,8 @@ pub struct Memories {
     config: Arc<MemoryConfig>,
     /// Lexemes too common to search for (PostgreSQL statistics).
     common: Arc<keyword::CommonLexemes>,
+    /// Import jobs' progress, announced within this process.
+    import_progress: import_job::ImportProgress,
 }
 
 impl Memories {
@@ -142,6 +159,7 @@ impl Memories {
             index,
             config: Arc::new(config),
             common: Arc::default(),
+            import_progress: import_job::ImportProgress::default(),
         }
     }
 

@@ -138,6 +138,8 @@ pub struct MemoryConfig {
     /// Days a deleted memory or entity stays restorable before maintenance
     /// purges it.
     pub purge_after_days: u32,
+    /// How large a file a memory import job takes.
+    pub import_file: super::ImportFileLimits,
 }
 
 impl Default for MemoryConfig {
@@ -150,6 +152,7 @@ impl Default for MemoryConfig {
             hnsw_ef_search: 250,
             tenant_index_rows: 10_000,
             purge_after_days: super::forget::PURGE_AFTER_DAYS,
+            import_file: super::ImportFileLimits::default(),
         }
     }
 }

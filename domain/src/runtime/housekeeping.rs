@@ -10,7 +10,8 @@
 //!   one (5 s by default; start-up sets the lease, from 1 to 30 s): tasks
 //!   whose lease expired (a crashed or frozen process) go back to the queue
 //!   with an event ([`Housekeeping::reap_expired`]), bulk retries whose
-//!   runner is gone are taken up (`Tasks::resume_retry_jobs`), trials that
+//!   runner is gone are taken up (`Tasks::resume_retry_jobs`), and so are
+//!   memory import jobs (`Memories::resume_import_jobs`), trials that
 //!   ended are stored as expired (`Capabilities::expire_trials`), and the
 //!   schedules' due runs start (`Schedules::run_due`).
 //!
@@ -143,7 +144,8 @@ impl Housekeeping {
         }
     }
 
-    /// Reap expired leases, store ended trials, start due schedules.
+    /// Reap expired leases, take up abandoned jobs, store ended trials,
+    /// start due schedules.
     async fn sweep(&self) {
         if let Err(err) = self.reap_expired(Utc::now()).await {
             tracing::error!(%err, "reaper error");
@@ -152,6 +154,11 @@ impl Housekeeping {
             Ok(0) => {}
             Ok(n) => tracing::info!(jobs = n, "took up abandoned bulk retries"),
             Err(err) => tracing::error!(%err, "bulk retry sweep error"),
+        }
+        match self.domain.memory.resume_import_jobs(Utc::now()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(jobs = n, "took up abandoned memory imports"),
+            Err(err) => tracing::error!(%err, "memory import sweep error"),
         }
         if let Err(err) = self.domain.capabilities.expire_trials(Utc::now()).await {
             tracing::error!(%err, "trial expiry error");

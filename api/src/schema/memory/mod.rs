@@ -7,8 +7,11 @@
 //!
 //! - [`mutation`]: remember, record an outcome, update, archive, reindex.
 //! - [`import`]: `importMemories`, batches of memories with per-item results.
+//! - [`import_job`]: `startMemoryImport`, a JSON Lines file imported in the
+//!   background as a job, and the job's progress.
 
 pub mod import;
+pub mod import_job;
 pub mod mutation;
 
 use std::collections::HashMap;
@@ -29,7 +32,12 @@ use brainstem_domain::{
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-pub use self::{import::MemoryImportMutation, mutation::MemoryMutation};
+pub(crate) use self::import_job::{import_job_id, import_job_node};
+pub use self::{
+    import::MemoryImportMutation,
+    import_job::{MemoryImportJob, MemoryImportJobMutation, MemoryImportJobQuery},
+    mutation::MemoryMutation,
+};
 use super::{
     context::{domain, require_scope},
     graph::{EntityLoader, KgEntity, Neighborhood, entity_id, load_entity},

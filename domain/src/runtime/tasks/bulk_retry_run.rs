@@ -9,8 +9,9 @@
 //! goes on with the items still pending.
 //!
 //! Invariants:
-//! - One runner per job at a time: the lease is taken by a compare-and-set
-//!   (free, expired, or already ours) and renewed before every batch.
+//! - One runner per job at a time: the lease ([`job_lease`]) is taken by a
+//!   compare-and-set (free, expired, or already ours) and renewed before
+//!   every batch.
 //! - Even two runners on one job (a lease lost mid-batch) handle an item
 //!   once: an item's outcome is written, guarded on it being pending, in
 //!   the transaction that retries its task.
@@ -21,12 +22,13 @@
 use std::time::Duration;
 
 use super::{
-    bulk_retry::{ItemOutcome, RetryJobStatus, retry_changes},
+    bulk_retry::{ItemOutcome, retry_changes},
     *,
 };
 use crate::kernel::{
     db::BeginWrite,
-    row_security::{self, Bypass, as_platform},
+    job_lease::{self, JobColumns, LeasedJob},
+    row_security,
 };
 use brainstem_entity::{retry_job, retry_job_item};
 
@@ -72,7 +74,16 @@ impl Tasks {
         let mut handled = 0;
         let mut at = take_over_at;
         loop {
-            if !self.take_lease(scope, id, owner, at.take()).await? {
+            if !job_lease::take::<retry_job::Entity, _>(
+                &self.db,
+                scope,
+                id,
+                owner,
+                RETRY_JOB_LEASE,
+                at.take(),
+            )
+            .await?
+            {
                 return Ok(handled);
             }
             let want = budget.map_or(BATCH, |b| BATCH.min(b - handled));
@@ -87,7 +98,7 @@ impl Tasks {
                 .all(&self.db)
                 .await?;
             if items.is_empty() {
-                self.finish(scope, id, owner).await?;
+                job_lease::finish::<retry_job::Entity, _>(&self.db, scope, id, owner).await?;
                 return Ok(handled);
             }
             let job = retry_job::Entity::find_by_id_in(scope, id)
@@ -99,55 +110,6 @@ impl Tasks {
                 handled += 1;
             }
         }
-    }
-
-    /// Take or renew the lease of a running job; whether this runner may
-    /// go on.
-    async fn take_lease(
-        &self,
-        scope: TenantScope,
-        id: Uuid,
-        owner: &str,
-        expired_before: Option<DateTime<Utc>>,
-    ) -> Result<bool> {
-        use retry_job::Column as J;
-        let now = Utc::now();
-        let until = now + chrono::Duration::from_std(RETRY_JOB_LEASE).map_err(Error::internal)?;
-        let taken = retry_job::Entity::update_many_in(scope)
-            .col_expr(J::LeaseOwner, Expr::value(owner))
-            .col_expr(J::LeaseExpiresAt, Expr::value(until))
-            .col_expr(J::UpdatedAt, Expr::value(now))
-            .filter(J::Id.eq(id))
-            .filter(J::Status.eq(RetryJobStatus::Running.as_str()))
-            .filter(
-                Condition::any()
-                    .add(J::LeaseOwner.is_null())
-                    .add(J::LeaseOwner.eq(owner))
-                    .add(J::LeaseExpiresAt.lt(expired_before.unwrap_or(now))),
-            )
-            .exec(&self.db)
-            .await?;
-        Ok(taken.rows_affected == 1)
-    }
-
-    /// Mark a job whose items all have their outcome completed.
-    async fn finish(&self, scope: TenantScope, id: Uuid, owner: &str) -> Result<()> {
-        use retry_job::Column as J;
-        let now = Utc::now();
-        retry_job::Entity::update_many_in(scope)
-            .col_expr(J::Status, Expr::value(RetryJobStatus::Completed.as_str()))
-            .col_expr(J::LeaseOwner, Expr::value(Option::<String>::None))
-            .col_expr(
-                J::LeaseExpiresAt,
-                Expr::value(Option::<DateTime<Utc>>::None),
-            )
-            .col_expr(J::FinishedAt, Expr::value(now))
-            .col_expr(J::UpdatedAt, Expr::value(now))
-            .filter(J::Id.eq(id))
-            .filter(J::LeaseOwner.eq(owner))
-            .exec(&self.db)
-            .await?;
-        Ok(())
     }
 
     /// Retry one item's task if it is still as matched, and record the
@@ -230,28 +192,25 @@ impl Tasks {
     /// expired before `now`, or never taken): each goes on in the
     /// background under its tenant's scope. How many were taken up.
     pub async fn resume_retry_jobs(&self, now: DateTime<Utc>) -> Result<usize> {
-        // unscoped: the sweep looks at every tenant's abandoned jobs; it
-        // reads only ids and tenants, and each job runs under its tenant.
-        let abandoned: Vec<(Uuid, Uuid)> = as_platform(
-            Bypass::Queue,
-            retry_job::Entity::find()
-                .filter(retry_job::Column::Status.eq(RetryJobStatus::Running.as_str()))
-                .filter(
-                    Condition::any()
-                        .add(retry_job::Column::LeaseExpiresAt.is_null())
-                        .add(retry_job::Column::LeaseExpiresAt.lt(now)),
-                )
-                .select_only()
-                .column(retry_job::Column::Id)
-                .column(retry_job::Column::TenantId)
-                .into_tuple()
-                .all(&self.db),
-        )
-        .await?;
+        let abandoned = job_lease::abandoned::<retry_job::Entity, _>(&self.db, now).await?;
         for (id, tenant) in &abandoned {
-            self.spawn_retry_job(TenantScope::new((*tenant).into()), *id, Some(now));
+            self.spawn_retry_job(TenantScope::new(*tenant), *id, Some(now));
         }
         Ok(abandoned.len())
+    }
+}
+
+impl LeasedJob for retry_job::Entity {
+    fn columns() -> JobColumns<retry_job::Column> {
+        use retry_job::Column as J;
+        JobColumns {
+            id: J::Id,
+            status: J::Status,
+            lease_owner: J::LeaseOwner,
+            lease_expires_at: J::LeaseExpiresAt,
+            updated_at: J::UpdatedAt,
+            finished_at: J::FinishedAt,
+        }
     }
 }
 
