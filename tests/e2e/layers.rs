@@ -62,7 +62,8 @@ const API: &[&[&str]] = &[
     // The roots, assembled from the areas.
     &["schema::node", "schema::subscription"],
     &["schema"],
-    // The transports.
+    // The transports: reading an upload's body, then the edge.
+    &["upload"],
     &["edge"],
     &["fanout"],
     &["state"],

@@ -70,11 +70,11 @@ const UNSCOPED: &[(&str, &str, &str)] = &[
          each run is then started and its schedule moved on under its own tenant's scope",
     ),
     (
-        "runtime/tasks/bulk_retry_run.rs",
-        "resume_retry_jobs",
-        "the housekeeping sweep finds every tenant's abandoned bulk retries (under the queue \
-         bypass); it reads only ids and tenants, and each job then runs under its own \
-         tenant's scope",
+        "kernel/job_lease.rs",
+        "abandoned",
+        "the housekeeping sweep finds every tenant's abandoned jobs (bulk retries, memory \
+         imports; under the queue bypass); it reads only ids and tenants, and each job then \
+         runs under its own tenant's scope",
     ),
     (
         "runtime/tasks/reads.rs",
@@ -315,6 +315,17 @@ fn unscoped_places(sources: &BTreeMap<String, String>, tables: &BTreeSet<String>
                     });
                 }
                 rest = after;
+            }
+            // Raw builders on a type parameter bound to tenant-owned
+            // entities (`E::find()` with `E: TenantOwned` or a trait over it).
+            for builder in RAW_BUILDERS {
+                if body.contains(&format!("E::{builder}")) {
+                    places.push(Place {
+                        file: file.clone(),
+                        function: function.clone(),
+                        what: format!("E::{builder}"),
+                    });
+                }
             }
             // Raw SQL naming a tenant-owned table, with no tenant bound.
             let named: BTreeSet<String> = string_literals(&body)
