@@ -183,7 +183,14 @@ async fn graphql_get(
             .insert(header::ALLOW, HeaderValue::from_static("POST"));
         return response;
     }
-    execute(state, peer, headers, media, Incoming::Ready(request)).await
+    execute(
+        state,
+        peer,
+        headers,
+        media,
+        Incoming::Ready(Box::new(request)),
+    )
+    .await
 }
 
 /// The GraphQL request in a `GET`'s query string. async-graphql's own parser
@@ -276,7 +283,14 @@ async fn graphql_post(
     if !has_document(&request) {
         return no_document(media);
     }
-    execute(state, peer, headers, media, Incoming::Ready(request)).await
+    execute(
+        state,
+        peer,
+        headers,
+        media,
+        Incoming::Ready(Box::new(request)),
+    )
+    .await
 }
 
 /// A `POST` without a document.
@@ -293,7 +307,7 @@ fn no_document(media: Media) -> Response {
 /// A request as it reaches execution: read, or a multipart body to be read
 /// once its sender is authenticated.
 enum Incoming {
-    Ready(async_graphql::Request),
+    Ready(Box<async_graphql::Request>),
     Upload(axum::body::Body),
 }
 
@@ -349,7 +363,7 @@ async fn execute_in(
     }
     // An upload's body is read only once its sender is known.
     let mut request = match incoming {
-        Incoming::Ready(request) => request,
+        Incoming::Ready(request) => *request,
         Incoming::Upload(_) if credential.is_none() => {
             return request_failure(
                 media,
