@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 use crate::{
     Error, Result,
-    kernel::row_security::{Bypass, as_platform},
+    kernel::row_security::{self, Bypass, as_platform},
 };
 
 /// A job with items still to handle.
@@ -44,6 +44,23 @@ pub struct JobColumns<C> {
 /// A tenant-owned table of leased jobs.
 pub trait LeasedJob: TenantOwned {
     fn columns() -> JobColumns<Self::Column>;
+}
+
+/// Start a runner of job `id` in the background, under `scope`'s tenant's
+/// row access, as a fresh owner named `<kind>:<uuid>`: `run` gets the owner
+/// and works through the job. An error is logged; the job is taken up again
+/// when its lease expires.
+pub fn spawn_runner<F, Fut>(scope: TenantScope, id: Uuid, kind: &'static str, run: F)
+where
+    F: FnOnce(String) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<u64>> + Send + 'static,
+{
+    tokio::spawn(row_security::as_tenant(scope.tenant_id(), async move {
+        let owner = format!("{kind}:{}", Uuid::now_v7());
+        if let Err(err) = run(owner).await {
+            tracing::error!(job = %id, kind, %err, "a job's runner stopped; the job is taken up again when its lease expires");
+        }
+    }));
 }
 
 /// Take or renew the lease of running job `id` for `lease` as `owner`: free,

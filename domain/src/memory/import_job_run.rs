@@ -41,7 +41,6 @@ use crate::{
     kernel::{
         db::BeginWrite,
         job_lease::{self, JobColumns, LeasedJob},
-        row_security,
     },
 };
 
@@ -78,15 +77,11 @@ impl Memories {
         take_over_at: Option<DateTime<Utc>>,
     ) {
         let memories = self.clone();
-        tokio::spawn(row_security::as_tenant(scope.tenant_id(), async move {
-            let owner = format!("import:{}", Uuid::now_v7());
-            if let Err(err) = memories
+        job_lease::spawn_runner(scope, id, "import", move |owner| async move {
+            memories
                 .run_import_job(scope, id, &owner, take_over_at, None)
                 .await
-            {
-                tracing::error!(job = %id, %err, "memory import stopped; it resumes when its lease expires");
-            }
-        }));
+        });
     }
 
     /// Work through job `id` as `owner`: take its lease (free, ours, or

@@ -28,7 +28,6 @@ use super::{
 use crate::kernel::{
     db::BeginWrite,
     job_lease::{self, JobColumns, LeasedJob},
-    row_security,
 };
 use brainstem_entity::{retry_job, retry_job_item};
 
@@ -47,15 +46,11 @@ impl Tasks {
         take_over_at: Option<DateTime<Utc>>,
     ) {
         let tasks = self.clone();
-        tokio::spawn(row_security::as_tenant(scope.tenant_id(), async move {
-            let owner = format!("retry:{}", Uuid::now_v7());
-            if let Err(err) = tasks
+        job_lease::spawn_runner(scope, id, "retry", move |owner| async move {
+            tasks
                 .run_retry_job(scope, id, &owner, take_over_at, None)
                 .await
-            {
-                tracing::error!(job = %id, %err, "bulk retry stopped; it resumes when its lease expires");
-            }
-        }));
+        });
     }
 
     /// Work through job `id` as `owner`: take its lease (free, ours, or
