@@ -40,7 +40,7 @@ use super::{Memories, Status, embedder};
 use crate::{
     Result, TenantId,
     kernel::{
-        db::{Backend, BeginWrite},
+        db::{BeginWrite, try_xact_lock},
         metrics::metrics,
         row_security::{Bypass, as_platform, as_tenant},
     },
@@ -163,27 +163,17 @@ impl Memories {
         as_platform(Bypass::Maintenance, async {
             // Held (by its transaction) for the pass; released when dropped.
             let lock = self.db.begin().await?;
-            if Backend::of(&self.db) == Backend::Postgres {
-                let row = lock
-                    .query_one_raw(Statement::from_string(
-                        DbBackend::Postgres,
-                        "SELECT pg_try_advisory_xact_lock(hashtext('brainstem.memory_reembedding')) AS locked",
-                    ))
-                    .await?;
-                let locked = row.map(|r| r.try_get::<bool>("", "locked")).transpose()?;
-                if locked != Some(true) {
-                    return Ok(ReembedPass {
-                        skipped: true,
-                        ..ReembedPass::default()
-                    });
-                }
+            if !try_xact_lock(&lock, "brainstem.memory_reembedding").await? {
+                return Ok(ReembedPass {
+                    skipped: true,
+                    ..ReembedPass::default()
+                });
             }
             let mut pass = ReembedPass::default();
             for tenant in self.tenants_with_stale().await? {
                 let scope = TenantScope::new(tenant);
                 let start = positions.lock().await.get(&tenant).copied();
-                let (done, position) =
-                    as_tenant(tenant, self.reembed_slice(scope, start)).await?;
+                let (done, position) = as_tenant(tenant, self.reembed_slice(scope, start)).await?;
                 pass.embedded += done.embedded;
                 pass.failed += done.failed;
                 let mut positions = positions.lock().await;
