@@ -26,7 +26,11 @@
 //!   each tenant's position is kept between passes, so a memory the
 //!   embedder keeps refusing never stops the ones after it.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use brainstem_entity::{MemoryId, TenantOwned, TenantScope, memory};
 use sea_orm::{
@@ -288,22 +292,32 @@ impl Memories {
         };
         let model = self.embedder.model();
         let txn = self.db.begin_write().await?;
-        let mut rows: Vec<(MemoryId, &[f32])> = Vec::with_capacity(memories.len());
-        for (m, v) in memories.iter().zip(&vectors) {
-            // Only if the text is still the one embedded.
-            let claimed = memory::Entity::update_many_in(scope)
-                .col_expr(
-                    memory::Column::EmbeddingModel,
-                    sea_orm::sea_query::Expr::value(model),
-                )
-                .filter(memory::Column::Id.eq(m.id))
-                .filter(memory::Column::Content.eq(m.content.as_str()))
-                .exec(&txn)
-                .await?;
-            if claimed.rows_affected == 1 {
-                rows.push((MemoryId::from(m.id), v.as_slice()));
-            }
-        }
+        // One statement for the batch, changing only the memories whose
+        // text is still the one embedded.
+        let unchanged = memories.iter().fold(Condition::any(), |any, m| {
+            any.add(
+                Condition::all()
+                    .add(memory::Column::Id.eq(m.id))
+                    .add(memory::Column::Content.eq(m.content.as_str())),
+            )
+        });
+        let claimed: HashSet<Uuid> = memory::Entity::update_many_in(scope)
+            .col_expr(
+                memory::Column::EmbeddingModel,
+                sea_orm::sea_query::Expr::value(model),
+            )
+            .filter(unchanged)
+            .exec_with_returning(&txn)
+            .await?
+            .into_iter()
+            .map(|m| m.id)
+            .collect();
+        let rows: Vec<(MemoryId, &[f32])> = memories
+            .iter()
+            .zip(&vectors)
+            .filter(|(m, _)| claimed.contains(&m.id))
+            .map(|(m, v)| (MemoryId::from(m.id), v.as_slice()))
+            .collect();
         let savepoint = txn.begin().await?;
         let embedded = match self
             .index
