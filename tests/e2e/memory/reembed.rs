@@ -12,14 +12,16 @@ use super::{
     hit_ids, member, remember_id, search,
     vectors::{FAKE_DIM, fake_embeddings_server},
 };
+#[cfg(feature = "local-models")]
+use crate::local_models::models;
 use crate::{
     for_both_backends,
     helpers::{Backend, TestApp},
-    local_models::models,
 };
 
 const STATUS: &str = "{ memoryEmbeddings { model embedded pending } }";
 
+#[cfg(feature = "local-models")]
 const TOPICS: [&str; 8] = [
     "the Lisbon warehouse ships garden furniture",
     "invoices are paid on the last Friday of the month",
@@ -31,7 +33,9 @@ const TOPICS: [&str; 8] = [
     "visitors sign in at the front desk",
 ];
 
+#[cfg(feature = "local-models")]
 for_both_backends!(switching_the_embedder_reembeds_every_memory_in_the_background);
+#[cfg(feature = "local-models")]
 async fn switching_the_embedder_reembeds_every_memory_in_the_background(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     app.create_tenant("acme").await;
