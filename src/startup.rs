@@ -580,6 +580,11 @@ impl Application {
                     config.memory_maintenance_interval_secs,
                 ));
         }
+        if config.memory_reembed_interval_secs > 0 {
+            domain
+                .memory
+                .spawn_reembedding(Duration::from_secs(config.memory_reembed_interval_secs));
+        }
         let listener = TcpListener::bind(&config.bind)
             .await
             .with_context(|| format!("cannot listen on {}", config.bind))?;

@@ -294,6 +294,10 @@ pub struct Config {
     /// Seconds between memory maintenance runs (promotion, expiry, per-tenant
     /// vector indexes); 0 turns the background job off.
     pub memory_maintenance_interval_secs: u64,
+    /// Seconds between checks for memories without a vector of the current
+    /// embedder (after switching it), which are then embedded again in the
+    /// background; 0 turns the background re-embedding off.
+    pub memory_reembed_interval_secs: u64,
     /// Days a deleted memory or knowledge-graph entity stays restorable
     /// before maintenance purges it.
     pub memory_purge_after_days: u32,
@@ -430,6 +434,7 @@ impl Default for Config {
             memory_dedup_threshold: memory.dedup_threshold,
             memory_bank_capacity: memory.memory_bank_capacity,
             memory_maintenance_interval_secs: 1800,
+            memory_reembed_interval_secs: 60,
             memory_purge_after_days: 30,
             memory_import_max_bytes: memory.import_file.max_bytes,
             memory_import_max_lines: memory.import_file.max_lines,

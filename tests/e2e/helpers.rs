@@ -180,6 +180,7 @@ impl TestApp {
             log: "warn".into(),
             // Tests run memory maintenance themselves, at times they choose.
             memory_maintenance_interval_secs: 0,
+            memory_reembed_interval_secs: 0,
             // The suite relies on the offline providers' determinism; the
             // local models are chosen explicitly (`local_models.rs`).
             llm_provider: LlmProvider::Offline,
@@ -199,9 +200,16 @@ impl TestApp {
 
     /// Stop this app and start another on the same database, with the same
     /// configuration (keys, secrets): a restart.
-    pub async fn restart(mut self) -> Self {
+    pub async fn restart(self) -> Self {
+        self.restart_with(|_| {}).await
+    }
+
+    /// [`Self::restart`] with the configuration adjusted by `tweak` (an
+    /// operator changing a setting).
+    pub async fn restart_with(mut self, tweak: impl FnOnce(&mut Config)) -> Self {
         let tempdir = self._tempdir.take();
-        let (backend, config) = (self.backend, self.config.clone());
+        let (backend, mut config) = (self.backend, self.config.clone());
+        tweak(&mut config);
         drop(self);
         Self::launch(backend, config, Vec::new(), tempdir).await
     }

@@ -52,6 +52,13 @@ const UNSCOPED: &[(&str, &str, &str)] = &[
          scopes everything done with it",
     ),
     (
+        "memory/reembed.rs",
+        "tenants_with_stale",
+        "the background re-embedding looks for the tenants that have memories without a \
+         vector of the current model; it reads only tenant ids, and each tenant's memories \
+         are then read and written under its own scope",
+    ),
+    (
         "runtime/housekeeping.rs",
         "expired_leases",
         "the reaper returns every tenant's expired leases to the queue; it reads only ids, \

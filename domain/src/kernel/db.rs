@@ -63,6 +63,24 @@ impl Backend {
     }
 }
 
+/// Take the PostgreSQL advisory lock `name` for the rest of `txn`, without
+/// waiting: whether it was taken (another process holds it otherwise).
+/// Always true on SQLite, whose one process has nobody to exclude.
+pub async fn try_xact_lock(txn: &impl ConnectionTrait, name: &str) -> Result<bool> {
+    if txn.get_database_backend() != DbBackend::Postgres {
+        return Ok(true);
+    }
+    let row = txn
+        .query_one_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT pg_try_advisory_xact_lock(hashtext($1)) AS locked",
+            [name.into()],
+        ))
+        .await?;
+    let locked = row.map(|r| r.try_get::<bool>("", "locked")).transpose()?;
+    Ok(locked == Some(true))
+}
+
 /// How long one SQLite statement waits for a lock (its busy timeout).
 pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 

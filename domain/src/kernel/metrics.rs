@@ -149,6 +149,7 @@ pub struct DomainMetrics {
     pub llm_cost: Family<ModelLabels, Counter<f64, AtomicU64>>,
     pub llm_time_to_first_token: Histograms<ModelLabels>,
     pub memory_search_duration: Histograms<ModeLabels>,
+    pub memories_reembedded: Counter,
     pub subscriptions_open: Gauge,
     pub subscription_catch_up_reads: Counter,
     pub webhook_attempts: Family<OutcomeLabels, Counter>,
@@ -174,6 +175,7 @@ static METRICS: LazyLock<DomainMetrics> = LazyLock::new(|| DomainMetrics {
     llm_cost: Family::default(),
     llm_time_to_first_token: Family::new_with_constructor(short_durations),
     memory_search_duration: Family::new_with_constructor(short_durations),
+    memories_reembedded: Counter::default(),
     subscriptions_open: Gauge::default(),
     subscription_catch_up_reads: Counter::default(),
     webhook_attempts: Family::default(),
@@ -274,6 +276,11 @@ pub fn register(registry: &mut Registry) {
         "memory_search_duration_seconds",
         "Memory searches, by mode (hybrid, keyword, vector)",
         m.memory_search_duration.clone(),
+    );
+    registry.register(
+        "memories_reembedded",
+        "Memories given a vector of the current embedder by the background re-embedding",
+        m.memories_reembedded.clone(),
     );
     registry.register(
         "subscriptions_open",

@@ -473,12 +473,12 @@ impl Memories {
                 .iter()
                 .filter_map(|i| vectors[*i].as_deref())
                 .collect();
-            let filter = CandidateFilter {
+            let filter = self.of_current_model(CandidateFilter {
                 tiers: vec![tier.as_str().to_owned()],
                 exact_subject: Some(subject.map(|s| s.uuid())),
                 now: Some(now),
                 ..CandidateFilter::default()
-            };
+            });
             let nearest = self.index.nearest_each(scope, &queries, &filter).await?;
             for (i, hit) in with_vector.iter().zip(nearest) {
                 if let Some((id, sim)) = hit

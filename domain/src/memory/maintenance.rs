@@ -21,23 +21,20 @@
 //! `pg_try_advisory_xact_lock`: when another replica is running it, this one
 //! skips (`skipped: true`) instead of waiting.
 
-use crate::kernel::db::BeginWrite;
+use crate::kernel::db::{BeginWrite, try_xact_lock};
 use std::time::Duration as StdDuration;
 
 use brainstem_entity::{MemoryId, TenantOwned, TenantScope, memory, tenant};
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction,
-    DbBackend, EntityTrait, IntoActiveModel, QueryFilter, Statement,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseTransaction, EntityTrait,
+    IntoActiveModel, QueryFilter,
 };
 
 use super::{Memories, MemoryEvent, Status, Tier, event, record_event};
 use crate::{
     Result, TenantId,
-    kernel::{
-        db::Backend,
-        row_security::{Bypass, as_platform},
-    },
+    kernel::row_security::{Bypass, as_platform},
 };
 
 /// Comparisons with thresholds allow for float noise.
@@ -71,19 +68,10 @@ impl Memories {
     async fn maintain_every_tenant(&self, now: DateTime<Utc>) -> Result<MaintenanceReport> {
         let mut report = MaintenanceReport::default();
         let txn = self.db.begin_write().await?;
-        if Backend::of(&self.db) == Backend::Postgres {
-            let row = txn
-                .query_one_raw(Statement::from_string(
-                    DbBackend::Postgres,
-                    "SELECT pg_try_advisory_xact_lock(hashtext('brainstem.memory_maintenance')) AS locked",
-                ))
-                .await?;
-            let locked = row.map(|r| r.try_get::<bool>("", "locked")).transpose()?;
-            if locked != Some(true) {
-                txn.rollback().await?;
-                report.skipped = true;
-                return Ok(report);
-            }
+        if !try_xact_lock(&txn, "brainstem.memory_maintenance").await? {
+            txn.rollback().await?;
+            report.skipped = true;
+            return Ok(report);
         }
         let tenants = tenant::Entity::find().all(&txn).await?;
         for t in tenants {

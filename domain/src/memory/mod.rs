@@ -38,8 +38,12 @@
 //! - [`Memories::dossier`]`(scope, subject, now)` → [`Dossier`]: what is
 //!   known about a knowledge-graph entity.
 //! - [`Memories::get`], [`Memories::list`], [`Memories::update`],
-//!   [`Memories::archive`], [`Memories::versions`], [`Memories::events`],
-//!   [`Memories::reindex`].
+//!   [`Memories::archive`], [`Memories::versions`], [`Memories::events`].
+//! - [`Memories::reindex`]`(scope, only_missing)`, [`Memories::embedding_status`]
+//!   and [`Memories::spawn_reembedding`]: vectors of the current embedder
+//!   for every memory; after a change of embedder, stale memories are
+//!   embedded again in the background and found by keywords meanwhile (see
+//!   [`reembed`]).
 //! - [`Memories::run_maintenance`]`(now)`: promotion, archiving, expiry and
 //!   the `MEMORY_BANK` cap for every tenant (see [`maintenance`]);
 //!   [`Memories::spawn_maintenance`] runs it on an interval.
@@ -86,6 +90,7 @@ pub mod import_job_run;
 mod import_line;
 mod outcomes;
 mod reads;
+mod reembed;
 mod writes;
 
 /// The embedders live with the models; memory uses them.
@@ -111,9 +116,10 @@ pub use record::{
     MemoryVersion, Status, Tier, round_score,
 };
 pub(crate) use record::{event, record_event};
+pub use reembed::{EmbeddingStatus, PASS_SLICE, ReembedPass, Reindexed};
 pub use sql::CandidateFilter;
 pub use vector::VectorIndex;
-pub use writes::{MemoryUpdate, NewMemory, Reindexed, Remembered};
+pub use writes::{MemoryUpdate, NewMemory, Remembered};
 
 use crate::{Error, Result, memory::graph::Graph};
 
@@ -183,6 +189,15 @@ impl Memories {
 
     pub fn embedder(&self) -> &Arc<dyn Embedder> {
         &self.embedder
+    }
+
+    /// `filter`, narrowed to vectors of the current embedder (see
+    /// [`reembed`]).
+    fn of_current_model(&self, filter: CandidateFilter) -> CandidateFilter {
+        CandidateFilter {
+            embedding_model: Some(self.embedder.model().to_owned()),
+            ..filter
+        }
     }
 
     /// The vector of `text`, or `None` (logged) when the embedder fails.

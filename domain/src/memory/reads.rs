@@ -225,6 +225,7 @@ impl Memories {
             include_historical: query.include_historical,
             now: Some(Utc::now()),
             as_of: query.as_of,
+            embedding_model: None,
         };
         // Each leg fetches three times the limit, so fusion has room to
         // reorder (the "fairness multiplier").
@@ -242,11 +243,12 @@ impl Memories {
                 }
             }
         };
+        let vector_filter = self.of_current_model(filter.clone());
         let vector_leg = async {
             match &query_vector {
                 Some(v) => self
                     .index
-                    .nearest(scope, v, k, &filter, false)
+                    .nearest(scope, v, k, &vector_filter, false)
                     .await
                     .map(Some),
                 None => Ok(None),

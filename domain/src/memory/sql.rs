@@ -78,6 +78,9 @@ pub struct CandidateFilter {
     /// created after it are out; validity and expiry are judged at it; a
     /// memory deleted (sent to the bin) or expired since is back in.
     pub as_of: Option<DateTime<Utc>>,
+    /// Only memories whose vector is of this embedder model (the vector
+    /// leg and near-duplicate lookups: vectors of two models never meet).
+    pub embedding_model: Option<String>,
 }
 
 /// Append ` AND …` conditions on the memories alias `m` (the caller writes
@@ -122,6 +125,9 @@ pub(crate) fn push_filter(sql: &mut Sql, scope: TenantScope, filter: &CandidateF
             .push(" AND mm.memory_id = m.id AND mm.entity_id = ")
             .bind(subject)
             .push("))");
+    }
+    if let Some(model) = &filter.embedding_model {
+        sql.push(" AND m.embedding_model = ").bind(model.clone());
     }
     match filter.exact_subject {
         None => {}

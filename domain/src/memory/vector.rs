@@ -151,6 +151,11 @@ pub trait VectorIndex: Send + Sync + 'static {
     }
 }
 
+/// pgvector's candidate-list size for [`VectorIndex::nearest_each`]
+/// through a tenant's HNSW index: each query wants its one nearest, and only
+/// if it is a near-duplicate.
+const NEAREST_EACH_EF_SEARCH: usize = 40;
+
 /// Rows per multi-row vector insert (well under both backends' limits on
 /// bound parameters).
 const UPSERT_CHUNK: usize = 200;
@@ -555,7 +560,7 @@ impl VectorIndex for PgVectorIndex {
     /// One statement for the whole batch: each query's nearest memory in a
     /// `LATERAL` subquery, through the tenant's HNSW index when it has one
     /// (its few best by half precision, then the exact distance), else
-    /// exactly.
+    /// exactly against the candidates read once.
     async fn nearest_each(
         &self,
         scope: TenantScope,
@@ -570,6 +575,17 @@ impl VectorIndex for PgVectorIndex {
         let indexed = self.has_own_index(tenant).await?;
         let half = format!("::halfvec({})", self.settings.dimension);
         let mut sql = Sql::new(DbBackend::Postgres);
+        if !indexed {
+            // Without an index every query scores every candidate: the
+            // candidates are read (and filtered) once, not once per query.
+            sql.push("WITH c AS MATERIALIZED (SELECT e.memory_id, e.embedding \
+                      FROM memory_embeddings e JOIN memories m ON m.id = e.memory_id WHERE e.tenant_id = ")
+                .bind(tenant)
+                .push(" AND ");
+            tenant_condition(&mut sql, scope);
+            push_filter(&mut sql, scope, filter);
+            sql.push(") ");
+        }
         sql.push("SELECT q.i, n.memory_id, n.distance FROM (VALUES ");
         for (i, v) in queries.iter().enumerate() {
             check_dimension(v, self.settings.dimension)?;
@@ -580,25 +596,28 @@ impl VectorIndex for PgVectorIndex {
                 .bind(pg_vector_literal(v))
                 .push("::vector)");
         }
-        sql.push(") AS q(i, v) CROSS JOIN LATERAL (SELECT e.memory_id, e.embedding <=> q.v AS distance \
-                  FROM memory_embeddings e JOIN memories m ON m.id = e.memory_id WHERE e.tenant_id = ")
-            .bind(tenant)
-            .push(" AND ");
-        tenant_condition(&mut sql, scope);
-        push_filter(&mut sql, scope, filter);
         if indexed {
+            sql.push(") AS q(i, v) CROSS JOIN LATERAL (SELECT e.memory_id, e.embedding <=> q.v AS distance \
+                      FROM memory_embeddings e JOIN memories m ON m.id = e.memory_id WHERE e.tenant_id = ")
+                .bind(tenant)
+                .push(" AND ");
+            tenant_condition(&mut sql, scope);
+            push_filter(&mut sql, scope, filter);
             sql.push(&format!(
                 " ORDER BY e.embedding{half} <=> q.v{half} LIMIT 4) n"
             ));
         } else {
-            sql.push(" ORDER BY distance, e.memory_id LIMIT 1) n");
+            sql.push(") AS q(i, v) CROSS JOIN LATERAL (SELECT c.memory_id, c.embedding <=> q.v AS distance \
+                      FROM c ORDER BY distance, c.memory_id LIMIT 1) n");
         }
         let settings = if indexed {
+            // A near-duplicate is almost the same vector: a short candidate
+            // list finds it (searches use `ef_search`, for recall deep in
+            // the list).
             format!(
                 "SET LOCAL plan_cache_mode = force_custom_plan; \
                  SET LOCAL hnsw.iterative_scan = relaxed_order; \
-                 SET LOCAL hnsw.ef_search = {}",
-                self.settings.ef_search.clamp(1, 1000)
+                 SET LOCAL hnsw.ef_search = {NEAREST_EACH_EF_SEARCH}"
             )
         } else {
             "SET LOCAL plan_cache_mode = force_custom_plan; \

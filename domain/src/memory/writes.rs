@@ -1,7 +1,6 @@
 //! Writing memories: [`Memories::remember`] (with its merge into a
 //! near-duplicate and its `supersedes`), [`Memories::update`],
-//! [`Memories::archive`], and [`Memories::reindex`], which embeds memories
-//! again.
+//! and [`Memories::archive`].
 //!
 //! A memory and its vector are written in one transaction; a vector that
 //! cannot be stored is rolled back to a savepoint and the memory is kept
@@ -14,13 +13,13 @@ use brainstem_entity::{
 };
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait,
-    DatabaseTransaction, IntoActiveModel, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction,
+    IntoActiveModel, QueryFilter, TransactionTrait,
 };
 use uuid::Uuid;
 
 use super::{
-    CandidateFilter, INITIAL_SCORE, Memories, Memory, Status, Tier, embedder, event,
+    CandidateFilter, INITIAL_SCORE, Memories, Memory, Status, Tier, event,
     record::{category, content, unit},
     record_event,
 };
@@ -67,12 +66,6 @@ pub struct MemoryUpdate {
     pub tier: Option<Tier>,
     /// `Some(None)` clears the subject.
     pub subject: Option<Option<EntityId>>,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Reindexed {
-    pub reindexed: u64,
-    pub failed: u64,
 }
 
 impl Memories {
@@ -255,12 +248,12 @@ impl Memories {
         now: DateTime<Utc>,
     ) -> Result<Option<memory::Model>> {
         if let Some(v) = vector {
-            let filter = CandidateFilter {
+            let filter = self.of_current_model(CandidateFilter {
                 tiers: vec![tier.as_str().to_owned()],
                 exact_subject: Some(subject.map(|s| s.uuid())),
                 now: Some(now),
                 ..CandidateFilter::default()
-            };
+            });
             let nearest = self.index.nearest(scope, v, 1, &filter, false).await?;
             if let Some((id, sim)) = nearest.first()
                 && *sim >= self.config.dedup_threshold
@@ -390,60 +383,5 @@ impl Memories {
         record_event(&txn, scope, id, event("ARCHIVED", now)).await?;
         txn.commit().await?;
         self.get(scope, id).await
-    }
-
-    /// Embed every active memory of the tenant again (after a model or
-    /// dimension change, or to fill vectors missed while the embedder was
-    /// down).
-    /// With `only_missing`, only memories without a vector of the current
-    /// model.
-    pub async fn reindex(&self, scope: TenantScope, only_missing: bool) -> Result<Reindexed> {
-        let mut result = Reindexed::default();
-        let mut after: Option<Uuid> = None;
-        loop {
-            let mut select = memory::Entity::find_in(scope)
-                .filter(memory::Column::Status.eq(Status::Active.as_str()))
-                .order_by_asc(memory::Column::Id)
-                .limit(embedder::MAX_BATCH as u64);
-            if let Some(a) = after {
-                select = select.filter(memory::Column::Id.gt(a));
-            }
-            if only_missing {
-                select = select.filter(
-                    Condition::any()
-                        .add(memory::Column::EmbeddingModel.is_null())
-                        .add(memory::Column::EmbeddingModel.ne(self.embedder.model())),
-                );
-            }
-            let batch = select.all(&self.db).await?;
-            let Some(last) = batch.last() else {
-                break;
-            };
-            after = Some(last.id);
-            let texts: Vec<String> = batch.iter().map(|m| m.content.clone()).collect();
-            match self.embedder.embed(&texts).await {
-                Ok(vectors) if vectors.len() == batch.len() => {
-                    // One transaction per batch.
-                    let txn = self.db.begin_write().await?;
-                    let mut reindexed = 0;
-                    for (m, v) in batch.iter().zip(vectors) {
-                        if self
-                            .set_embedding(&txn, scope, m.id.into(), Some(&v))
-                            .await?
-                        {
-                            reindexed += 1;
-                        }
-                    }
-                    txn.commit().await?;
-                    result.reindexed += reindexed;
-                    result.failed += batch.len() as u64 - reindexed;
-                }
-                Ok(_) | Err(_) => {
-                    tracing::warn!("reindex: the embedder failed for a batch");
-                    result.failed += batch.len() as u64;
-                }
-            }
-        }
-        Ok(result)
     }
 }

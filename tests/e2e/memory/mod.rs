@@ -6,8 +6,8 @@
 //! This module holds the helpers the areas share; the tests are in
 //! `writes` (remember, read, update, supersede, dedup, refusals), `search`,
 //! `lifecycle` (outcomes, promotion, expiry, capacity), `maintenance` (the
-//! job and the CLI), `vectors` (embedders and vector indexes) and `access`
-//! (tenants and API key scopes).
+//! job and the CLI), `vectors` (embedders and vector indexes), `reembed`
+//! (switching the embedder) and `access` (tenants and API key scopes).
 
 use brainstem_domain::{
     Role,
@@ -49,6 +49,7 @@ macro_rules! on_both_backends_with {
 mod access;
 mod lifecycle;
 mod maintenance;
+mod reembed;
 mod search;
 mod vectors;
 mod writes;

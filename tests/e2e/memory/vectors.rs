@@ -29,15 +29,15 @@ for_both_backends!(big_tenants_get_their_own_vector_index);
 /// A fake `/v1/embeddings`: answers with the offline embedder's vectors (so
 /// results are meaningful), or 500 while `failing` is set. Checks the model
 /// name and the bearer key; counts requests.
-struct FakeEmbeddings {
-    url: String,
+pub(super) struct FakeEmbeddings {
+    pub(super) url: String,
     failing: Arc<AtomicBool>,
     requests: Arc<AtomicUsize>,
 }
 
-const FAKE_DIM: usize = 64;
+pub(super) const FAKE_DIM: usize = 64;
 
-async fn fake_embeddings_server() -> FakeEmbeddings {
+pub(super) async fn fake_embeddings_server() -> FakeEmbeddings {
     use axum::{Json, Router, http::HeaderMap, http::StatusCode, routing::post};
     let failing = Arc::new(AtomicBool::new(false));
     let requests = Arc::new(AtomicUsize::new(0));

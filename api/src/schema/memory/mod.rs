@@ -507,6 +507,17 @@ pub struct MemoryFilter {
     pub status: Option<MemoryStatus>,
 }
 
+/// The tenant's active memories against the current embedder.
+#[derive(SimpleObject)]
+pub struct MemoryEmbeddings {
+    /// The embedder's model, recorded with each vector.
+    pub model: String,
+    /// Active memories with a vector of `model`.
+    pub embedded: i32,
+    /// Active memories without one, still to embed.
+    pub pending: i32,
+}
+
 #[derive(Default)]
 pub struct MemoryQuery;
 
@@ -554,6 +565,24 @@ impl MemoryQuery {
             .await
             .gql()?;
         Ok(connection(page, |m| m.id.uuid(), Memory))
+    }
+
+    /// How far the tenant's memories are from the current embedder. After
+    /// a switch of embedder, `pending` counts down to 0 as the background
+    /// re-embedding works; until a memory is embedded again, searches find
+    /// it by its words only.
+    async fn memory_embeddings(
+        &self,
+        ctx: &Context<'_>,
+    ) -> async_graphql::Result<MemoryEmbeddings> {
+        let scope = read_scope(ctx)?;
+        let status = domain(ctx).memory.embedding_status(scope).await.gql()?;
+        let count = |n: u64| i32::try_from(n).unwrap_or(i32::MAX);
+        Ok(MemoryEmbeddings {
+            model: status.model,
+            embedded: count(status.embedded),
+            pending: count(status.pending),
+        })
     }
 
     /// Hybrid search: keyword and vector candidates fused (the vectors

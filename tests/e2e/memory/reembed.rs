@@ -1,0 +1,183 @@
+//! Switching the embedder: memories embedded by the old one are found by
+//! their words (never compared with vectors of another model) until the
+//! background re-embedding gives them vectors of the new one, tenant by
+//! tenant, while `memoryEmbeddings` counts down to 0.
+
+use std::time::Duration;
+
+use brainstem::config::EmbeddingProvider;
+use serde_json::json;
+
+use super::{
+    hit_ids, member, remember_id, search,
+    vectors::{FAKE_DIM, fake_embeddings_server},
+};
+#[cfg(feature = "local-models")]
+use crate::local_models::models;
+use crate::{
+    for_both_backends,
+    helpers::{Backend, TestApp},
+};
+
+const STATUS: &str = "{ memoryEmbeddings { model embedded pending } }";
+
+#[cfg(feature = "local-models")]
+const TOPICS: [&str; 8] = [
+    "the Lisbon warehouse ships garden furniture",
+    "invoices are paid on the last Friday of the month",
+    "the support rota changes every Monday",
+    "the staging database is refreshed nightly",
+    "office plants are watered on Wednesdays",
+    "the company car needs new tyres in spring",
+    "the quarterly board meeting is held in Oslo",
+    "visitors sign in at the front desk",
+];
+
+#[cfg(feature = "local-models")]
+for_both_backends!(switching_the_embedder_reembeds_every_memory_in_the_background);
+#[cfg(feature = "local-models")]
+async fn switching_the_embedder_reembeds_every_memory_in_the_background(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    app.create_tenant("acme").await;
+    app.create_tenant("globex").await;
+    let (acme, globex) = (member(&app, "acme"), member(&app, "globex"));
+    let allergy = remember_id(
+        &app,
+        &acme,
+        json!({"content": "Maria Lopez is allergic to penicillin"}),
+    )
+    .await;
+    for topic in TOPICS {
+        remember_id(&app, &acme, json!({"content": topic})).await;
+    }
+    for topic in &TOPICS[..5] {
+        remember_id(&app, &globex, json!({"content": topic})).await;
+    }
+    let status = app.graphql(Some(&acme), STATUS, json!({})).await;
+    let old_model = status.data()["memoryEmbeddings"]["model"].clone();
+    assert_eq!(
+        status.data()["memoryEmbeddings"]["embedded"],
+        9,
+        "{status:?}"
+    );
+    assert_eq!(status.data()["memoryEmbeddings"]["pending"], 0);
+
+    // The operator switches to the local model (another dimension too).
+    let dir = models().dir;
+    let app = app
+        .restart_with(|c| {
+            c.embedding_provider = EmbeddingProvider::Local;
+            c.models_dir = dir;
+        })
+        .await;
+    let status = app.graphql(Some(&acme), STATUS, json!({})).await;
+    let new_model = status.data()["memoryEmbeddings"]["model"].clone();
+    assert_ne!(new_model, old_model);
+    assert_eq!(status.data()["memoryEmbeddings"]["embedded"], 0);
+    assert_eq!(status.data()["memoryEmbeddings"]["pending"], 9);
+
+    // Until re-embedded: no vector of the old model answers, words do.
+    let question = "which drug must Maria never be given";
+    let by_vector = search(&app, &acme, json!({"q": question, "mode": "VECTOR"})).await;
+    assert!(hit_ids(&by_vector).is_empty(), "{by_vector}");
+    let by_words = search(&app, &acme, json!({"q": "penicillin allergy"})).await;
+    assert_eq!(hit_ids(&by_words).first(), Some(&allergy), "{by_words}");
+
+    // The background re-embedding, until a pass finds nothing left.
+    reembed_all(&app).await;
+    for (token, count) in [(&acme, 9), (&globex, 5)] {
+        let status = app.graphql(Some(token), STATUS, json!({})).await;
+        assert_eq!(
+            status.data()["memoryEmbeddings"],
+            json!({"model": new_model, "embedded": count, "pending": 0})
+        );
+    }
+    let by_vector = search(&app, &acme, json!({"q": question, "mode": "VECTOR"})).await;
+    assert_eq!(hit_ids(&by_vector).first(), Some(&allergy), "{by_vector}");
+    assert_eq!(hit_ids(&by_vector).len(), 9);
+    let memory = app
+        .graphql(
+            Some(&acme),
+            "query($id: ID!) { memory(id: $id) { embedded embeddingModel } }",
+            json!({"id": allergy}),
+        )
+        .await;
+    assert_eq!(
+        memory.data()["memory"],
+        json!({"embedded": true, "embeddingModel": new_model})
+    );
+}
+
+/// Starts the background re-embedding and waits for a pass that finds
+/// nothing left. (A watch channel keeps only the latest pass, so passes
+/// are not added up here: the tenants' `memoryEmbeddings` say what was
+/// done.)
+async fn reembed_all(app: &TestApp) {
+    let mut passes = app
+        .domain
+        .memory
+        .spawn_reembedding(Duration::from_secs(3600));
+    loop {
+        passes.changed().await.unwrap();
+        let pass = passes.borrow_and_update().unwrap();
+        assert!(!pass.skipped);
+        assert_eq!(pass.failed, 0);
+        if pass.embedded == 0 {
+            return;
+        }
+    }
+}
+
+for_both_backends!(vectors_of_two_models_of_one_length_are_never_compared);
+/// The offline embedder and a remote one of the same length make vectors
+/// that fit together but mean different things: after the switch the old
+/// ones answer nothing until re-embedded. (Here the remote fake computes
+/// the very same vectors, so only the model tells them apart.)
+async fn vectors_of_two_models_of_one_length_are_never_compared(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |c| c.embedding_dimension = FAKE_DIM).await;
+    app.create_tenant("acme").await;
+    let acme = member(&app, "acme");
+    let dock = remember_id(
+        &app,
+        &acme,
+        json!({"content": "Pallets ship from dock seven"}),
+    )
+    .await;
+    let found = search(&app, &acme, json!({"q": "pallets dock", "mode": "VECTOR"})).await;
+    assert_eq!(hit_ids(&found), vec![dock.clone()]);
+
+    let fake = fake_embeddings_server().await;
+    let app = app
+        .restart_with(|c| {
+            c.embedding_provider = EmbeddingProvider::Openai;
+            c.embedding_base_url = Some(fake.url.clone());
+            c.embedding_api_key = Some(secrecy::SecretString::from("sk-test"));
+            c.embedding_model = "fake-embed".into();
+        })
+        .await;
+    let found = search(&app, &acme, json!({"q": "pallets dock", "mode": "VECTOR"})).await;
+    assert!(hit_ids(&found).is_empty(), "{found}");
+    // A near-duplicate is judged against vectors of the new model only:
+    // the same fact in other characters (the same vector) is a new memory
+    // until the old one is re-embedded.
+    let again = remember_id(
+        &app,
+        &acme,
+        json!({"content": "Pallets ship from dock seven."}),
+    )
+    .await;
+    assert_ne!(again, dock);
+
+    reembed_all(&app).await;
+    let status = app.graphql(Some(&acme), STATUS, json!({})).await;
+    assert_eq!(
+        status.data()["memoryEmbeddings"],
+        json!({"model": "fake-embed", "embedded": 2, "pending": 0})
+    );
+    let found = search(&app, &acme, json!({"q": "pallets dock", "mode": "VECTOR"})).await;
+    let mut ids = hit_ids(&found);
+    ids.sort();
+    let mut both = vec![dock, again];
+    both.sort();
+    assert_eq!(ids, both);
+}
