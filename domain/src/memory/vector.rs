@@ -55,6 +55,7 @@ use std::{
 };
 
 use brainstem_entity::{MemoryId, TenantScope};
+use ndarray::Array2;
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, TransactionTrait, sqlx,
 };
@@ -754,16 +755,18 @@ impl VectorIndex for SqliteVectorIndex {
         Ok(())
     }
 
-    /// One pass over the tenant's candidate vectors for the whole batch.
+    /// One pass over the tenant's candidate vectors for the whole batch,
+    /// scored on a blocking thread: a batch of a thousand against a
+    /// tenant's thousands of vectors is seconds of arithmetic that must
+    /// not hold an async worker (other requests run there).
     async fn nearest_each(
         &self,
         scope: TenantScope,
         queries: &[&[f32]],
         filter: &CandidateFilter,
     ) -> Result<Vec<Option<Scored>>> {
-        let mut found: Vec<Option<Scored>> = vec![None; queries.len()];
         if queries.is_empty() {
-            return Ok(found);
+            return Ok(Vec::new());
         }
         for q in queries {
             check_dimension(q, self.dimension)?;
@@ -777,38 +780,19 @@ impl VectorIndex for SqliteVectorIndex {
         tenant_condition(&mut sql, scope);
         push_filter(&mut sql, scope, filter);
         let rows = self.db.query_all_raw(sql.statement()).await?;
-        let norms: Vec<f32> = queries.iter().map(|q| norm(q)).collect();
-        let mut v = vec![0f32; self.dimension];
-        for row in rows {
-            let id: Uuid = row.try_get("", "memory_id")?;
-            let blob: Vec<u8> = row.try_get("", "vector")?;
-            for (x, b) in v.iter_mut().zip(blob.chunks_exact(4)) {
-                *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            }
-            let nv = norm(&v);
-            if nv == 0.0 {
-                continue;
-            }
-            let id = MemoryId::from(id);
-            for ((q, nq), slot) in queries.iter().zip(&norms).zip(found.iter_mut()) {
-                if *nq == 0.0 {
-                    continue;
-                }
-                let dot: f32 = q.iter().zip(&v).map(|(a, b)| a * b).sum();
-                let similarity = dot / (nq * nv);
-                // Ties go to the smaller id, as in `nearest`.
-                let better = match slot {
-                    None => true,
-                    Some((best_id, best)) => {
-                        similarity > *best || (similarity == *best && id < *best_id)
-                    }
-                };
-                if better {
-                    *slot = Some((id, similarity));
-                }
-            }
-        }
-        Ok(found)
+        let candidates = rows
+            .into_iter()
+            .map(|row| {
+                let id: Uuid = row.try_get("", "memory_id")?;
+                let blob: Vec<u8> = row.try_get("", "vector")?;
+                Ok((MemoryId::from(id), blob))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let queries: Vec<Vec<f32>> = queries.iter().map(|q| q.to_vec()).collect();
+        let dimension = self.dimension;
+        tokio::task::spawn_blocking(move || best_of_each(&queries, &candidates, dimension))
+            .await
+            .map_err(|e| Error::internal(format!("the nearest-memory scan stopped: {e}")))
     }
 
     async fn nearest(
@@ -845,8 +829,82 @@ impl VectorIndex for SqliteVectorIndex {
     }
 }
 
-fn norm(v: &[f32]) -> f32 {
-    v.iter().map(|x| x * x).sum::<f32>().sqrt()
+/// Candidates scored per matrix product in [`best_of_each`] (bounds its
+/// memory: a thousand queries by this many scores is 16 MB).
+const SCAN_CHUNK: usize = 4096;
+
+/// Each query's most similar candidate (cosine; ties to the smaller id,
+/// as in `nearest`), the candidates' vectors as stored little-endian
+/// blobs. The scores are one matrix product of unit vectors per chunk of
+/// candidates; a zero vector (query or candidate) is never a match.
+fn best_of_each(
+    queries: &[Vec<f32>],
+    candidates: &[(MemoryId, Vec<u8>)],
+    dimension: usize,
+) -> Vec<Option<Scored>> {
+    let mut found: Vec<Option<Scored>> = vec![None; queries.len()];
+    let queries = unit_rows(
+        queries.iter().map(|q| q.iter().copied()),
+        queries.len(),
+        dimension,
+    );
+    for chunk in candidates.chunks(SCAN_CHUNK) {
+        let vectors = unit_rows(
+            chunk.iter().map(|(_, blob)| {
+                blob.chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            }),
+            chunk.len(),
+            dimension,
+        );
+        let scores = queries.rows.dot(&vectors.rows.t());
+        for ((row, q_zero), slot) in scores.outer_iter().zip(&queries.zero).zip(found.iter_mut()) {
+            if *q_zero {
+                continue;
+            }
+            for ((similarity, c_zero), (id, _)) in row.iter().zip(&vectors.zero).zip(chunk) {
+                if *c_zero {
+                    continue;
+                }
+                let better = match slot {
+                    None => true,
+                    Some((best_id, best)) => {
+                        *similarity > *best || (*similarity == *best && *id < *best_id)
+                    }
+                };
+                if better {
+                    *slot = Some((*id, *similarity));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Vectors as the rows of a matrix, each scaled to length 1, and which
+/// were zero (left zero).
+struct UnitRows {
+    rows: Array2<f32>,
+    zero: Vec<bool>,
+}
+
+fn unit_rows<I>(vectors: impl Iterator<Item = I>, count: usize, dimension: usize) -> UnitRows
+where
+    I: Iterator<Item = f32>,
+{
+    let mut rows = Array2::<f32>::zeros((count, dimension));
+    let mut zero = Vec::with_capacity(count);
+    for (mut row, v) in rows.outer_iter_mut().zip(vectors) {
+        for (x, value) in row.iter_mut().zip(v) {
+            *x = value;
+        }
+        let n = row.iter().map(|x| x * x).sum::<f32>().sqrt();
+        zero.push(n == 0.0);
+        if n > 0.0 {
+            row.mapv_inplace(|x| x / n);
+        }
+    }
+    UnitRows { rows, zero }
 }
 
 fn check_dimension(v: &[f32], dimension: usize) -> Result<()> {
@@ -873,4 +931,44 @@ async fn remove(
         .bind(id.uuid());
     txn.execute_raw(sql.statement()).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blob(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    fn id(n: u128) -> MemoryId {
+        MemoryId::from(Uuid::from_u128(n))
+    }
+
+    #[test]
+    fn each_query_gets_its_most_similar_candidate_across_chunks() {
+        // More candidates than one chunk; the best for the first query is
+        // in the second chunk, and two equal best for the second query tie
+        // to the smaller id whatever their order.
+        let mut candidates: Vec<(MemoryId, Vec<u8>)> = (0..SCAN_CHUNK as u128 + 10)
+            .map(|n| (id(1_000 + n), blob(&[0.0, 1.0, 1.0])))
+            .collect();
+        candidates.push((id(7), blob(&[2.0, 0.1, 0.0])));
+        candidates.push((id(9), blob(&[0.0, 0.0, 3.0])));
+        candidates.push((id(8), blob(&[0.0, 0.0, 0.5])));
+        candidates.push((id(1), blob(&[0.0, 0.0, 0.0])));
+        let queries = vec![vec![1.0, 0.0, 0.0], vec![0.0, 0.0, 1.0], vec![0.0; 3]];
+        let found = best_of_each(&queries, &candidates, 3);
+        let (first, similarity) = found[0].expect("a match");
+        assert_eq!(first, id(7));
+        assert!((similarity - 2.0 / (4.01f32).sqrt()).abs() < 1e-5);
+        assert_eq!(found[1].map(|(m, _)| m), Some(id(8)));
+        assert_eq!(found[2], None, "a zero query matches nothing");
+    }
+
+    #[test]
+    fn zero_candidates_never_match() {
+        let candidates = vec![(id(1), blob(&[0.0, 0.0]))];
+        assert_eq!(best_of_each(&[vec![1.0, 0.0]], &candidates, 2), vec![None]);
+    }
 }
