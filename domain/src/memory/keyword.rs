@@ -315,7 +315,12 @@ pub async fn search(
             .bind(fts)
             .push(" AND memories_fts.tenant_id = ")
             .bind(scope.tenant_id().uuid())
-            .push(" AND ");
+            // The unary `+` keeps SQLite from answering `m` through its
+            // (tenant, status) index, which it otherwise picks and then
+            // scans the tenant's memories once per full-text match (15 ms
+            // a search at 1,000 memories, growing with the tenant); each
+            // match is one primary-key lookup instead (0.6 ms).
+            .push(" AND +");
             tenant_condition(&mut sql, scope);
             push_filter(&mut sql, scope, filter);
             sql.push(&format!(" ORDER BY bm25(memories_fts), m.id LIMIT {k}"));
