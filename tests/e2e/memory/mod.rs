@@ -47,7 +47,6 @@ macro_rules! on_both_backends_with {
 }
 
 mod access;
-mod fts_tenant;
 mod lifecycle;
 mod maintenance;
 mod reembed;
