@@ -38,6 +38,7 @@ mod m20261128_143000_bitemporal_facts;
 mod m20261128_150000_keyed_in_progress;
 mod m20261128_160000_memory_import_keys;
 mod m20261129_090000_memory_import_jobs;
+mod m20261129_120000_tenant_in_sqlite_fts;
 
 pub struct Migrator;
 
@@ -78,6 +79,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261128_150000_keyed_in_progress::Migration),
             Box::new(m20261128_160000_memory_import_keys::Migration),
             Box::new(m20261129_090000_memory_import_jobs::Migration),
+            Box::new(m20261129_120000_tenant_in_sqlite_fts::Migration),
         ]
     }
 }

@@ -311,16 +311,16 @@ pub async fn search(
             sql.push(
                 "SELECT m.id AS id FROM memories_fts JOIN memories m ON m.id = memories_fts.memory_id \
                  WHERE memories_fts MATCH ",
-            )
-            .bind(fts)
-            .push(" AND memories_fts.tenant_id = ")
-            .bind(scope.tenant_id().uuid())
-            // The unary `+` keeps SQLite from answering `m` through its
-            // (tenant, status) index, which it otherwise picks and then
-            // scans the tenant's memories once per full-text match (15 ms
-            // a search at 1,000 memories, growing with the tenant); each
-            // match is one primary-key lookup instead (0.6 ms).
-            .push(" AND +");
+            );
+            sqlite_match(&mut sql, scope, &fts);
+            sql.push(" AND memories_fts.tenant_id = ")
+                .bind(scope.tenant_id().uuid())
+                // The unary `+` keeps SQLite from answering `m` through its
+                // (tenant, status) index, which it otherwise picks and then
+                // scans the tenant's memories once per full-text match (15 ms
+                // a search at 1,000 memories, growing with the tenant); each
+                // match is one primary-key lookup instead (0.6 ms).
+                .push(" AND +");
             tenant_condition(&mut sql, scope);
             push_filter(&mut sql, scope, filter);
             sql.push(&format!(" ORDER BY bm25(memories_fts), m.id LIMIT {k}"));
@@ -330,6 +330,19 @@ pub async fn search(
     rows.into_iter()
         .map(|row| Ok(MemoryId::from(row.try_get::<Uuid>("", "id")?)))
         .collect()
+}
+
+/// An FTS5 query: `words` (FTS5 syntax) in the text, of the scope's
+/// tenant only. Each row holds its tenant as one indexed token (see the
+/// migration `m20261129_120000_tenant_in_sqlite_fts`), computed from the
+/// same bound id as it was stored, so FTS5 reads only this tenant's
+/// matches instead of every tenant's.
+fn sqlite_match(sql: &mut Sql, scope: TenantScope, words: &str) {
+    sql.push("(")
+        .bind(format!("content : ({words}) AND tenant : "))
+        .push(" || 't' || lower(hex(")
+        .bind(scope.tenant_id().uuid())
+        .push(")))");
 }
 
 /// The query words in more than [`COMMON_FREQUENCY`] and [`COMMON_ROWS`]
@@ -358,9 +371,9 @@ async fn sqlite_common(
         if i > 0 {
             sql.push(", ");
         }
-        sql.push("(SELECT CAST(count(*) AS REAL) FROM memories_fts WHERE memories_fts MATCH ")
-            .bind(format!("\"{term}\""))
-            .push(" AND memories_fts.tenant_id = ")
+        sql.push("(SELECT CAST(count(*) AS REAL) FROM memories_fts WHERE memories_fts MATCH ");
+        sqlite_match(&mut sql, scope, &format!("\"{term}\""));
+        sql.push(" AND memories_fts.tenant_id = ")
             .bind(scope.tenant_id().uuid())
             .push(&format!(") AS c{i}"));
     }

@@ -47,6 +47,7 @@ macro_rules! on_both_backends_with {
 }
 
 mod access;
+mod fts_tenant;
 mod lifecycle;
 mod maintenance;
 mod reembed;
