@@ -261,9 +261,9 @@ pub async fn search(
         return Ok(Vec::new());
     }
     let backend = db.get_database_backend();
-    let mut sql = Sql::new(backend);
-    match backend {
+    let sql = match backend {
         DbBackend::Postgres => {
+            let mut sql = Sql::new(backend);
             let common = common.get(db, scope).await;
             // The query's lexemes that are not common, OR-ed; when every
             // one is common, all of them AND-ed (few rows match them all).
@@ -290,46 +290,61 @@ pub async fn search(
             sql.push(&format!(
                 " ORDER BY ts_rank_cd(m.search_tsv, qq.q) DESC, m.id LIMIT {k}"
             ));
+            sql
         }
         _ => {
             // As on PostgreSQL: common words are left out, and a query of
             // common words only looks for memories with all of them.
             let common = sqlite_common(db, scope, &terms).await?;
-            let rare: Vec<&String> = terms.iter().filter(|t| !common.contains(t)).collect();
-            let fts = if rare.is_empty() {
-                terms
-                    .iter()
-                    .map(|t| format!("\"{t}\""))
-                    .collect::<Vec<_>>()
-                    .join(" AND ")
-            } else {
-                rare.iter()
-                    .map(|t| format!("\"{t}\""))
-                    .collect::<Vec<_>>()
-                    .join(" OR ")
-            };
-            sql.push(
-                "SELECT m.id AS id FROM memories_fts JOIN memories m ON m.id = memories_fts.memory_id \
-                 WHERE memories_fts MATCH ",
-            );
-            sqlite_match(&mut sql, scope, &fts);
-            sql.push(" AND memories_fts.tenant_id = ")
-                .bind(scope.tenant_id().uuid())
-                // The unary `+` keeps SQLite from answering `m` through its
-                // (tenant, status) index, which it otherwise picks and then
-                // scans the tenant's memories once per full-text match (15 ms
-                // a search at 1,000 memories, growing with the tenant); each
-                // match is one primary-key lookup instead (0.6 ms).
-                .push(" AND +");
-            tenant_condition(&mut sql, scope);
-            push_filter(&mut sql, scope, filter);
-            sql.push(&format!(" ORDER BY bm25(memories_fts), m.id LIMIT {k}"));
+            sqlite_statement(scope, &terms, &common, k, filter)
         }
-    }
+    };
     let rows = db.query_all_raw(sql.statement()).await?;
     rows.into_iter()
         .map(|row| Ok(MemoryId::from(row.try_get::<Uuid>("", "id")?)))
         .collect()
+}
+
+/// SQLite's keyword statement: the `rare` words OR-ed (all of `terms`
+/// AND-ed when every one is `common`), of the scope's tenant, best first.
+fn sqlite_statement(
+    scope: TenantScope,
+    terms: &[String],
+    common: &[String],
+    k: usize,
+    filter: &CandidateFilter,
+) -> Sql {
+    let mut sql = Sql::new(DbBackend::Sqlite);
+    let rare: Vec<&String> = terms.iter().filter(|t| !common.contains(t)).collect();
+    let fts = if rare.is_empty() {
+        terms
+            .iter()
+            .map(|t| format!("\"{t}\""))
+            .collect::<Vec<_>>()
+            .join(" AND ")
+    } else {
+        rare.iter()
+            .map(|t| format!("\"{t}\""))
+            .collect::<Vec<_>>()
+            .join(" OR ")
+    };
+    sql.push(
+        "SELECT m.id AS id FROM memories_fts JOIN memories m ON m.id = memories_fts.memory_id \
+         WHERE memories_fts MATCH ",
+    );
+    sqlite_match(&mut sql, scope, &fts);
+    sql.push(" AND memories_fts.tenant_id = ")
+        .bind(scope.tenant_id().uuid())
+        // The unary `+` keeps SQLite from answering `m` through its
+        // (tenant, status) index, which it otherwise picks and then
+        // scans the tenant's memories once per full-text match (15 ms
+        // a search at 1,000 memories, growing with the tenant); each
+        // match is one primary-key lookup instead (0.6 ms).
+        .push(" AND +");
+    tenant_condition(&mut sql, scope);
+    push_filter(&mut sql, scope, filter);
+    sql.push(&format!(" ORDER BY bm25(memories_fts), m.id LIMIT {k}"));
+    sql
 }
 
 /// An FTS5 query: `words` (FTS5 syntax) in the text, of the scope's
@@ -393,6 +408,46 @@ async fn sqlite_common(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// SQLite finds each full-text match's memory by the primary key of
+    /// `memories`; through the (tenant, status) index, which it would
+    /// otherwise pick, it scanned the tenant's memories once per match.
+    #[tokio::test]
+    async fn sqlite_reads_each_match_by_primary_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("plan.db").display());
+        let db = crate::kernel::db::connect(&url, 1).await.unwrap();
+        crate::kernel::db::migrate(&db).await.unwrap();
+        let scope = TenantScope::new(TenantId::from(Uuid::now_v7()));
+        let filter = CandidateFilter {
+            tiers: vec!["LONG_TERM".into()],
+            now: Some(chrono::Utc::now()),
+            ..CandidateFilter::default()
+        };
+        let words = terms("which dock do the pallets ship from");
+        for common in [Vec::new(), words.clone()] {
+            let mut statement = sqlite_statement(scope, &words, &common, 10, &filter).statement();
+            statement.sql = format!("EXPLAIN QUERY PLAN {}", statement.sql);
+            let plan: Vec<String> = db
+                .query_all_raw(statement)
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| row.try_get::<String>("", "detail").unwrap())
+                .collect();
+            let memories: Vec<&String> = plan.iter().filter(|step| step.contains(" m ")).collect();
+            assert_eq!(memories.len(), 1, "{plan:?}");
+            assert!(
+                memories[0].starts_with("SEARCH m USING INDEX sqlite_autoindex_memories_1 (id=?)")
+                    || memories[0].starts_with("SEARCH m USING PRIMARY KEY"),
+                "{plan:?}"
+            );
+            assert!(
+                plan.iter().any(|step| step.contains("VIRTUAL TABLE INDEX")),
+                "{plan:?}"
+            );
+        }
+    }
 
     #[test]
     fn terms_are_distinct_lowercase_words_without_syntax() {

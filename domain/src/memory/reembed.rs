@@ -77,7 +77,8 @@ pub struct EmbeddingStatus {
 pub struct ReembedPass {
     /// Memories given a vector of the current model.
     pub embedded: u64,
-    /// Memories the embedder failed for (tried again in a later pass).
+    /// Memories the embedder failed for, or whose vectors could not be
+    /// stored (tried again in a later pass).
     pub failed: u64,
     /// Another replica's pass held the lock; nothing was done.
     pub skipped: bool,
@@ -319,7 +320,9 @@ impl Memories {
             .map(|(m, v)| (MemoryId::from(m.id), v.as_slice()))
             .collect();
         let savepoint = txn.begin().await?;
-        let embedded = match self
+        // A memory whose text changed meanwhile is neither: the write that
+        // changed it embedded its new text.
+        let (embedded, failed) = match self
             .index
             .upsert_many(&savepoint, scope, model, &rows)
             .await
@@ -327,19 +330,19 @@ impl Memories {
             Ok(()) => {
                 savepoint.commit().await?;
                 txn.commit().await?;
-                rows.len() as u64
+                (rows.len() as u64, 0)
             }
             Err(err) => {
                 tracing::warn!(error = %err, "re-embedding: storing the vectors failed");
                 savepoint.rollback().await?;
                 txn.rollback().await?;
-                0
+                (0, rows.len() as u64)
             }
         };
         Ok(Some(Batch {
             last,
             embedded,
-            failed: memories.len() as u64 - embedded,
+            failed,
         }))
     }
 }

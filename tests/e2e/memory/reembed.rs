@@ -181,3 +181,90 @@ async fn vectors_of_two_models_of_one_length_are_never_compared(backend: Backend
     both.sort();
     assert_eq!(ids, both);
 }
+
+for_both_backends!(a_memory_edited_while_it_is_reembedded_keeps_its_new_texts_vector);
+/// A pass embeds a batch outside any transaction and then stores only the
+/// vectors of memories whose text is still the one it embedded: a memory
+/// edited while the embedder works keeps the vector of its new text (made
+/// by the edit), not the old text's.
+async fn a_memory_edited_while_it_is_reembedded_keeps_its_new_texts_vector(backend: Backend) {
+    let old_text = "Pallets ship from dock seven";
+    let new_text = "Invoices are paid on the last Friday of the month";
+    let app = TestApp::spawn_with(backend, |c| c.embedding_dimension = FAKE_DIM).await;
+    app.create_tenant("acme").await;
+    let acme = member(&app, "acme");
+    let edited = remember_id(&app, &acme, json!({"content": old_text})).await;
+    let other = remember_id(
+        &app,
+        &acme,
+        json!({"content": "Visitors sign in at the front desk"}),
+    )
+    .await;
+
+    let fake = fake_embeddings_server().await;
+    let app = app
+        .restart_with(|c| {
+            c.embedding_provider = EmbeddingProvider::Openai;
+            c.embedding_base_url = Some(fake.url.clone());
+            c.embedding_api_key = Some(secrecy::SecretString::from("sk-test"));
+            c.embedding_model = "fake-embed".into();
+        })
+        .await;
+    let status = app.graphql(Some(&acme), STATUS, json!({})).await;
+    assert_eq!(
+        status.data()["memoryEmbeddings"]["pending"],
+        2,
+        "{status:?}"
+    );
+
+    // The pass's batch (both memories) waits at the embedder...
+    let (arrived, release) = fake.hold(old_text);
+    let mut passes = app
+        .domain
+        .memory
+        .spawn_reembedding(Duration::from_secs(3600));
+    arrived.await.unwrap();
+    // ...while the memory gets a new text, embedded by the edit itself.
+    let updated = app
+        .graphql(
+            Some(&acme),
+            "mutation($input: UpdateMemoryInput!) { updateMemory(input: $input) { memory { content embeddingModel } } }",
+            json!({"input": {"id": edited, "content": new_text}}),
+        )
+        .await;
+    assert_eq!(
+        updated.data()["updateMemory"]["memory"],
+        json!({"content": new_text, "embeddingModel": "fake-embed"})
+    );
+    release.send(()).unwrap();
+    passes.changed().await.unwrap();
+    let pass = passes.borrow_and_update().unwrap();
+    assert_eq!(pass.embedded, 1, "only the unedited memory: {pass:?}");
+    assert_eq!(pass.failed, 0);
+
+    let status = app.graphql(Some(&acme), STATUS, json!({})).await;
+    assert_eq!(
+        status.data()["memoryEmbeddings"],
+        json!({"model": "fake-embed", "embedded": 2, "pending": 0})
+    );
+    // The edited memory's vector is its new text's: the same vector as the
+    // query's, similarity 1.
+    let found = search(&app, &acme, json!({"q": new_text, "mode": "VECTOR"})).await;
+    assert_eq!(hit_ids(&found).first(), Some(&edited), "{found}");
+    let similarity = found["hits"][0]["vectorSimilarity"].as_f64().unwrap();
+    assert!(similarity > 0.999, "{found}");
+    // No memory holds the old text's vector any more.
+    let found = search(&app, &acme, json!({"q": old_text, "mode": "VECTOR"})).await;
+    for hit in found["hits"].as_array().unwrap() {
+        assert!(hit["vectorSimilarity"].as_f64().unwrap() < 0.999, "{found}");
+    }
+    // The other memory of the batch got its vector from the pass.
+    let found = search(
+        &app,
+        &acme,
+        json!({"q": "Visitors sign in at the front desk", "mode": "VECTOR"}),
+    )
+    .await;
+    assert_eq!(hit_ids(&found).first(), Some(&other), "{found}");
+    assert!(found["hits"][0]["vectorSimilarity"].as_f64().unwrap() > 0.999);
+}

@@ -2,13 +2,14 @@
 //! per-tenant vector indexes, and a vector that cannot be stored.
 
 use std::sync::{
-    Arc,
+    Arc, Mutex,
     atomic::{AtomicBool, AtomicUsize, Ordering},
 };
 
 use brainstem_domain::memory::embedder::HashingEmbedder;
 use chrono::Utc;
 use serde_json::{Value, json};
+use tokio::sync::oneshot;
 
 use super::{
     approx, get, hit_ids, member, reindex_missing, remember, remember_id, remember_many, scope_of,
@@ -28,11 +29,36 @@ for_both_backends!(big_tenants_get_their_own_vector_index);
 
 /// A fake `/v1/embeddings`: answers with the offline embedder's vectors (so
 /// results are meaningful), or 500 while `failing` is set. Checks the model
-/// name and the bearer key; counts requests.
+/// name and the bearer key; counts requests. A request for a text
+/// [`FakeEmbeddings::hold`] names waits until the test lets it go.
 pub(super) struct FakeEmbeddings {
     pub(super) url: String,
     failing: Arc<AtomicBool>,
     requests: Arc<AtomicUsize>,
+    held: Arc<Mutex<Option<Held>>>,
+}
+
+/// A text whose next request is held: `arrived` is told when it comes,
+/// and it is answered once `release` is.
+struct Held {
+    text: String,
+    arrived: oneshot::Sender<()>,
+    release: oneshot::Receiver<()>,
+}
+
+impl FakeEmbeddings {
+    /// Hold the next request that asks for `text`: returns a receiver told
+    /// when it arrives and a sender that lets it be answered.
+    pub(super) fn hold(&self, text: &str) -> (oneshot::Receiver<()>, oneshot::Sender<()>) {
+        let (arrived, arrived_rx) = oneshot::channel();
+        let (release_tx, release) = oneshot::channel();
+        *self.held.lock().unwrap() = Some(Held {
+            text: text.to_owned(),
+            arrived,
+            release,
+        });
+        (arrived_rx, release_tx)
+    }
 }
 
 pub(super) const FAKE_DIM: usize = 64;
@@ -41,13 +67,27 @@ pub(super) async fn fake_embeddings_server() -> FakeEmbeddings {
     use axum::{Json, Router, http::HeaderMap, http::StatusCode, routing::post};
     let failing = Arc::new(AtomicBool::new(false));
     let requests = Arc::new(AtomicUsize::new(0));
-    let (f, r) = (failing.clone(), requests.clone());
+    let held: Arc<Mutex<Option<Held>>> = Arc::default();
+    let (f, r, h) = (failing.clone(), requests.clone(), held.clone());
     let app = Router::new().route(
         "/v1/embeddings",
         post(move |headers: HeaderMap, Json(body): Json<Value>| {
-            let (f, r) = (f.clone(), r.clone());
+            let (f, r, h) = (f.clone(), r.clone(), h.clone());
             async move {
                 r.fetch_add(1, Ordering::SeqCst);
+                let asks_held = |held: &Held| {
+                    body["input"]
+                        .as_array()
+                        .is_some_and(|texts| texts.iter().any(|t| *t == held.text.as_str()))
+                };
+                let hold = {
+                    let mut held = h.lock().unwrap();
+                    if held.as_ref().is_some_and(asks_held) { held.take() } else { None }
+                };
+                if let Some(Held { arrived, release, .. }) = hold {
+                    let _ = arrived.send(());
+                    let _ = release.await;
+                }
                 if f.load(Ordering::SeqCst) {
                     return (StatusCode::INTERNAL_SERVER_ERROR, Json(json!({"error": "down"})));
                 }
@@ -77,6 +117,7 @@ pub(super) async fn fake_embeddings_server() -> FakeEmbeddings {
         url,
         failing,
         requests,
+        held,
     }
 }
 
