@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::{
     hit_ids, member, remember_id, search,
-    vectors::{FAKE_DIM, fake_embeddings_server},
+    vectors::{FAKE_DIM, FakeEmbeddings, fake_embeddings_server},
 };
 #[cfg(feature = "local-models")]
 use crate::local_models::models;
@@ -128,6 +128,17 @@ async fn reembed_all(app: &TestApp) {
     }
 }
 
+/// The app restarted with the fake remote embedder (`fake-embed`).
+async fn switch_to(app: TestApp, fake: &FakeEmbeddings) -> TestApp {
+    app.restart_with(|c| {
+        c.embedding_provider = EmbeddingProvider::Openai;
+        c.embedding_base_url = Some(fake.url.clone());
+        c.embedding_api_key = Some(secrecy::SecretString::from("sk-test"));
+        c.embedding_model = "fake-embed".into();
+    })
+    .await
+}
+
 for_both_backends!(vectors_of_two_models_of_one_length_are_never_compared);
 /// The offline embedder and a remote one of the same length make vectors
 /// that fit together but mean different things: after the switch the old
@@ -147,14 +158,7 @@ async fn vectors_of_two_models_of_one_length_are_never_compared(backend: Backend
     assert_eq!(hit_ids(&found), vec![dock.clone()]);
 
     let fake = fake_embeddings_server().await;
-    let app = app
-        .restart_with(|c| {
-            c.embedding_provider = EmbeddingProvider::Openai;
-            c.embedding_base_url = Some(fake.url.clone());
-            c.embedding_api_key = Some(secrecy::SecretString::from("sk-test"));
-            c.embedding_model = "fake-embed".into();
-        })
-        .await;
+    let app = switch_to(app, &fake).await;
     let found = search(&app, &acme, json!({"q": "pallets dock", "mode": "VECTOR"})).await;
     assert!(hit_ids(&found).is_empty(), "{found}");
     // A near-duplicate is judged against vectors of the new model only:
@@ -202,14 +206,7 @@ async fn a_memory_edited_while_it_is_reembedded_keeps_its_new_texts_vector(backe
     .await;
 
     let fake = fake_embeddings_server().await;
-    let app = app
-        .restart_with(|c| {
-            c.embedding_provider = EmbeddingProvider::Openai;
-            c.embedding_base_url = Some(fake.url.clone());
-            c.embedding_api_key = Some(secrecy::SecretString::from("sk-test"));
-            c.embedding_model = "fake-embed".into();
-        })
-        .await;
+    let app = switch_to(app, &fake).await;
     let status = app.graphql(Some(&acme), STATUS, json!({})).await;
     assert_eq!(
         status.data()["memoryEmbeddings"]["pending"],
