@@ -24,6 +24,7 @@
 //! Shared here: [`call`], [`bench_token`] (one GraphQL operation over HTTP),
 //! [`seed_four_step_tasks`], and [`fresh_database`] / [`drop_database`].
 
+pub mod agent_prompts;
 pub mod executor_run;
 
 #[global_allocator]

@@ -12,16 +12,15 @@
 //!     --models-dir /var/tmp/brainstem-cache/models
 //! ```
 
-// The allocator the server ships with (see the crate's header).
-use brainstem_bench as _;
 use std::{
     path::PathBuf,
     time::{Duration, Instant},
 };
 
 use anyhow::Context;
+use brainstem_bench::agent_prompts;
 use brainstem_domain::{
-    llm::{Chunk, CompletionRequest, LanguageModel, Message, ToolSpec, prompt},
+    llm::{Chunk, CompletionRequest, LanguageModel},
     memory::Embedder,
     models::local::{MiniLmEmbedder, ModelFiles, qwen, smollm},
 };
@@ -118,15 +117,7 @@ async fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let model = smollm::load(&files)?;
     println!("language model: loaded in {:.0} ms", ms(started.elapsed()));
-    let request = CompletionRequest {
-        messages: vec![Message::user(
-            "Explain what a vector database is and when a team should use one.",
-        )],
-        model: smollm::model_name().into(),
-        max_tokens: args.max_tokens,
-        temperature: 0.0,
-        tools: Vec::new(),
-    };
+    let request = agent_prompts::generation(smollm::model_name(), args.max_tokens);
     generations(&model, "language model", &request, args.generations).await?;
     drop(model);
 
@@ -137,31 +128,11 @@ async fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let agent = qwen::load(&files)?;
     println!("agent model: loaded in {:.0} ms", ms(started.elapsed()));
-    let request = CompletionRequest {
-        model: qwen::model_name().into(),
-        ..request
-    };
+    let request = agent_prompts::generation(qwen::model_name(), args.max_tokens);
     generations(&agent, "agent model", &request, args.generations).await?;
-    let tools = five_tools();
-    first_tokens(&agent, &tools).await?;
-    for (question, expected) in [
-        ("What is Maria Lopez allergic to?", "memory_recall"),
-        (
-            "Remember that the Berlin office closes at 6pm on Fridays.",
-            "memory_remember",
-        ),
-        (
-            "Fetch https://api.example.com/orders/42 and tell me its status.",
-            "http_request",
-        ),
-    ] {
-        let request = CompletionRequest {
-            messages: vec![Message::user(question)],
-            model: qwen::model_name().into(),
-            max_tokens: args.max_tokens,
-            temperature: 0.0,
-            tools: tools.clone(),
-        };
+    first_tokens(&agent).await?;
+    for (question, expected) in agent_prompts::CALLS {
+        let request = agent_prompts::tool_call(qwen::model_name(), question, args.max_tokens);
         let started = Instant::now();
         let mut stream = agent.stream(&request).await?;
         let (mut called, mut arguments, mut usage) = (None, String::new(), None);
@@ -192,27 +163,9 @@ async fn main() -> anyhow::Result<()> {
 /// platform's core rules and tool guardrail, the tools, a question): the
 /// first read cold, then other questions after the same system turn, whose
 /// keys and values the model keeps.
-async fn first_tokens(model: &dyn LanguageModel, tools: &[ToolSpec]) -> anyhow::Result<()> {
-    let questions = [
-        "What is Maria Lopez allergic to?",
-        "Remember that the Berlin office closes at 6pm on Fridays.",
-        "Fetch https://api.example.com/orders/42 and tell me its status.",
-        "Which depot ships to Lisbon?",
-    ];
-    for (run, question) in questions.into_iter().enumerate() {
-        let request = CompletionRequest {
-            messages: prompt::for_call(
-                vec![
-                    Message::system(prompt::IMMUTABLE_CORE),
-                    Message::user(question),
-                ],
-                true,
-            ),
-            model: qwen::model_name().into(),
-            max_tokens: 1,
-            temperature: 0.0,
-            tools: tools.to_vec(),
-        };
+async fn first_tokens(model: &dyn LanguageModel) -> anyhow::Result<()> {
+    for (run, question) in agent_prompts::FIRST_TOKEN_QUESTIONS.into_iter().enumerate() {
+        let request = agent_prompts::agent_step(qwen::model_name(), question, 1);
         let started = Instant::now();
         let mut stream = model.stream(&request).await?;
         let mut usage = None;
@@ -276,44 +229,6 @@ async fn generations(
         );
     }
     Ok(())
-}
-
-/// Five tools as an agent step offers them.
-fn five_tools() -> Vec<ToolSpec> {
-    let object = |properties: serde_json::Value, required: &[&str]| serde_json::json!({"type": "object", "properties": properties, "required": required});
-    vec![
-        ToolSpec {
-            name: "memory_recall".into(),
-            description: "Search the stored memories for facts relevant to a query.".into(),
-            parameters: object(serde_json::json!({"query": {"type": "string"}}), &["query"]),
-        },
-        ToolSpec {
-            name: "memory_remember".into(),
-            description: "Store a fact as a memory.".into(),
-            parameters: object(
-                serde_json::json!({"content": {"type": "string"}}),
-                &["content"],
-            ),
-        },
-        ToolSpec {
-            name: "http_request".into(),
-            description: "Call an HTTP endpoint.".into(),
-            parameters: object(
-                serde_json::json!({"url": {"type": "string"}, "method": {"type": "string"}}),
-                &["url"],
-            ),
-        },
-        ToolSpec {
-            name: "graph_neighbourhood".into(),
-            description: "Entities related to a named entity in the knowledge graph.".into(),
-            parameters: object(serde_json::json!({"name": {"type": "string"}}), &["name"]),
-        },
-        ToolSpec {
-            name: "current_time".into(),
-            description: "The current date and time.".into(),
-            parameters: object(serde_json::json!({}), &[]),
-        },
-    ]
 }
 
 fn ms(d: Duration) -> f64 {

@@ -46,6 +46,12 @@ pub fn model_name() -> &'static str {
     AGENT_MODEL
 }
 
+/// The text the model reads for `request`, tools included: what another
+/// engine running the same GGUF must be given to be compared with this one.
+pub fn prompt(request: &CompletionRequest) -> String {
+    QwenChat.prompt(request)
+}
+
 struct QwenChat;
 
 /// Whether the conversation ends with tool results (then the model
