@@ -81,6 +81,12 @@ pub async fn try_xact_lock(txn: &impl ConnectionTrait, name: &str) -> Result<boo
     Ok(locked == Some(true))
 }
 
+/// An error of a statement run on a raw pooled connection (not through
+/// SeaORM), as SeaORM would have reported it.
+pub fn sqlx_error(err: sea_orm::sqlx::Error) -> Error {
+    Error::from(DbErr::Conn(sea_orm::RuntimeErr::SqlxError(err.into())))
+}
+
 /// How long one SQLite statement waits for a lock (its busy timeout).
 pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -31,6 +31,7 @@ pub mod principal;
 pub mod rate_limit;
 pub mod redact;
 pub mod row_security;
+pub mod session_lock;
 pub mod settings;
 pub mod template;
 pub mod text_match;

@@ -18,9 +18,10 @@
 //!   embedded outside any transaction, then written only for the memories
 //!   whose text is still the one embedded; one changed meanwhile is left to
 //!   the write that changed it.
-//! - **One re-embedding at a time.** On PostgreSQL a pass holds an advisory
-//!   lock for its duration: other replicas skip theirs. Work is idempotent,
-//!   so a pass cut short by a crash is simply done again.
+//! - **One re-embedding at a time.** On PostgreSQL a pass holds a session
+//!   lock ([`SessionLock`]: no transaction stays open for the pass) for its
+//!   duration: other replicas skip theirs. Work is idempotent, so a pass
+//!   cut short by a crash is simply done again.
 //! - **Fair between tenants.** A pass embeds at most [`PASS_SLICE`]
 //!   memories of each tenant that has stale ones before the next pass, and
 //!   each tenant's position is kept between passes, so a memory the
@@ -44,11 +45,15 @@ use super::{Memories, Status, embedder};
 use crate::{
     Result, TenantId,
     kernel::{
-        db::{BeginWrite, try_xact_lock},
+        db::BeginWrite,
         metrics::metrics,
         row_security::{Bypass, as_platform, as_tenant},
+        session_lock::SessionLock,
     },
 };
+
+/// The lock a re-embedding pass holds.
+pub const REEMBED_LOCK: &str = "brainstem.memory_reembedding";
 
 /// Most memories of one tenant a background pass embeds before it moves on
 /// to the next tenant.
@@ -166,14 +171,12 @@ impl Memories {
         positions: &Mutex<HashMap<TenantId, Uuid>>,
     ) -> Result<ReembedPass> {
         as_platform(Bypass::Maintenance, async {
-            // Held (by its transaction) for the pass; released when dropped.
-            let lock = self.db.begin().await?;
-            if !try_xact_lock(&lock, "brainstem.memory_reembedding").await? {
+            let Some(lock) = SessionLock::try_take(&self.db, REEMBED_LOCK).await? else {
                 return Ok(ReembedPass {
                     skipped: true,
                     ..ReembedPass::default()
                 });
-            }
+            };
             let mut pass = ReembedPass::default();
             for tenant in self.tenants_with_stale().await? {
                 let scope = TenantScope::new(tenant);
@@ -187,7 +190,7 @@ impl Memories {
                     None => positions.remove(&tenant),
                 };
             }
-            lock.rollback().await?;
+            lock.release().await?;
             metrics().memories_reembedded.inc_by(pass.embedded);
             Ok(pass)
         })

@@ -47,7 +47,10 @@
 //! for a whole batch: one `LATERAL` statement on PostgreSQL, one pass over
 //! the tenant's candidate vectors on SQLite).
 
-use crate::kernel::db::BeginWrite;
+use crate::kernel::{
+    db::{BeginWrite, sqlx_error},
+    session_lock::SessionLock,
+};
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
@@ -215,9 +218,8 @@ const ROUTE_TTL: Duration = Duration::from_secs(30);
 /// Tenants remembered at most (the map is cleared when full).
 const ROUTE_LIMIT: usize = 10_000;
 
-/// Session lock held while building tenant indexes.
-const BUILD_LOCK: &str = "SELECT pg_try_advisory_lock(hashtext('brainstem.memory_vector_indexes'))";
-const BUILD_UNLOCK: &str = "SELECT pg_advisory_unlock(hashtext('brainstem.memory_vector_indexes'))";
+/// The lock held while building tenant indexes.
+const BUILD_LOCK: &str = "brainstem.memory_vector_indexes";
 
 /// Per tenant: does it have a valid HNSW index of its own, and since when
 /// do we know.
@@ -334,12 +336,6 @@ async fn protect_with_row_security(txn: &DatabaseTransaction) -> Result<()> {
             .await?;
     }
     Ok(())
-}
-
-fn sqlx_error(err: sqlx::Error) -> Error {
-    Error::from(sea_orm::DbErr::Conn(sea_orm::RuntimeErr::SqlxError(
-        err.into(),
-    )))
 }
 
 #[async_trait::async_trait]
@@ -644,22 +640,14 @@ impl VectorIndex for PgVectorIndex {
     }
 
     async fn maintain(&self) -> Result<u64> {
-        let pool = self.db.get_postgres_connection_pool();
-        let mut conn = pool.acquire().await.map_err(sqlx_error)?;
-        let locked: bool = sqlx::query_scalar(BUILD_LOCK)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(sqlx_error)?;
-        if !locked {
+        let Some(mut lock) = SessionLock::try_take(&self.db, BUILD_LOCK).await? else {
             return Ok(0);
-        }
-        let built = self.build_missing(&mut conn).await;
-        let unlocked = sqlx::query(BUILD_UNLOCK).execute(&mut *conn).await;
-        if let Err(err) = unlocked {
-            // Closing the connection releases the lock.
-            tracing::warn!(%err, "could not release the vector index lock; closing the connection");
-            conn.detach();
-        }
+        };
+        let Some(conn) = lock.connection() else {
+            return Ok(0); // SQLite, where this index never runs
+        };
+        let built = self.build_missing(conn).await;
+        lock.release().await?;
         built
     }
 }

@@ -265,3 +265,92 @@ async fn a_memory_edited_while_it_is_reembedded_keeps_its_new_texts_vector(backe
     assert_eq!(hit_ids(&found).first(), Some(&other), "{found}");
     assert!(found["hits"][0]["vectorSimilarity"].as_f64().unwrap() > 0.999);
 }
+
+mod a_reembedding_pass_holds_its_lock_but_no_transaction {
+    use sea_orm::{ConnectionTrait, Statement};
+
+    use super::*;
+
+    /// Whether another session can take the pass's lock now (and then
+    /// gives it back).
+    async fn lock_is_free(other: &sea_orm::DatabaseConnection) -> bool {
+        let free = other
+            .query_one_raw(Statement::from_string(
+                sea_orm::DbBackend::Postgres,
+                "SELECT pg_try_advisory_lock(hashtext('brainstem.memory_reembedding')) AS free",
+            ))
+            .await
+            .unwrap()
+            .unwrap()
+            .try_get::<bool>("", "free")
+            .unwrap();
+        if free {
+            other
+                .execute_unprepared(
+                    "SELECT pg_advisory_unlock(hashtext('brainstem.memory_reembedding'))",
+                )
+                .await
+                .unwrap();
+        }
+        free
+    }
+
+    /// While a pass waits at the embedder, it excludes other passes, yet no
+    /// session of the application is idle in a transaction (which would
+    /// hold back vacuum for the whole pass); once passes end, the lock is
+    /// free.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        let text = "Pallets ship from dock seven";
+        let app =
+            TestApp::spawn_with(Backend::Postgres, |c| c.embedding_dimension = FAKE_DIM).await;
+        app.create_tenant("acme").await;
+        let acme = member(&app, "acme");
+        remember_id(&app, &acme, json!({"content": text})).await;
+        let fake = fake_embeddings_server().await;
+        let app = switch_to(app, &fake).await;
+
+        // One connection: an advisory lock belongs to its session.
+        let mut options = sea_orm::ConnectOptions::new(app.config.database_url.clone());
+        options.max_connections(1).min_connections(1);
+        let other = sea_orm::Database::connect(options).await.unwrap();
+        assert!(lock_is_free(&other).await);
+
+        let (arrived, release) = fake.hold(text);
+        let mut passes = app
+            .domain
+            .memory
+            .spawn_reembedding(Duration::from_secs(3600));
+        arrived.await.unwrap();
+        assert!(!lock_is_free(&other).await, "the pass holds its lock");
+        let idle = app
+            .outside_db()
+            .await
+            .query_all_raw(Statement::from_string(
+                sea_orm::DbBackend::Postgres,
+                "SELECT pid, query FROM pg_stat_activity \
+                 WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+            ))
+            .await
+            .unwrap();
+        let idle: Vec<String> = idle
+            .iter()
+            .map(|row| row.try_get::<String>("", "query").unwrap())
+            .collect();
+        assert!(idle.is_empty(), "sessions idle in a transaction: {idle:?}");
+
+        release.send(()).unwrap();
+        passes.changed().await.unwrap();
+        let pass = passes.borrow_and_update().unwrap();
+        assert_eq!((pass.embedded, pass.failed, pass.skipped), (1, 0, false));
+        // A pass that found work is followed at once by another; the one
+        // that finds none is the last before the loop rests.
+        passes.changed().await.unwrap();
+        let pass = passes.borrow_and_update().unwrap();
+        assert_eq!((pass.embedded, pass.failed, pass.skipped), (0, 0, false));
+        assert!(
+            lock_is_free(&other).await,
+            "the lock is free between passes"
+        );
+    }
+}
