@@ -39,6 +39,7 @@ mod m20261128_150000_keyed_in_progress;
 mod m20261128_160000_memory_import_keys;
 mod m20261129_090000_memory_import_jobs;
 mod m20261129_120000_tenant_in_sqlite_fts;
+mod m20261129_140000_sqlite_fts_rows_by_key;
 
 pub struct Migrator;
 
@@ -80,6 +81,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261128_160000_memory_import_keys::Migration),
             Box::new(m20261129_090000_memory_import_jobs::Migration),
             Box::new(m20261129_120000_tenant_in_sqlite_fts::Migration),
+            Box::new(m20261129_140000_sqlite_fts_rows_by_key::Migration),
         ]
     }
 }

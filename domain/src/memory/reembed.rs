@@ -38,7 +38,7 @@ use sea_orm::{
     ColumnTrait, Condition, ConnectionTrait, DbBackend, PaginatorTrait, QueryFilter, QueryOrder,
     QuerySelect, Statement, TransactionTrait,
 };
-use tokio::sync::{Mutex, watch};
+use tokio::sync::{Mutex, mpsc};
 use uuid::Uuid;
 
 use super::{Memories, Status, embedder};
@@ -131,10 +131,11 @@ impl Memories {
 
     /// Re-embed stale memories in the background: a pass at once, passes
     /// one after another while they find work, then one every `idle`. The
-    /// receiver sees each pass (tests wait on it instead of sleeping).
-    pub fn spawn_reembedding(&self, idle: Duration) -> watch::Receiver<Option<ReembedPass>> {
+    /// receiver gets every pass, in order (tests wait on it instead of
+    /// sleeping); dropping it stops nothing.
+    pub fn spawn_reembedding(&self, idle: Duration) -> mpsc::UnboundedReceiver<ReembedPass> {
         let memories = self.clone();
-        let (tx, rx) = watch::channel(None);
+        let (tx, rx) = mpsc::unbounded_channel();
         let positions: Arc<Mutex<HashMap<TenantId, Uuid>>> = Arc::default();
         tokio::spawn(async move {
             loop {
@@ -149,7 +150,7 @@ impl Memories {
                             );
                         }
                         // Nobody listening is fine.
-                        let _ = tx.send(Some(*p));
+                        let _ = tx.send(*p);
                         p.embedded > 0
                     }
                     Err(err) => {

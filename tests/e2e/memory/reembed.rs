@@ -109,17 +109,14 @@ async fn switching_the_embedder_reembeds_every_memory_in_the_background(backend:
 }
 
 /// Starts the background re-embedding and waits for a pass that finds
-/// nothing left. (A watch channel keeps only the latest pass, so passes
-/// are not added up here: the tenants' `memoryEmbeddings` say what was
-/// done.)
+/// nothing left.
 async fn reembed_all(app: &TestApp) {
     let mut passes = app
         .domain
         .memory
         .spawn_reembedding(Duration::from_secs(3600));
     loop {
-        passes.changed().await.unwrap();
-        let pass = passes.borrow_and_update().unwrap();
+        let pass = passes.recv().await.unwrap();
         assert!(!pass.skipped);
         assert_eq!(pass.failed, 0);
         if pass.embedded == 0 {
@@ -234,8 +231,7 @@ async fn a_memory_edited_while_it_is_reembedded_keeps_its_new_texts_vector(backe
         json!({"content": new_text, "embeddingModel": "fake-embed"})
     );
     release.send(()).unwrap();
-    passes.changed().await.unwrap();
-    let pass = passes.borrow_and_update().unwrap();
+    let pass = passes.recv().await.unwrap();
     assert_eq!(pass.embedded, 1, "only the unedited memory: {pass:?}");
     assert_eq!(pass.failed, 0);
 
@@ -340,13 +336,11 @@ mod a_reembedding_pass_holds_its_lock_but_no_transaction {
         assert!(idle.is_empty(), "sessions idle in a transaction: {idle:?}");
 
         release.send(()).unwrap();
-        passes.changed().await.unwrap();
-        let pass = passes.borrow_and_update().unwrap();
+        let pass = passes.recv().await.unwrap();
         assert_eq!((pass.embedded, pass.failed, pass.skipped), (1, 0, false));
         // A pass that found work is followed at once by another; the one
         // that finds none is the last before the loop rests.
-        passes.changed().await.unwrap();
-        let pass = passes.borrow_and_update().unwrap();
+        let pass = passes.recv().await.unwrap();
         assert_eq!((pass.embedded, pass.failed, pass.skipped), (0, 0, false));
         assert!(
             lock_is_free(&other).await,
