@@ -132,9 +132,20 @@ impl EventBus {
 
     /// Hand events to this process's subscribers. A stored event already
     /// delivered (it came by the other path) is skipped.
+    ///
+    /// One delivery at a time: the executor (right after its commit) and
+    /// the listener (hearing the same commit) may deliver one stored event
+    /// at once. Were the check and the hand-over apart, the executor could
+    /// find the event already claimed by the listener, return, and publish
+    /// the step's first token delta before the listener has handed over the
+    /// step's start, so a subscriber would see the delta first.
     pub fn deliver(&self, events: &[TaskEvent]) {
+        let mut delivered = self
+            .delivered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for event in events {
-            if event.kind != EventKind::TokenDelta && !self.first_delivery(event.id) {
+            if event.kind != EventKind::TokenDelta && !first_delivery(&mut delivered, event.id) {
                 continue;
             }
             self.track_text(event);
@@ -149,24 +160,6 @@ impl EventBus {
             // No receivers is fine: nobody is watching.
             let _ = self.tx.send(event);
         }
-    }
-
-    /// Remember the stored event `id` as delivered; false if it already was.
-    fn first_delivery(&self, id: Uuid) -> bool {
-        let Ok(mut guard) = self.delivered.lock() else {
-            return true;
-        };
-        let (seen, order) = &mut *guard;
-        if !seen.insert(id) {
-            return false;
-        }
-        order.push_back(id);
-        if order.len() > REMEMBERED
-            && let Some(old) = order.pop_front()
-        {
-            seen.remove(&old);
-        }
-        true
     }
 
     fn track_text(&self, event: &TaskEvent) {
@@ -241,6 +234,21 @@ impl EventSink for EventBus {
             None => Box::pin(async {}),
         }
     }
+}
+
+/// Remember the stored event `id` as delivered; false if it already was.
+fn first_delivery(delivered: &mut (HashSet<Uuid>, VecDeque<Uuid>), id: Uuid) -> bool {
+    let (seen, order) = delivered;
+    if !seen.insert(id) {
+        return false;
+    }
+    order.push_back(id);
+    if order.len() > REMEMBERED
+        && let Some(old) = order.pop_front()
+    {
+        seen.remove(&old);
+    }
+    true
 }
 
 fn is_terminal(event: &TaskEvent) -> bool {
