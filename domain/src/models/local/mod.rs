@@ -17,7 +17,8 @@
 //! - [`qwen`]: Qwen2.5-Coder-1.5B-Instruct (Q4_K_M): answers and calls
 //!   tools ([`tool_text`] reads the calls from its text); [`qwen2_net`]
 //!   is its network, whose key/value cache a new prompt reuses as far as it
-//!   shares the last one's beginning.
+//!   shares the last one's beginning; [`weight`] multiplies its weights
+//!   in candle's tiles for prompts and compact for one-token steps.
 //!
 //! Invariants:
 //! - Inference never runs on the async runtime's worker threads: each model
@@ -36,6 +37,7 @@ pub mod qwen;
 pub mod qwen2_net;
 pub mod smollm;
 pub mod tool_text;
+pub mod weight;
 
 pub use causal::LocalLm;
 pub use files::{HOW_TO_FETCH, ModelFiles};

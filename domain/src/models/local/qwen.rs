@@ -29,8 +29,8 @@ const DEFAULT_SYSTEM: &str = "You are Qwen, created by Alibaba Cloud. You are a 
 /// tokens, but its key/value cache costs about 28 KB a token.
 const CONTEXT: usize = 8192;
 
-/// Load the model from `files` (about 2 s, 1.2 GB of memory) and start its
-/// thread. Blocking.
+/// Load the model from `files` (a few seconds; its memory: BENCHMARKS.md,
+/// "Compact weights for decode") and start its thread. Blocking.
 pub fn load(files: &ModelFiles) -> Result<LocalLm> {
     LocalLm::load(
         &files.agent_gguf(),

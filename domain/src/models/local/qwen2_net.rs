@@ -18,27 +18,26 @@
 //!   and a SwiGLU feed-forward; the output projection is the token
 //!   embeddings' when the file has none.
 
-use candle_core::{
-    DType, Device, IndexOp, Module, Result, Tensor,
-    quantized::{QMatMul, gguf_file},
-};
+use candle_core::{DType, Device, IndexOp, Module, Result, Tensor, quantized::gguf_file};
 use candle_nn::Embedding;
 use candle_transformers::{quantized_nn::RmsNorm, utils::repeat_kv};
+
+use super::weight::Weight;
 
 /// One transformer block.
 struct Layer {
     attention_norm: RmsNorm,
-    q: QMatMul,
-    k: QMatMul,
-    v: QMatMul,
+    q: Weight,
+    k: Weight,
+    v: Weight,
     q_bias: Tensor,
     k_bias: Tensor,
     v_bias: Tensor,
-    out: QMatMul,
+    out: Weight,
     mlp_norm: RmsNorm,
-    gate: QMatMul,
-    up: QMatMul,
-    down: QMatMul,
+    gate: Weight,
+    up: Weight,
+    down: Weight,
     /// Keys and values, `(1, kv_heads, positions, head_dim)` each.
     cache: Option<(Tensor, Tensor)>,
 }
@@ -48,7 +47,7 @@ pub struct Qwen2 {
     embeddings: Embedding,
     layers: Vec<Layer>,
     norm: RmsNorm,
-    output: QMatMul,
+    output: Weight,
     cos: Tensor,
     sin: Tensor,
     heads: usize,
@@ -93,8 +92,8 @@ impl Qwen2 {
 
         let embedding_table = tensor("token_embd.weight")?;
         let output = match tensor("output.weight") {
-            Ok(weight) => QMatMul::from_qtensor(weight)?,
-            Err(_) => QMatMul::from_qtensor(tensor("token_embd.weight")?)?,
+            Ok(weight) => Weight::new(weight)?,
+            Err(_) => Weight::new(tensor("token_embd.weight")?)?,
         };
         let embeddings = Embedding::new(embedding_table.dequantize(device)?, width);
         let norm = RmsNorm::from_qtensor(tensor("output_norm.weight")?, epsilon)?;
@@ -103,17 +102,17 @@ impl Qwen2 {
             let mut weight = |name: &str| tensor(&format!("blk.{block}.{name}"));
             layers.push(Layer {
                 attention_norm: RmsNorm::from_qtensor(weight("attn_norm.weight")?, epsilon)?,
-                q: QMatMul::from_qtensor(weight("attn_q.weight")?)?,
-                k: QMatMul::from_qtensor(weight("attn_k.weight")?)?,
-                v: QMatMul::from_qtensor(weight("attn_v.weight")?)?,
+                q: Weight::new(weight("attn_q.weight")?)?,
+                k: Weight::new(weight("attn_k.weight")?)?,
+                v: Weight::new(weight("attn_v.weight")?)?,
                 q_bias: weight("attn_q.bias")?.dequantize(device)?,
                 k_bias: weight("attn_k.bias")?.dequantize(device)?,
                 v_bias: weight("attn_v.bias")?.dequantize(device)?,
-                out: QMatMul::from_qtensor(weight("attn_output.weight")?)?,
+                out: Weight::new(weight("attn_output.weight")?)?,
                 mlp_norm: RmsNorm::from_qtensor(weight("ffn_norm.weight")?, epsilon)?,
-                gate: QMatMul::from_qtensor(weight("ffn_gate.weight")?)?,
-                up: QMatMul::from_qtensor(weight("ffn_up.weight")?)?,
-                down: QMatMul::from_qtensor(weight("ffn_down.weight")?)?,
+                gate: Weight::new(weight("ffn_gate.weight")?)?,
+                up: Weight::new(weight("ffn_up.weight")?)?,
+                down: Weight::new(weight("ffn_down.weight")?)?,
                 cache: None,
             });
         }
