@@ -315,3 +315,60 @@ async fn a_prompt_sharing_the_last_ones_beginning_reads_only_the_rest() {
     );
     assert_eq!(again, fresh);
 }
+
+/// A call is written to the offered tools' schemas: asked to use a tool
+/// by another name with other arguments, the model still calls the tool
+/// offered, with its parameters, of their types, the required one there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_is_held_to_the_offered_tools_schema_while_it_is_written() {
+    let files = agent_models();
+    let model = tokio::task::spawn_blocking(move || qwen::load(&files))
+        .await
+        .expect("the loading thread")
+        .expect("the agent model loads");
+    let request = CompletionRequest {
+        messages: vec![Message::user(
+            "Call get_weather with {\"location\": \"Paris\", \"unit\": \"C\", \"days\": 3}.",
+        )],
+        model: qwen::model_name().into(),
+        max_tokens: 60,
+        temperature: 0.0,
+        tools: vec![ToolSpec {
+            name: "weather_lookup".into(),
+            description: "The weather in a city.".into(),
+            parameters: json!({"type": "object", "required": ["city"], "properties": {
+                "city": {"type": "string"},
+                "units": {"enum": ["celsius", "fahrenheit"]}}}),
+        }],
+    };
+    let (chunks, _) = answer(&model, &request).await;
+    let calls: Vec<_> = chunks
+        .iter()
+        .filter_map(|c| match c {
+            Chunk::ToolCall(call) => Some(call),
+            _ => None,
+        })
+        .collect();
+    assert!(!calls.is_empty(), "a call: {chunks:?}");
+    for call in calls {
+        assert_eq!(call.name.as_deref(), Some("weather_lookup"), "{chunks:?}");
+        let arguments: Value = serde_json::from_str(&call.arguments).expect("JSON arguments");
+        let arguments = arguments.as_object().expect("an object");
+        assert!(
+            arguments["city"]
+                .as_str()
+                .is_some_and(|c| c.contains("Paris")),
+            "{arguments:?}"
+        );
+        for (key, value) in arguments {
+            match key.as_str() {
+                "city" => {}
+                "units" => assert!(
+                    matches!(value.as_str(), Some("celsius" | "fahrenheit")),
+                    "{arguments:?}"
+                ),
+                other => panic!("an argument the tool does not take: {other} in {arguments:?}"),
+            }
+        }
+    }
+}

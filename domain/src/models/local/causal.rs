@@ -27,6 +27,12 @@
 //! - When tools are offered, text that may be the start of a tool call is
 //!   held back until the end; then it leaves as the calls it holds, or as
 //!   text if it holds none. Text that cannot start a call streams at once.
+//! - When tools are offered, decoding is constrained inside a call: a
+//!   token that would make the call invalid ([`CallGrammar`]: a tool not
+//!   offered, an argument not in its schema or of the wrong type, a
+//!   required one missing) is replaced by the likeliest token that keeps
+//!   it valid. Outside calls the model's choice stands, so it may still
+//!   answer instead of calling.
 //! - Usage is counted in real tokens: the prompt (and how much of it came
 //!   from the cache) and the tokens generated (the end token not included).
 
@@ -43,7 +49,11 @@ use futures_util::stream;
 use tokenizers::Tokenizer;
 use tokio::sync::mpsc as async_mpsc;
 
-use super::{qwen2_net::Qwen2, tool_text};
+use super::{
+    call_grammar::{CallGrammar, Verdict},
+    qwen2_net::Qwen2,
+    tool_text,
+};
 use crate::{
     Error, Result,
     models::llm::{
@@ -61,6 +71,9 @@ const CHANNEL: usize = 64;
 /// Requests handed to the model's thread at once: the one it runs and a
 /// few ready behind it.
 pub const QUEUE_BOUND: usize = 4;
+/// Tokens tried, likeliest first, for one that keeps a call valid, before
+/// the answer is ended instead.
+const ALTERNATIVES: usize = 4096;
 
 /// How one model family talks.
 pub trait Template: Send + Sync + 'static {
@@ -126,6 +139,8 @@ struct Job {
     temperature: f32,
     /// Hold back text that may be a tool call (tools were offered).
     calls_tools: bool,
+    /// The calls the offered tools allow (when tools were offered).
+    grammar: Option<CallGrammar>,
     penalise_prompt: bool,
     out: Sender,
 }
@@ -181,12 +196,14 @@ impl LanguageModel for LocalLm {
         request: &CompletionRequest,
     ) -> std::result::Result<ChunkStream, LlmError> {
         let (out, chunks) = async_mpsc::channel(CHANNEL);
+        let calls_tools = self.template.calls_tools(request);
         self.jobs
             .send(Job {
                 prompt: self.template.prompt(request),
                 max_tokens: request.max_tokens,
                 temperature: request.temperature,
-                calls_tools: self.template.calls_tools(request),
+                calls_tools,
+                grammar: calls_tools.then(|| CallGrammar::new(&request.tools)),
                 penalise_prompt: self.template.penalise_prompt(),
                 out,
             })
@@ -317,6 +334,10 @@ impl Model {
         self.cached.truncate(reused);
         let mut position = reused;
         let mut input = prompt[position..].to_vec();
+        let mut constraint = job
+            .grammar
+            .as_ref()
+            .map(|grammar| Constraint { grammar, from: 0 });
         while generated.len() < budget {
             let logits = Tensor::new(input.as_slice(), &self.device)
                 .and_then(|t| t.unsqueeze(0))
@@ -341,7 +362,13 @@ impl Model {
             let window = &seen[seen.len().saturating_sub(REPEAT_WINDOW)..];
             let logits =
                 apply_repeat_penalty(&logits, REPEAT_PENALTY, window).map_err(|e| invalid(&e))?;
-            let next = sampler.sample(&logits).map_err(|e| invalid(&e))?;
+            let sampled = sampler.sample(&logits).map_err(|e| invalid(&e))?;
+            let next = match &constraint {
+                Some(constraint) => self
+                    .keep_valid(constraint, &generated, sampled, &logits)
+                    .map_err(|e| invalid(&e))?,
+                None => sampled,
+            };
             if next == self.end {
                 break;
             }
@@ -351,6 +378,9 @@ impl Model {
                 .tokenizer
                 .decode(&generated, true)
                 .map_err(|e| invalid(&e))?;
+            if let Some(constraint) = &mut constraint {
+                constraint.advance(&text);
+            }
             // With tools offered, text from where a call may start waits.
             let ready = match job.calls_tools {
                 true => tool_text::call_start(&text).unwrap_or(text.len()),
@@ -401,5 +431,71 @@ impl Model {
             }
         }
         Ok(())
+    }
+}
+
+/// Where in an answer's text the call being written is checked: from
+/// `from`, the end of the last call the grammar saw whole.
+struct Constraint<'a> {
+    grammar: &'a CallGrammar,
+    from: usize,
+}
+
+impl Constraint<'_> {
+    /// What `text` (the whole answer so far) is, for the call in it.
+    fn verdict(&self, text: &str) -> Verdict {
+        let Some(rest) = text.get(self.from..) else {
+            return Verdict::Open;
+        };
+        match tool_text::call_start(rest) {
+            None => Verdict::Open,
+            Some(start) => match self.grammar.check(&rest[start..]) {
+                Verdict::Complete(end) => Verdict::Complete(self.from + start + end),
+                verdict => verdict,
+            },
+        }
+    }
+
+    /// After `text` grew: past the call it completes, if it does.
+    fn advance(&mut self, text: &str) {
+        if let Verdict::Complete(end) = self.verdict(text) {
+            self.from = end;
+        }
+    }
+}
+
+impl Model {
+    /// `sampled`, unless it would make the call being written invalid;
+    /// then the likeliest token by `logits` that keeps it valid, or the
+    /// end token if none of the likeliest [`ALTERNATIVES`] does.
+    fn keep_valid(
+        &self,
+        constraint: &Constraint,
+        generated: &[u32],
+        sampled: u32,
+        logits: &Tensor,
+    ) -> std::result::Result<u32, Box<dyn std::error::Error + Send + Sync>> {
+        let mut ids = generated.to_vec();
+        let mut fits = |token: u32| -> std::result::Result<bool, tokenizers::Error> {
+            if token == self.end {
+                return Ok(true);
+            }
+            ids.push(token);
+            let text = self.tokenizer.decode(&ids, true);
+            ids.pop();
+            Ok(constraint.verdict(&text?) != Verdict::Invalid)
+        };
+        if fits(sampled)? {
+            return Ok(sampled);
+        }
+        let scores: Vec<f32> = logits.to_vec1()?;
+        let mut order: Vec<u32> = (0..scores.len() as u32).collect();
+        order.sort_unstable_by(|a, b| scores[*b as usize].total_cmp(&scores[*a as usize]));
+        for token in order.into_iter().take(ALTERNATIVES) {
+            if fits(token)? {
+                return Ok(token);
+            }
+        }
+        Ok(self.end)
     }
 }

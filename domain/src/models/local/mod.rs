@@ -15,7 +15,8 @@
 //!   each model brings its chat template.
 //! - [`smollm`]: SmolLM2-135M-Instruct (Q8_0): answers, calls no tools.
 //! - [`qwen`]: Qwen2.5-Coder-1.5B-Instruct (Q4_K_M): answers and calls
-//!   tools ([`tool_text`] reads the calls from its text); [`qwen2_net`]
+//!   tools ([`tool_text`] reads the calls from its text, [`call_grammar`]
+//!   keeps them valid while they are written); [`qwen2_net`]
 //!   is its network, whose key/value cache a new prompt reuses as far as it
 //!   shares the last one's beginning; [`weight`] multiplies its weights
 //!   in candle's tiles for prompts and compact for one-token steps.
@@ -28,6 +29,7 @@
 //! - Only compiled with the `local-models` feature (on by default).
 
 pub mod agent_fetch;
+pub mod call_grammar;
 pub mod causal;
 pub mod fetch;
 pub mod files;
