@@ -372,3 +372,51 @@ async fn a_call_is_held_to_the_offered_tools_schema_while_it_is_written() {
         }
     }
 }
+
+/// A call the model cannot finish (its token budget ends inside it) does
+/// not fail the task: it is closed and checked like any call, refused and
+/// told to the model if it is still wrong, or kept as text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cut_short_does_not_fail_the_task() {
+    let app = app().await;
+    app.publish_plan(
+        "acme",
+        json!({"key": "assist", "intent": "test.assist",
+               "steps": [{"id": "answer", "tool": "agent", "args": {
+                   "tools": ["memory.recall"], "temperature": 0, "max_tokens": 14,
+                   "max_iterations": 2}}]}),
+    )
+    .await
+    .data();
+    let id = app
+        .start_task(
+            "acme",
+            json!({"planKey": "assist", "input": "What is Maria Lopez allergic to?"}),
+        )
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    app.run_tasks().await;
+    let task = app
+        .graphql(
+            Some(&app.admin_token("acme")),
+            "query($id: ID!) { task(id: $id) { status error \
+             result { content finishReason iterations } steps { stepId tool status output } } }",
+            json!({"id": id}),
+        )
+        .await
+        .data()["task"]
+        .clone();
+    println!("{task:#}");
+    assert_eq!(task["status"], "COMPLETED", "{task}");
+    let steps = task["steps"].as_array().unwrap();
+    assert!(
+        steps.iter().all(|s| s["status"] == "COMPLETED"),
+        "no step failed: {task}"
+    );
+    assert!(
+        steps.iter().all(|s| s["tool"] != "memory.recall"),
+        "a call with no query never runs: {task}"
+    );
+}
