@@ -58,23 +58,13 @@ async fn app() -> TestApp {
     app
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_agent_step_answers_from_memory_through_a_tool_call() {
-    let app = app().await;
-    let t = member(&app, "acme");
-    for fact in [
-        "Maria Lopez is allergic to penicillin.",
-        "The Leeds depot opens at six in the morning.",
-        "Invoices over 10,000 euros need the finance director's approval.",
-        "Tom Becker prefers to be contacted by email.",
-    ] {
-        remember_id(&app, &t, json!({"content": fact})).await;
-    }
+/// Publish a one-step agent plan with `args`, ask it what Maria Lopez is
+/// allergic to, run it, and read the task back.
+async fn ask_maria(app: &TestApp, args: Value) -> Value {
     app.publish_plan(
         "acme",
         json!({"key": "assist", "intent": "test.assist",
-               "steps": [{"id": "answer", "tool": "agent", "args": {
-                   "tools": ["memory.recall"], "temperature": 0, "max_tokens": 120}}]}),
+               "steps": [{"id": "answer", "tool": "agent", "args": args}]}),
     )
     .await
     .data();
@@ -99,6 +89,26 @@ async fn an_agent_step_answers_from_memory_through_a_tool_call() {
         .data()["task"]
         .clone();
     println!("{task:#}");
+    task
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_step_answers_from_memory_through_a_tool_call() {
+    let app = app().await;
+    let t = member(&app, "acme");
+    for fact in [
+        "Maria Lopez is allergic to penicillin.",
+        "The Leeds depot opens at six in the morning.",
+        "Invoices over 10,000 euros need the finance director's approval.",
+        "Tom Becker prefers to be contacted by email.",
+    ] {
+        remember_id(&app, &t, json!({"content": fact})).await;
+    }
+    let task = ask_maria(
+        &app,
+        json!({"tools": ["memory.recall"], "temperature": 0, "max_tokens": 120}),
+    )
+    .await;
     assert_eq!(task["status"], "COMPLETED", "{task}");
     assert_eq!(
         task["result"]["model"], "qwen2.5-coder-1.5b-instruct-q4_k_m",
@@ -379,36 +389,12 @@ async fn a_call_is_held_to_the_offered_tools_schema_while_it_is_written() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_cut_short_does_not_fail_the_task() {
     let app = app().await;
-    app.publish_plan(
-        "acme",
-        json!({"key": "assist", "intent": "test.assist",
-               "steps": [{"id": "answer", "tool": "agent", "args": {
-                   "tools": ["memory.recall"], "temperature": 0, "max_tokens": 14,
-                   "max_iterations": 2}}]}),
+    let task = ask_maria(
+        &app,
+        json!({"tools": ["memory.recall"], "temperature": 0, "max_tokens": 14,
+               "max_iterations": 2}),
     )
-    .await
-    .data();
-    let id = app
-        .start_task(
-            "acme",
-            json!({"planKey": "assist", "input": "What is Maria Lopez allergic to?"}),
-        )
-        .await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    app.run_tasks().await;
-    let task = app
-        .graphql(
-            Some(&app.admin_token("acme")),
-            "query($id: ID!) { task(id: $id) { status error \
-             result { content finishReason iterations } steps { stepId tool status output } } }",
-            json!({"id": id}),
-        )
-        .await
-        .data()["task"]
-        .clone();
-    println!("{task:#}");
+    .await;
     assert_eq!(task["status"], "COMPLETED", "{task}");
     let steps = task["steps"].as_array().unwrap();
     assert!(

@@ -118,10 +118,9 @@ mod tests {
         Tensor::from_vec(values, (1, rows, 512), &Device::Cpu).expect("tensor")
     }
 
-    fn largest_difference(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b)
-            .expect("sub")
-            .abs()
+    /// The largest absolute value in `t`.
+    fn largest(t: &Tensor) -> f32 {
+        t.abs()
             .expect("abs")
             .flatten_all()
             .expect("flatten")
@@ -129,6 +128,10 @@ mod tests {
             .expect("max")
             .to_scalar::<f32>()
             .expect("scalar")
+    }
+
+    fn largest_difference(a: &Tensor, b: &Tensor) -> f32 {
+        largest(&(a - b).expect("sub"))
     }
 
     #[test]
@@ -142,15 +145,7 @@ mod tests {
         let by_compact = both.forward(&one).expect("forward");
         let by_tiles = tiled_only.forward(&one).expect("forward");
         assert_eq!(by_compact.dims(), &[1, 1, 32], "the padding row is cut off");
-        let scale = by_tiles
-            .abs()
-            .expect("abs")
-            .flatten_all()
-            .expect("flatten")
-            .max(0)
-            .expect("max")
-            .to_scalar::<f32>()
-            .expect("scalar");
+        let scale = largest(&by_tiles);
         assert!(scale > 1.0, "the product is not trivially zero");
         assert!(
             largest_difference(&by_compact, &by_tiles) <= scale * 1e-3,
