@@ -363,21 +363,25 @@ impl Model {
             let logits =
                 apply_repeat_penalty(&logits, REPEAT_PENALTY, window).map_err(|e| invalid(&e))?;
             let sampled = sampler.sample(&logits).map_err(|e| invalid(&e))?;
-            let next = match &constraint {
+            // The constraint decodes the text it checks; it is not decoded twice.
+            let (next, checked) = match &constraint {
                 Some(constraint) => self
-                    .keep_valid(constraint, &generated, sampled, &logits)
+                    .keep_valid(constraint, &mut generated, sampled, &logits)
                     .map_err(|e| invalid(&e))?,
-                None => sampled,
+                None => (sampled, None),
             };
             if next == self.end {
                 break;
             }
             generated.push(next);
             tokens.push(next);
-            text = self
-                .tokenizer
-                .decode(&generated, true)
-                .map_err(|e| invalid(&e))?;
+            text = match checked {
+                Some(text) => text,
+                None => self
+                    .tokenizer
+                    .decode(&generated, true)
+                    .map_err(|e| invalid(&e))?,
+            };
             if let Some(constraint) = &mut constraint {
                 constraint.advance(&text);
             }
@@ -467,35 +471,41 @@ impl Constraint<'_> {
 impl Model {
     /// `sampled`, unless it would make the call being written invalid;
     /// then the likeliest token by `logits` that keeps it valid, or the
-    /// end token if none of the likeliest [`ALTERNATIVES`] does.
+    /// end token if none of the likeliest [`ALTERNATIVES`] does. With the
+    /// answer's text once the token is written (none for the end token).
+    /// `generated` is as it came when this returns.
     fn keep_valid(
         &self,
         constraint: &Constraint,
-        generated: &[u32],
+        generated: &mut Vec<u32>,
         sampled: u32,
         logits: &Tensor,
-    ) -> std::result::Result<u32, Box<dyn std::error::Error + Send + Sync>> {
-        let mut ids = generated.to_vec();
-        let mut fits = |token: u32| -> std::result::Result<bool, tokenizers::Error> {
-            if token == self.end {
-                return Ok(true);
-            }
-            ids.push(token);
-            let text = self.tokenizer.decode(&ids, true);
-            ids.pop();
-            Ok(constraint.verdict(&text?) != Verdict::Invalid)
+    ) -> std::result::Result<(u32, Option<String>), Box<dyn std::error::Error + Send + Sync>> {
+        // The text with `token` written, if it keeps the call valid.
+        let mut fits = |token: u32| -> std::result::Result<Option<String>, tokenizers::Error> {
+            generated.push(token);
+            let text = self.tokenizer.decode(generated, true);
+            generated.pop();
+            let text = text?;
+            Ok((constraint.verdict(&text) != Verdict::Invalid).then_some(text))
         };
-        if fits(sampled)? {
-            return Ok(sampled);
+        if sampled == self.end {
+            return Ok((sampled, None));
+        }
+        if let Some(text) = fits(sampled)? {
+            return Ok((sampled, Some(text)));
         }
         let scores: Vec<f32> = logits.to_vec1()?;
         let mut order: Vec<u32> = (0..scores.len() as u32).collect();
         order.sort_unstable_by(|a, b| scores[*b as usize].total_cmp(&scores[*a as usize]));
         for token in order.into_iter().take(ALTERNATIVES) {
-            if fits(token)? {
-                return Ok(token);
+            if token == self.end {
+                return Ok((token, None));
+            }
+            if let Some(text) = fits(token)? {
+                return Ok((token, Some(text)));
             }
         }
-        Ok(self.end)
+        Ok((self.end, None))
     }
 }

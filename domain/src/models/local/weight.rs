@@ -8,7 +8,7 @@
 //! blocks. A prompt reuses each tile for many rows and gains; a decode step
 //! reads every weight once, for one row, and is bound by memory bandwidth,
 //! so the larger tiles cost it (on a 2-core AVX2 machine: 12–14 tokens/s
-//! tiled, 15–17 compact; BENCHMARKS.md). candle keeps Q6_K compact for one
+//! tiled, 17–18 compact; BENCHMARKS.md). candle keeps Q6_K compact for one
 //! row for this reason but not Q4_K. With its public API a weight stays
 //! compact only when its row count is not a multiple of the tile height, so
 //! the decode copy is the same blocks plus one zero row, whose output
