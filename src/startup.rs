@@ -510,6 +510,37 @@ async fn prepare(config: &Config, extra: Vec<Arc<dyn Tool>>) -> anyhow::Result<D
     Ok(domain)
 }
 
+/// The read replicas of `database_read_urls`, checked once and then by
+/// a monitor for as long as the process runs; `None` without any.
+async fn read_replicas(
+    config: &Config,
+    domain: &Domain,
+) -> anyhow::Result<Option<Arc<brainstem_domain::replicas::Replicas>>> {
+    use brainstem_domain::replicas::{ReplicaSettings, Replicas};
+    if config.database_read_urls.is_empty() {
+        return Ok(None);
+    }
+    let mut pools = Vec::new();
+    for url in &config.database_read_urls {
+        pools.push(db::connect_replica(url, config.database_max_connections).await?);
+    }
+    let replicas = Replicas::new(
+        domain.db.clone(),
+        pools,
+        ReplicaSettings {
+            max_lag: Duration::from_millis(config.replica_max_lag_ms),
+            wait: Duration::from_millis(config.replica_wait_ms),
+            check_every: REPLICA_CHECKS,
+        },
+    );
+    replicas.check().await;
+    replicas.spawn_monitor();
+    Ok(Some(replicas))
+}
+
+/// How often the read replicas' lag and health are checked.
+const REPLICA_CHECKS: Duration = Duration::from_millis(500);
+
 /// The server, built and bound but not yet serving.
 pub struct Application {
     listener: TcpListener,
@@ -555,6 +586,7 @@ impl Application {
             mcp: brainstem_api::mcp::McpConfig {
                 allowed_hosts: config.mcp_allowed_hosts.clone(),
             },
+            replicas: read_replicas(config, &domain).await?,
         };
         if config.metrics_token.is_none() && !binds_loopback_only(&config.bind) {
             tracing::warn!(

@@ -336,6 +336,10 @@ async fn execute(
     response
 }
 
+/// The header naming the commit position a query must read after (see
+/// `schema::replica_reads`).
+pub const READ_AFTER_HEADER: &str = "brainstem-read-after";
+
 async fn execute_in(
     state: ApiState,
     peer: Peer,
@@ -384,6 +388,15 @@ async fn execute_in(
     let access = credential
         .as_ref()
         .and_then(|c| row_security::of_principal(&c.principal));
+    if let Some(position) = headers.get(READ_AFTER_HEADER) {
+        let Ok(position) = position.to_str() else {
+            return request_failure(
+                media,
+                &Error::validation("Brainstem-Read-After must be a commit position"),
+            );
+        };
+        schema::replica_reads::set_read_after(&mut request, position);
+    }
     request.data = schema::caller_data(credential);
     if let Some(Extension(ConnectInfo(address))) = peer {
         request.data.insert(schema::ClientAddress(address.ip()));

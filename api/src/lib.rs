@@ -61,6 +61,8 @@ pub struct ApiConfig {
     pub departure: edge::Departure,
     /// How `/mcp` is served.
     pub mcp: mcp::McpConfig,
+    /// Read replicas serving queries and subscriptions' reads, if any.
+    pub replicas: Option<Arc<brainstem_domain::replicas::Replicas>>,
 }
 
 /// Why the HTTP application could not be built: a configuration the
@@ -107,7 +109,12 @@ pub fn router(domain: Domain, config: ApiConfig) -> Result<Router, SetupError> {
     let surface = schema::Surface::new(brainstem_domain::rate_limit::RateLimiter::new(
         config.rate_limits,
     ));
-    let schema = schema::build(domain.clone(), config.limits, &surface);
+    let schema = schema::build(
+        domain.clone(),
+        config.limits,
+        &surface,
+        config.replicas.clone(),
+    );
     let metrics = metrics::Metrics::new();
     metrics.count_statements(domain.statements.clone());
     let fanout = Arc::new(fanout::Fanout::default());

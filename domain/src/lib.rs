@@ -47,7 +47,7 @@ pub use catalogue::{capabilities, connections, guardrails, plans, policy, prompt
 pub use identity::{acting, api_keys, tenants};
 pub use kernel::{
     audit, crypto, db, error, http_client, json_schema, metrics, origin, outbound, page, principal,
-    rate_limit, redact, row_security, settings, template,
+    rate_limit, redact, replicas, row_security, settings, template,
 };
 pub use memory::graph;
 pub use models::llm;

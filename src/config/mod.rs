@@ -42,6 +42,16 @@ pub struct Config {
     pub database_url: String,
     /// Connection pool size.
     pub database_max_connections: u32,
+    /// PostgreSQL hot standbys of `database_url` that serve GraphQL
+    /// queries, subscriptions' reads and memory searches (README, *Read
+    /// replicas*). Empty: every read goes to `database_url`.
+    pub database_read_urls: Vec<String>,
+    /// A replica lagging more than this (milliseconds) serves no reads
+    /// until it catches up.
+    pub replica_max_lag_ms: u64,
+    /// How long a read that names a commit position waits for a replica
+    /// to replay it before it goes to the primary (milliseconds).
+    pub replica_wait_ms: u64,
     /// HS256 secret for bearer tokens. An embedded install without one
     /// generates and keeps its own; PostgreSQL deployments must set this or
     /// `jwt_public_key`.
@@ -342,6 +352,9 @@ impl Default for Config {
             bind: "127.0.0.1:8080".into(),
             database_url: "sqlite://brainstem.db".into(),
             database_max_connections: 16,
+            database_read_urls: Vec::new(),
+            replica_max_lag_ms: 10_000,
+            replica_wait_ms: 250,
             jwt_secret: None,
             jwt_public_key: None,
             jwt_issuer: "brainstem".into(),

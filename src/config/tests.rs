@@ -129,3 +129,29 @@ fn rate_limits_come_from_the_environment_and_must_be_sane() {
         Ok(())
     });
 }
+
+#[test]
+fn read_replicas_come_from_the_environment_and_need_a_postgresql_primary() {
+    figment::Jail::expect_with(|jail| {
+        jail.set_env(
+            "BRAINSTEM_DATABASE_READ_URLS",
+            r#"["postgres://app@standby1/brainstem", "postgres://app@standby2/brainstem"]"#,
+        );
+        assert!(
+            Config::load(None).is_err(),
+            "the embedded SQLite default has no replicas"
+        );
+        jail.set_env("BRAINSTEM_DATABASE_URL", "postgres://app@primary/brainstem");
+        jail.set_env("BRAINSTEM_REPLICA_WAIT_MS", "100");
+        let config = Config::load(None).map_err(|e| e.to_string())?;
+        assert_eq!(config.database_read_urls.len(), 2);
+        assert_eq!(config.replica_wait_ms, 100);
+        assert_eq!(config.replica_max_lag_ms, 10_000);
+        jail.set_env("BRAINSTEM_DATABASE_READ_URLS", r#"["sqlite://copy.db"]"#);
+        assert!(
+            Config::load(None).is_err(),
+            "a replica is a PostgreSQL standby"
+        );
+        Ok(())
+    });
+}

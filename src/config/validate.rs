@@ -30,8 +30,21 @@ pub fn check_jwt_secret(secret: &SecretString) -> anyhow::Result<()> {
 
 impl Config {
     pub(super) fn validate(&self) -> anyhow::Result<()> {
-        brainstem_domain::db::Backend::of_url(&self.database_url)
+        let backend = brainstem_domain::db::Backend::of_url(&self.database_url)
             .map_err(|e| anyhow::anyhow!("database_url: {e}"))?;
+        for url in &self.database_read_urls {
+            if backend != brainstem_domain::db::Backend::Postgres
+                || brainstem_domain::db::Backend::of_url(url).ok()
+                    != Some(brainstem_domain::db::Backend::Postgres)
+            {
+                bail!(
+                    "database_read_urls: read replicas are PostgreSQL standbys of a PostgreSQL                      database_url (postgres://…)"
+                );
+            }
+        }
+        if self.replica_max_lag_ms == 0 {
+            bail!("replica_max_lag_ms must be at least 1");
+        }
         if let Some(secret) = &self.jwt_secret {
             check_jwt_secret(secret)?;
         }

@@ -73,6 +73,7 @@ mod partner_tools;
 mod persisted_queries;
 mod ranking;
 mod rate_limit;
+mod replicas;
 mod retries;
 mod revocation;
 mod row_security;

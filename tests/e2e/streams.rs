@@ -39,6 +39,20 @@ impl Tool for Gate {
     }
 }
 
+/// Publish `steps` as acme's plan `gated` and start a task of it: its id.
+pub(crate) async fn start_gated(app: &TestApp, steps: Vec<Value>) -> String {
+    app.publish_plan(
+        "acme",
+        json!({"key": "gated", "intent": "t.gated", "steps": steps}),
+    )
+    .await
+    .data();
+    app.start_task("acme", json!({"planKey": "gated"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// Subscribe to the task `id` of `tenant` before it runs (the subscription
 /// first replays its stored `PENDING` event), run the tasks, and return
 /// every event up to `complete`.
@@ -128,16 +142,7 @@ async fn subscribing_after_k_gets_exactly_the_rest_in_order(backend: Backend) {
         json!({"id": "b", "tool": "set_state", "args": {"y": 2}}),
         json!({"id": "c", "tool": "set_state", "args": {"z": 3}}),
     ];
-    app.publish_plan(
-        "acme",
-        json!({"key": "gated", "intent": "t.gated", "steps": steps}),
-    )
-    .await
-    .data();
-    let id = app.start_task("acme", json!({"planKey": "gated"})).await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = start_gated(&app, steps).await;
     // Run until the task blocks at the gate.
     let executor = app.executor.clone();
     let running = tokio::spawn(async move { executor.run_until_idle().await });

@@ -48,6 +48,7 @@ pub mod plans;
 pub mod policy;
 pub mod prompts;
 pub mod queue;
+pub mod replica_reads;
 pub mod schedules;
 pub mod subscription;
 pub mod tasks;
@@ -205,7 +206,12 @@ impl Surface {
     }
 }
 
-pub fn build(domain: Domain, limits: GraphqlLimits, surface: &Surface) -> BrainstemSchema {
+pub fn build(
+    domain: Domain,
+    limits: GraphqlLimits,
+    surface: &Surface,
+    replicas: Option<Arc<brainstem_domain::replicas::Replicas>>,
+) -> BrainstemSchema {
     let entities = graph::entity_loader(&domain);
     let mentions = memory::mention_loader(&domain);
     let schema = Schema::build(
@@ -226,8 +232,12 @@ pub fn build(domain: Domain, limits: GraphqlLimits, surface: &Surface) -> Brains
         limits.batch_delay,
         surface.limiter.clone(),
         surface.persisted_queries.clone(),
-        domain,
+        domain.clone(),
     );
+    let pipeline = match replicas {
+        Some(replicas) => pipeline.reading_from(replica_reads::ReadRouting::new(replicas, &domain)),
+        None => pipeline,
+    };
     BrainstemSchema {
         schema,
         pipeline: Arc::new(pipeline),

@@ -49,6 +49,7 @@ use super::{
     admission::{self, data},
     context::{Caller, RenderOne},
     limits, loaders, order,
+    replica_reads::ReadRouting,
 };
 use crate::{cost::DocumentLimits, error::ensure_codes};
 
@@ -68,6 +69,8 @@ pub struct Pipeline {
     /// The documents parsed lately, by the SHA-256 of their text.
     recent_documents: LruCacheStorage,
     domain: Domain,
+    /// Read replicas, when configured.
+    reads: Option<ReadRouting>,
 }
 
 /// How many recently parsed documents a schema keeps (each of at most
@@ -111,7 +114,14 @@ impl Pipeline {
             persisted_queries,
             recent_documents: LruCacheStorage::new(RECENT_DOCUMENTS),
             domain,
+            reads: None,
         }
+    }
+
+    /// Queries and subscriptions read from these replicas.
+    pub fn reading_from(mut self, reads: ReadRouting) -> Self {
+        self.reads = Some(reads);
+        self
     }
 
     /// Runs a query or mutation (over HTTP): one response.
@@ -126,7 +136,7 @@ impl Pipeline {
             Err(error) => return refusal(error),
         };
         let name = admitted.request.operation_name.clone();
-        let response = match tokio::time::timeout(
+        let mut response = match tokio::time::timeout(
             self.request_timeout,
             schema.execute(admitted.request),
         )
@@ -135,6 +145,7 @@ impl Pipeline {
             Ok(response) => response,
             Err(_) => limits::timed_out(self.request_timeout, name.as_deref()),
         };
+        self.mark_position(admitted.kind, &mut response).await;
         finish(
             response,
             &admitted.document,
@@ -184,7 +195,7 @@ impl Pipeline {
             let limit = pipeline.request_timeout;
             stream::once(async move {
                 let mut results = results;
-                let response = match tokio::time::timeout(limit, results.next()).await {
+                let mut response = match tokio::time::timeout(limit, results.next()).await {
                     Ok(Some(response)) => response,
                     Ok(None) => Response::from_errors(vec![ServerError::new(
                         "the operation produced no result",
@@ -192,6 +203,7 @@ impl Pipeline {
                     )]),
                     Err(_) => limits::timed_out(limit, name.as_deref()),
                 };
+                pipeline.mark_position(kind, &mut response).await;
                 finish(response, &document, name.as_deref(), &query)
             })
             .boxed()
@@ -231,13 +243,32 @@ impl Pipeline {
         let kind = operation_type(&document, request.operation_name.as_deref())
             .unwrap_or(OperationType::Query);
         let query: Arc<str> = request.query.as_str().into();
-        let request = request.data(loaders::Loaders::new(self.domain.clone(), self.batch_delay));
+        let replica = match &self.reads {
+            Some(reads) if !render => reads.domain_for(kind, &request).await?,
+            _ => None,
+        };
+        let request = match replica {
+            Some(domain) => request
+                .data(loaders::Loaders::new(domain.clone(), self.batch_delay))
+                .data(domain),
+            None => request.data(loaders::Loaders::new(self.domain.clone(), self.batch_delay)),
+        };
         Ok(Admitted {
             request,
             document,
             query,
             kind,
         })
+    }
+}
+
+impl Pipeline {
+    /// A mutation's response names the primary's position after it, when
+    /// replicas serve reads.
+    async fn mark_position(&self, kind: OperationType, response: &mut Response) {
+        if let (Some(reads), OperationType::Mutation) = (&self.reads, kind) {
+            reads.mark_position(response).await;
+        }
     }
 }
 

@@ -322,6 +322,15 @@ impl Plans {
         }
     }
 
+    /// The same service reading from `replica` (a hot standby of `db`),
+    /// sharing this one's compiled patterns.
+    pub fn reading_from(&self, replica: DatabaseConnection) -> Self {
+        Self {
+            db: replica,
+            ..self.clone()
+        }
+    }
+
     /// Plans' compiled intent patterns, shared by this process's tasks.
     pub fn patterns(&self) -> &PatternCache {
         &self.patterns

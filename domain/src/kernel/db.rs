@@ -122,13 +122,39 @@ pub fn is_contention(err: &DbErr) -> bool {
 
 /// Open a connection pool. SQLite files are created when missing.
 pub async fn connect(url: &str, max_connections: u32) -> Result<DatabaseConnection> {
-    let backend = Backend::of_url(url)?;
     let mut options = ConnectOptions::new(url.to_owned());
     options
         .max_connections(max_connections)
         .min_connections(1)
-        .acquire_timeout(Duration::from_secs(30))
-        .sqlx_logging(false);
+        .acquire_timeout(Duration::from_secs(30));
+    open(url, options).await
+}
+
+/// A pool on a read replica (`database_read_urls`): connected when first
+/// used, so a replica that is down at start-up only starts out of the
+/// rotation (`replicas`), and quick to give up on one that stops.
+pub async fn connect_replica(url: &str, max_connections: u32) -> Result<DatabaseConnection> {
+    if Backend::of_url(url)? != Backend::Postgres {
+        return Err(Error::validation(
+            "a read replica must be a postgres:// URL",
+        ));
+    }
+    let mut options = ConnectOptions::new(url.to_owned());
+    options
+        .max_connections(max_connections)
+        .min_connections(0)
+        .connect_lazy(true)
+        .connect_timeout(REPLICA_TIMEOUT)
+        .acquire_timeout(REPLICA_TIMEOUT);
+    open(url, options).await
+}
+
+/// How long a read replica may take to hand out a connection.
+const REPLICA_TIMEOUT: Duration = Duration::from_secs(2);
+
+async fn open(url: &str, mut options: ConnectOptions) -> Result<DatabaseConnection> {
+    let backend = Backend::of_url(url)?;
+    options.sqlx_logging(false);
     if backend == Backend::Sqlite {
         // It holds secrets: created, or kept, readable by its owner only.
         super::db_files::make_private(url)?;

@@ -155,6 +155,8 @@ pub struct DomainMetrics {
     pub webhook_attempts: Family<OutcomeLabels, Counter>,
     pub schedule_runs: Counter,
     pub intent_pattern_compilations: Counter,
+    pub replica_lag: Family<super::replicas::ReplicaLabels, Gauge<f64, AtomicU64>>,
+    pub replica_in_rotation: Family<super::replicas::ReplicaLabels, Gauge>,
 }
 
 static METRICS: LazyLock<DomainMetrics> = LazyLock::new(|| DomainMetrics {
@@ -181,6 +183,8 @@ static METRICS: LazyLock<DomainMetrics> = LazyLock::new(|| DomainMetrics {
     webhook_attempts: Family::default(),
     schedule_runs: Counter::default(),
     intent_pattern_compilations: Counter::default(),
+    replica_lag: Family::default(),
+    replica_in_rotation: Family::default(),
 });
 
 /// The process's domain metrics.
@@ -192,6 +196,16 @@ pub fn metrics() -> &'static DomainMetrics {
 /// with [`metrics`], so one registration exports all later recordings).
 pub fn register(registry: &mut Registry) {
     let m = metrics();
+    registry.register(
+        "replica_lag_seconds",
+        "How far each read replica is behind the primary, by its index in database_read_urls",
+        m.replica_lag.clone(),
+    );
+    registry.register(
+        "replica_in_rotation",
+        "1 while a read replica serves reads, 0 while it is out (unreachable or lagging)",
+        m.replica_in_rotation.clone(),
+    );
     registry.register(
         "tasks_started",
         "Tasks that began executing, by plan and channel",

@@ -30,6 +30,7 @@ pub mod page;
 pub mod principal;
 pub mod rate_limit;
 pub mod redact;
+pub mod replicas;
 pub mod row_security;
 pub mod session_lock;
 pub mod settings;

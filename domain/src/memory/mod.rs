@@ -150,14 +150,7 @@ impl Memories {
         config: MemoryConfig,
         embedder: Arc<dyn Embedder>,
     ) -> Self {
-        let index = vector::for_connection(
-            &db,
-            vector::VectorSettings {
-                dimension: config.embedding_dimension,
-                ef_search: config.hnsw_ef_search,
-                tenant_index_rows: config.tenant_index_rows,
-            },
-        );
+        let index = vector::for_connection(&db, vector_settings(&config));
         Self {
             db,
             graph,
@@ -166,6 +159,17 @@ impl Memories {
             config: Arc::new(config),
             common: Arc::default(),
             import_progress: import_job::ImportProgress::default(),
+        }
+    }
+
+    /// The same service reading from `replica` (a hot standby of `db`)
+    /// with `graph` reading from it too: searches and reads only.
+    pub fn reading_from(&self, replica: DatabaseConnection, graph: Graph) -> Self {
+        Self {
+            index: vector::for_connection(&replica, vector_settings(&self.config)),
+            db: replica,
+            graph,
+            ..self.clone()
         }
     }
 
@@ -220,5 +224,13 @@ impl Memories {
             .one(&self.db)
             .await?
             .ok_or_else(|| Error::not_found("memory"))
+    }
+}
+
+fn vector_settings(config: &MemoryConfig) -> vector::VectorSettings {
+    vector::VectorSettings {
+        dimension: config.embedding_dimension,
+        ef_search: config.hnsw_ef_search,
+        tenant_index_rows: config.tenant_index_rows,
     }
 }

@@ -86,6 +86,24 @@ impl Domain {
         Self::assemble(db, registry, events, graph, memory)
     }
 
+    /// The services a read-only operation uses, reading from `replica` (a
+    /// hot standby of `db`): tasks, plans, conversations, memories and the
+    /// knowledge graph. Every other service, and every write, stays on the
+    /// primary; the task service reads from the primary what the replica
+    /// has not replayed yet when it must (a subscription's catch-up).
+    pub fn reading_from(&self, replica: DatabaseConnection) -> Self {
+        let plans = self.plans.reading_from(replica.clone());
+        let graph = graph::Graph::new(replica.clone());
+        Self {
+            tasks: self.tasks.reading_from(replica.clone(), plans.clone()),
+            memory: self.memory.reading_from(replica.clone(), graph.clone()),
+            conversations: conversations::Conversations::new(replica),
+            graph,
+            plans,
+            ..self.clone()
+        }
+    }
+
     /// With configured memory settings. Call [`Domain::prepare`] before use.
     pub fn with_memory(
         db: DatabaseConnection,

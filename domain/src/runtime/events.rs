@@ -331,6 +331,7 @@ pub fn task_event_deliveries(
         pending: VecDeque::new(),
         early_deltas: VecDeque::new(),
         phase: Phase::Replay,
+        through: after,
         streamed: 0,
         streaming_step: None,
         joined_mid_step,
@@ -371,6 +372,9 @@ struct Follow {
     /// finishes while this subscriber replays still streams its text.
     early_deltas: VecDeque<Arc<TaskEvent>>,
     phase: Phase,
+    /// A catch-up reads at least this far (from the primary, if a read
+    /// replica has not replayed it yet): the event whose gap started it.
+    through: i64,
     /// Characters of `streaming_step`'s text already sent.
     streamed: usize,
     streaming_step: Option<String>,
@@ -420,7 +424,7 @@ impl Follow {
                     }
                     let batch = match self
                         .tasks
-                        .events(self.scope, self.task, self.last, PAGE)
+                        .events_through(self.scope, self.task, self.last, PAGE, self.through)
                         .await
                     {
                         Ok(b) => b,
@@ -473,8 +477,15 @@ impl Follow {
                         let seq = event.seq;
                         return Some(Delivery::Shared { event, seq });
                     }
-                    // A gap (a lost notification) or a lag: read the store.
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                    // A gap (a lost notification) or a lag: read the store,
+                    // at least as far as the event seen (everything, after
+                    // a lag).
+                    Ok(event) => {
+                        self.through = event.seq;
+                        self.phase = Phase::CatchUp;
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        self.through = i64::MAX;
                         self.phase = Phase::CatchUp;
                     }
                     Err(broadcast::error::RecvError::Closed) => return None,

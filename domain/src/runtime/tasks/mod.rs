@@ -89,6 +89,9 @@ pub use turns::{Interruption, Interrupts, Listening, turn_key};
 #[derive(Clone)]
 pub struct Tasks {
     db: DatabaseConnection,
+    /// Set when `db` is a read replica: where a read that must see a
+    /// given event goes when the replica has not replayed it yet.
+    primary: Option<DatabaseConnection>,
     plans: Plans,
     wake: Arc<Notify>,
     sink: Arc<dyn EventSink>,
@@ -104,10 +107,22 @@ impl Tasks {
     pub fn new(db: DatabaseConnection, plans: Plans, sink: Arc<dyn EventSink>) -> Self {
         Self {
             db,
+            primary: None,
             plans,
             wake: Arc::new(Notify::new()),
             sink,
             interrupts: Arc::default(),
+        }
+    }
+
+    /// The same service reading from `replica` (a hot standby of `db`);
+    /// its writes must not be called (the standby refuses them).
+    pub fn reading_from(&self, replica: DatabaseConnection, plans: Plans) -> Self {
+        Self {
+            primary: Some(self.db.clone()),
+            db: replica,
+            plans,
+            ..self.clone()
         }
     }
 

@@ -287,6 +287,27 @@ impl Tasks {
         events_after(&self.db, scope, task_id, after, limit).await
     }
 
+    /// [`Tasks::events`], known to reach at least `through` (an event
+    /// this process has seen committed): read from the primary when a
+    /// replica has not replayed it yet.
+    pub async fn events_through(
+        &self,
+        scope: TenantScope,
+        task_id: TaskId,
+        after: i64,
+        limit: u64,
+        through: i64,
+    ) -> Result<Vec<TaskEvent>> {
+        let events = self.events(scope, task_id, after, limit).await?;
+        let reached = events.last().map_or(after, |e| e.seq);
+        match &self.primary {
+            Some(primary) if reached < through && (events.len() as u64) < limit => {
+                events_after(primary, scope, task_id, after, limit).await
+            }
+            _ => Ok(events),
+        }
+    }
+
     /// Up to `limit` of a subject's tasks (not `except`), newest first.
     pub async fn recent_of_subject(
         &self,
