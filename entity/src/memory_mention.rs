@@ -9,11 +9,14 @@ use crate::TenantOwned;
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "memory_mentions")]
 pub struct Model {
+    /// The key starts with the tenant, as every tenant table's does
+    /// (`docs/scale-out.md`).
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub tenant_id: Uuid,
     #[sea_orm(primary_key, auto_increment = false)]
     pub memory_id: Uuid,
     #[sea_orm(primary_key, auto_increment = false)]
     pub entity_id: Uuid,
-    pub tenant_id: Uuid,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

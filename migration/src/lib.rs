@@ -40,6 +40,7 @@ mod m20261128_160000_memory_import_keys;
 mod m20261129_090000_memory_import_jobs;
 mod m20261129_120000_tenant_in_sqlite_fts;
 mod m20261129_140000_sqlite_fts_rows_by_key;
+mod m20261129_160000_tenant_keys;
 
 pub struct Migrator;
 
@@ -82,6 +83,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_090000_memory_import_jobs::Migration),
             Box::new(m20261129_120000_tenant_in_sqlite_fts::Migration),
             Box::new(m20261129_140000_sqlite_fts_rows_by_key::Migration),
+            Box::new(m20261129_160000_tenant_keys::Migration),
         ]
     }
 }

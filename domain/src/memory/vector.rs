@@ -3,7 +3,8 @@
 //! SQLite, so vectors stay out of every SeaORM entity).
 //!
 //! **PostgreSQL** ([`PgVectorIndex`]): `memory_embeddings(memory_id,
-//! tenant_id, model, embedding vector(D))`. D is configuration, so the table
+//! tenant_id, model, embedding vector(D))`, keyed by `(tenant_id,
+//! memory_id)` like every tenant table. D is configuration, so the table
 //! is created by [`VectorIndex::prepare`] at startup, not by a migration. If
 //! the table exists with another dimension, it is dropped and recreated
 //! empty and every memory is marked "not embedded": keyword search keeps
@@ -17,8 +18,8 @@
 //! that need one:
 //!
 //! - a tenant with fewer than `tenant_index_rows` vectors (default 10,000)
-//!   is searched **exactly**: its rows come from the `(tenant_id,
-//!   memory_id)` btree and are sorted by distance. That is a few
+//!   is searched **exactly**: its rows come from the primary key's
+//!   `(tenant_id, memory_id)` btree and are sorted by distance. That is a few
 //!   milliseconds at that size, and recall is 1.
 //! - a tenant with more gets its own HNSW index from
 //!   [`VectorIndex::maintain`] (the memory maintenance job): built with
@@ -388,16 +389,14 @@ impl VectorIndex for PgVectorIndex {
         }
         txn.execute_unprepared(&format!(
             "CREATE TABLE memory_embeddings (\
-               memory_id uuid NOT NULL CONSTRAINT pk_memory_embeddings PRIMARY KEY \
-                 CONSTRAINT fk_memory_embeddings_memory REFERENCES memories(id) ON DELETE CASCADE, \
+               memory_id uuid NOT NULL, \
                tenant_id uuid NOT NULL, \
                model text NOT NULL, \
-               embedding {wanted} NOT NULL)"
+               embedding {wanted} NOT NULL, \
+               CONSTRAINT pk_memory_embeddings PRIMARY KEY (tenant_id, memory_id), \
+               CONSTRAINT fk_memory_embeddings_memory FOREIGN KEY (tenant_id, memory_id) \
+                 REFERENCES memories (tenant_id, id) ON DELETE CASCADE)"
         ))
-        .await?;
-        txn.execute_unprepared(
-            "CREATE INDEX ix_memory_embeddings_tenant ON memory_embeddings (tenant_id, memory_id)",
-        )
         .await?;
         protect_with_row_security(&txn).await?;
         txn.commit().await?;
@@ -426,7 +425,7 @@ impl VectorIndex for PgVectorIndex {
             .push(", ")
             .bind(pg_vector_literal(v))
             .push(
-                "::vector) ON CONFLICT (memory_id) DO UPDATE SET model = EXCLUDED.model, \
+                "::vector) ON CONFLICT (tenant_id, memory_id) DO UPDATE SET model = EXCLUDED.model, \
                    embedding = EXCLUDED.embedding",
             );
         txn.execute_raw(sql.statement()).await?;
@@ -546,7 +545,7 @@ impl VectorIndex for PgVectorIndex {
                     .push("::vector)");
             }
             sql.push(
-                " ON CONFLICT (memory_id) DO UPDATE SET model = EXCLUDED.model, \
+                " ON CONFLICT (tenant_id, memory_id) DO UPDATE SET model = EXCLUDED.model, \
                    embedding = EXCLUDED.embedding",
             );
             txn.execute_raw(sql.statement()).await?;

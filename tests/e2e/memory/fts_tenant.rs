@@ -37,7 +37,9 @@ async fn the_full_text_table_is_rebuilt_with_each_memorys_tenant() {
     // `memories`; and the key table made after it) and run them again
     // (filled again, with tenants).
     let db = app.outside_db().await;
-    Migrator::down(&db, Some(2)).await.unwrap();
+    Migrator::down(&db, Some(since("m20261129_120000_tenant_in_sqlite_fts")))
+        .await
+        .unwrap();
     let columns = fts_columns(&db).await;
     assert!(!columns.contains(&"tenant".to_owned()), "{columns:?}");
     Migrator::up(&db, None).await.unwrap();
@@ -87,7 +89,9 @@ async fn each_memorys_full_text_row_follows_its_edits_and_its_purge() {
 
     // Without the key table, then with it, filled from the rows there.
     let db = app.outside_db().await;
-    Migrator::down(&db, Some(1)).await.unwrap();
+    Migrator::down(&db, Some(since("m20261129_140000_sqlite_fts_rows_by_key")))
+        .await
+        .unwrap();
     assert_eq!(
         count(&db, "sqlite_schema WHERE name = 'memories_fts_rows'").await,
         0
@@ -165,4 +169,17 @@ async fn fts_columns(db: &sea_orm::DatabaseConnection) -> Vec<String> {
     .into_iter()
     .map(|row| row.try_get::<String>("", "name").unwrap())
     .collect()
+}
+
+/// How many migrations to undo to undo `name` (it and the later ones).
+fn since(name: &str) -> u32 {
+    let names: Vec<String> = Migrator::migrations()
+        .iter()
+        .map(|m| m.name().to_owned())
+        .collect();
+    let at = names
+        .iter()
+        .position(|n| n == name)
+        .unwrap_or_else(|| panic!("no migration {name}"));
+    (names.len() - at) as u32
 }

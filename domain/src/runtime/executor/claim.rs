@@ -109,15 +109,16 @@ const CANDIDATES_PG: &str = concat!(
 /// `$2`: the lease owner, `$3`: the lease's end, `$4`: now.
 const CLAIM_FIRST_PG: &str = concat!(
     ranked_pg!(),
-    ", claimed AS ( \
-UPDATE tasks SET lease_owner = $2, lease_expires_at = $3, updated_at = $4, claimed_at = $4 \
-WHERE id = ( \
-  SELECT c.id FROM tasks c \
+    ", next AS MATERIALIZED ( \
+  SELECT c.tenant_id, c.id FROM tasks c \
   JOIN ranked r ON r.tenant_id = c.tenant_id AND r.place = 1 AND r.max_running <= 0 AND NOT r.keyed \
   WHERE c.status = 'PENDING' AND c.lease_owner IS NULL AND c.run_after <= $4 \
   ORDER BY c.priority DESC, c.run_after, c.id \
-  LIMIT 1 FOR UPDATE OF c SKIP LOCKED) \
-RETURNING *) \
+  LIMIT 1 FOR UPDATE OF c SKIP LOCKED \
+), claimed AS ( \
+UPDATE tasks t SET lease_owner = $2, lease_expires_at = $3, updated_at = $4, claimed_at = $4 \
+FROM next WHERE t.tenant_id = next.tenant_id AND t.id = next.id \
+RETURNING t.*) \
 SELECT claimed.*, (SELECT count(*) FROM ranked) AS runnable_tenants \
 FROM (SELECT 1) AS one LEFT JOIN claimed ON true"
 );
@@ -127,7 +128,7 @@ FROM (SELECT 1) AS one LEFT JOIN claimed ON true"
 /// else is read in its transaction), so it needs no row access of its own.
 const CLAIM_PG: &str = "\
 UPDATE tasks SET lease_owner = $1, lease_expires_at = $2, updated_at = $3, claimed_at = $3 \
-WHERE id = ( \
+WHERE tenant_id = $4 AND id = ( \
   SELECT c.id FROM tasks c \
   WHERE c.tenant_id = $4 AND c.status = 'PENDING' AND c.lease_owner IS NULL AND c.run_after <= $3 \
     AND ($5 <= 0 OR (SELECT count(*) FROM tasks r \
