@@ -181,6 +181,9 @@ impl Replicas {
         let Some(after) = after else {
             return in_rotation.first().copied();
         };
+        if in_rotation.is_empty() {
+            return None; // nothing to wait for
+        }
         if let Some(&i) = in_rotation
             .iter()
             .find(|&&i| self.state(i).is_some_and(|s| s.replayed >= after))
