@@ -336,10 +336,6 @@ async fn execute(
     response
 }
 
-/// The header naming the commit position a query must read after (see
-/// `schema::replica_reads`).
-pub const READ_AFTER_HEADER: &str = "brainstem-read-after";
-
 async fn execute_in(
     state: ApiState,
     peer: Peer,
@@ -388,7 +384,7 @@ async fn execute_in(
     let access = credential
         .as_ref()
         .and_then(|c| row_security::of_principal(&c.principal));
-    if let Some(position) = headers.get(READ_AFTER_HEADER) {
+    if let Some(position) = headers.get(schema::replica_reads::READ_AFTER_HEADER) {
         let Ok(position) = position.to_str() else {
             return request_failure(
                 media,

@@ -176,6 +176,25 @@ async fn task_reads(server: &DatabaseConnection, database: &str) -> i64 {
     row.try_get("", "calls").unwrap()
 }
 
+/// Wait until the standby has replayed `position` (a commit position as
+/// a response names it), so a read after it is the replica's to serve
+/// however slow the machine.
+async fn replayed(db: &PairDatabase, position: &str) {
+    poll_until("the replica replays the write", async || {
+        let row = db
+            .replica
+            .query_one_raw(Statement::from_string(
+                DbBackend::Postgres,
+                format!("SELECT pg_last_wal_replay_lsn() >= '{position}'::pg_lsn AS done"),
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        row.try_get::<bool>("", "done").unwrap().then_some(())
+    })
+    .await;
+}
+
 async fn set_replay(db: &PairDatabase, paused: bool) {
     let call = if paused {
         "SELECT pg_wal_replay_pause()"
@@ -265,6 +284,7 @@ async fn with_noop_plan(app: &TestApp) {
 async fn queries_read_from_the_replica_and_writes_go_to_the_primary() {
     let (db, _relay, app) = one_replica().await;
     let (id, position) = start(&app).await;
+    replayed(&db, &position).await;
     let on_replica = task_reads(&db.replica, &db.name).await;
     let on_primary = task_reads(&db.primary, &db.name).await;
     for _ in 0..20 {
@@ -289,6 +309,7 @@ async fn queries_read_from_the_replica_and_writes_go_to_the_primary() {
 async fn a_read_after_a_write_sees_it_even_while_replication_is_delayed() {
     let (db, _relay, app) = one_replica().await;
     let (before, before_position) = start(&app).await;
+    replayed(&db, &before_position).await;
     // The replica has the first task before replication stops.
     assert_eq!(
         read_task(&app, &before, Some(&before_position)).await["id"],
@@ -359,6 +380,7 @@ async fn a_stopped_replica_leaves_the_rotation_the_server_keeps_answering_and_it
             .then_some(())
     })
     .await;
+    replayed(&db, &position).await;
     let on_replica = task_reads(&db.replica, &db.name).await;
     assert_eq!(
         read_task(&app, &id, Some(&position)).await["id"],

@@ -33,6 +33,8 @@ use crate::error::to_server_error;
 
 /// The request extension naming the position a read must see.
 pub const READ_AFTER: &str = "readAfter";
+/// The HTTP header of [`READ_AFTER`].
+pub const READ_AFTER_HEADER: &str = "brainstem-read-after";
 /// The response extension naming the primary's position after a write.
 pub const COMMIT_POSITION: &str = "commitPosition";
 /// The HTTP header of [`COMMIT_POSITION`].
