@@ -19,7 +19,7 @@ use brainstem_domain::{
     catalogue::mcp::ListSettings as McpListSettings,
     crypto::{EncryptionKey, Keyring},
     db::{self, Backend},
-    events::EventBus,
+    events::{Announce, EventBus},
     executor::{Executor, ExecutorConfig},
     housekeeping::{Housekeeping, HousekeepingConfig},
     http_client,
@@ -81,6 +81,8 @@ pub async fn open_domain(config: &Config, tools: ToolRegistry) -> anyhow::Result
         // A turn running here may be stopped by a newer turn started on
         // another process.
         domain.tasks.interrupt_on_events(domain.events.subscribe());
+        // On Citus, stored events are announced where the listeners are.
+        domain.tasks.announce(Announce::of(&domain.db).await?);
     }
     domain.prepare().await?;
     Ok(domain)

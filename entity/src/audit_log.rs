@@ -1,5 +1,7 @@
-//! `audit_log`: append-only. Each row carries the SHA-256 of its canonical
-//! JSON form, so any later edit is detectable. Rows are never updated.
+//! `audit_log`: a tenant's append-only log. Each row carries the SHA-256
+//! of its canonical JSON form, so any later edit is detectable. Rows are
+//! never updated. A platform admin's actions on no tenant are kept apart,
+//! in [`crate::platform_audit_log`].
 
 use sea_orm::entity::prelude::*;
 
@@ -8,9 +10,8 @@ use sea_orm::entity::prelude::*;
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub id: Uuid,
-    /// The tenant acted upon; `None` for platform-level actions such as
-    /// listing all tenants.
-    pub tenant_id: Option<Uuid>,
+    /// The tenant acted upon (or in).
+    pub tenant_id: Uuid,
     /// Who acted, e.g. `user:alice` or `api_key:…`.
     pub actor: String,
     /// What was done, e.g. `tenant.create`.

@@ -4,7 +4,8 @@
 //! - [`scope`]: [`TenantScope`] and the [`TenantOwned`] trait. Tenant-owned
 //!   rows are read and written only through `find_in`, `find_by_id_in`,
 //!   `update_many_in` and `delete_many_in`, which all take a scope.
-//! - one module per table: [`tenant`], [`api_key`], [`audit_log`],
+//! - one module per table: [`tenant`], [`api_key`], [`audit_log`] (a
+//!   tenant's) and [`platform_audit_log`] (of no tenant),
 //!   [`platform_setting`], [`connection`]; the executor's [`plan`],
 //!   [`task`], [`task_step`], [`task_event`], [`artifact`], [`review`],
 //!   [`delegation`]; memory: [`memory`], [`memory_version`],
@@ -40,6 +41,7 @@ pub mod memory_import_line;
 pub mod memory_mention;
 pub mod memory_version;
 pub mod plan;
+pub mod platform_audit_log;
 pub mod platform_setting;
 pub mod retry_job;
 pub mod retry_job_item;

@@ -41,6 +41,7 @@ mod m20261129_090000_memory_import_jobs;
 mod m20261129_120000_tenant_in_sqlite_fts;
 mod m20261129_140000_sqlite_fts_rows_by_key;
 mod m20261129_160000_tenant_keys;
+mod m20261129_180000_platform_audit_log;
 
 pub struct Migrator;
 
@@ -84,6 +85,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_120000_tenant_in_sqlite_fts::Migration),
             Box::new(m20261129_140000_sqlite_fts_rows_by_key::Migration),
             Box::new(m20261129_160000_tenant_keys::Migration),
+            Box::new(m20261129_180000_platform_audit_log::Migration),
         ]
     }
 }

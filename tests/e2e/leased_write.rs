@@ -3,9 +3,13 @@
 //! holder last saw stores the change and its events together, numbered
 //! after the task's last event; one made by another owner, or with a stale
 //! sequence, stores nothing at all (no event, the task unchanged). On
-//! SQLite the change is handed back for a transaction.
+//! SQLite, and on PostgreSQL when events are announced apart (Citus), the
+//! change is handed back for a transaction.
 
-use brainstem_domain::tasks::{LeasedWrite, NewEvent, Task, TaskChanges, TaskStatus};
+use brainstem_domain::{
+    events::Announce,
+    tasks::{LeasedWrite, NewEvent, Task, TaskChanges, TaskStatus},
+};
 use chrono::Utc;
 use sea_orm::DbBackend;
 use serde_json::json;
@@ -26,7 +30,17 @@ fn one(backend: DbBackend, seen: &Task, owner: &str) -> brainstem_domain::tasks:
         NewEvent::status(TaskStatus::Completed, "done"),
         NewEvent::status(TaskStatus::Completed, "really done"),
     ];
-    match LeasedWrite::prepare(backend, seen, owner, complete(), events, Vec::new()).unwrap() {
+    match LeasedWrite::prepare(
+        backend,
+        Announce::InStatement,
+        seen,
+        owner,
+        complete(),
+        events,
+        Vec::new(),
+    )
+    .unwrap()
+    {
         LeasedWrite::One(one) => one,
         LeasedWrite::Many { .. } => panic!("a plain leased change is one statement on PostgreSQL"),
     }
@@ -106,11 +120,21 @@ async fn a_leased_change_is_written_whole_or_not_at_all() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_sqlite_a_leased_change_is_handed_back_for_a_transaction() {
-    let app = TestApp::spawn(Backend::Sqlite).await;
+    handed_back(Backend::Sqlite, Announce::InStatement).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn announced_apart_a_leased_change_is_handed_back_for_a_transaction() {
+    handed_back(Backend::Postgres, Announce::Apart).await;
+}
+
+async fn handed_back(backend: Backend, announce: Announce) {
+    let app = TestApp::spawn(backend).await;
     let claimed = claimed_task(&app).await;
     let owner = claimed.lease_owner.clone().unwrap();
     let prepared = LeasedWrite::prepare(
         app.domain.db.get_database_backend(),
+        announce,
         &claimed,
         &owner,
         complete(),

@@ -2,13 +2,18 @@
 //! streams on one process reach a subscriber connected to another process
 //! on the same database in order and complete (and the producing
 //! process's own subscribers too), travelling several per notification;
-//! and subscribers on either process that fall out of the bounded bus
-//! still get every stored event once, in order.
+//! subscribers on either process that fall out of the bounded bus still
+//! get every stored event once, in order; and stored events announced
+//! apart from the statements that store them (as on Citus) still reach
+//! another process, while no statement that writes rows calls `pg_notify`.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use brainstem_domain::tools::{Tool, ToolContext, ToolError, ToolOutput};
+use brainstem_domain::{
+    events::Announce,
+    tools::{Tool, ToolContext, ToolError, ToolOutput},
+};
 use sea_orm::sqlx::postgres::PgListener;
 use serde_json::{Value, json};
 
@@ -242,4 +247,75 @@ async fn subscribers_that_fall_out_of_the_bus_on_either_process_get_every_stored
         catch_ups > 0.0,
         "a subscriber lagged and caught up: {metrics}"
     );
+}
+
+/// Announced apart ([`Announce::Apart`], what a process does on a Citus
+/// coordinator, where a statement writing a distributed table runs on a
+/// worker nobody listens to), a task's stored events still cross to a
+/// subscriber on another process, each once and in order; every
+/// notification is a statement of its own, and it carries the events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_events_announced_apart_still_reach_another_process_postgres() {
+    let worker = TestApp::spawn(Backend::Postgres).await;
+    worker.domain.tasks.announce(Announce::Apart);
+    let sent: Arc<Mutex<Vec<String>>> = Arc::default();
+    let recorder = sent.clone();
+    worker
+        .domain
+        .statements
+        .observe(Arc::new(move |sql: &str| {
+            if let Ok(mut sent) = recorder.lock() {
+                sent.push(sql.to_owned());
+            }
+        }))
+        .unwrap_or_else(|_| panic!("no other observer"));
+    let server = worker.spawn_beside(Vec::new()).await;
+    let mut listener = PgListener::connect(&worker.config.database_url)
+        .await
+        .unwrap();
+    listener
+        .listen(brainstem_domain::events::CHANNEL)
+        .await
+        .unwrap();
+    let id = task_with(
+        &worker,
+        json!([
+            {"id": "one", "tool": "set_state", "args": {"a": 1}},
+            {"id": "two", "tool": "set_state", "args": {"b": 2}}
+        ]),
+    )
+    .await;
+    let mut remote = connect(&server, "acme").await;
+    remote.subscribe("1", EVENTS, json!({"id": id})).await;
+    let first = remote.next_payload().await.unwrap();
+    assert_eq!(first["data"]["taskEvents"]["seq"], 1);
+    worker.run_tasks().await;
+    let events = tokio::time::timeout(WAIT, remote.events_until_complete())
+        .await
+        .unwrap();
+    let stored = stored_seqs(&worker, &id).await;
+    assert_eq!(seqs(&events), stored[1..]);
+    assert_eq!(events.last().unwrap()["status"], "COMPLETED");
+
+    // What the listener heard: every stored event, the last COMPLETED.
+    let mut heard = Vec::new();
+    while heard.len() < stored.len() {
+        let note = tokio::time::timeout(WAIT, listener.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let values: Vec<Value> = serde_json::from_str(note.payload()).unwrap();
+        heard.extend(values.iter().filter_map(|v| v["seq"].as_i64()));
+    }
+    assert_eq!(heard, stored);
+
+    let sent = sent.lock().unwrap().clone();
+    let notifying: Vec<&String> = sent.iter().filter(|s| s.contains("pg_notify")).collect();
+    assert!(notifying.len() >= 3, "{notifying:#?}");
+    for sql in notifying {
+        assert!(
+            sql.trim_start().starts_with("SELECT pg_notify"),
+            "a notification inside a writing statement: {sql}"
+        );
+    }
 }

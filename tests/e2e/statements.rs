@@ -2,9 +2,12 @@
 //! SQL statement the server sends while two tenants use it is parsed
 //! (sqlparser, PostgreSQL dialect), and each read, update or delete of a
 //! tenant-owned table must compare that table's `tenant_id` (by its name or
-//! alias, with `=`, `IN` or `= ANY`) unless it ran under an explicit
+//! alias) with one value (`=`, or `IN` a list of one; a join's
+//! `a.tenant_id = b.tenant_id` counts) unless it ran under an explicit
 //! row-security bypass, whose reasons are the reviewed exceptions (listed
 //! in `brainstem_domain::row_security::Bypass`, each with why it is safe).
+//! One value, not several (`IN (…)` of two, `= ANY`): sharded by tenant
+//! (`docs/scale-out.md`), each such statement reaches one shard.
 //! Inserts name their tenant in their values, and PostgreSQL's row
 //! security refuses any other tenant's. A statement that cannot be parsed
 //! fails the check too. (What SeaORM sends unprepared, and what the vector
@@ -42,18 +45,26 @@ type Sent = (String, Option<RowAccess>);
 /// What is wrong with a statement: the tenant tables it reads, updates or
 /// deletes from without comparing their `tenant_id`.
 fn unscoped_tables(sql: &str, tenant_tables: &BTreeSet<String>) -> Result<Vec<String>, String> {
-    read_tables(sql, tenant_tables).map(|(_, unscoped)| unscoped)
+    read_tables(sql, tenant_tables).map(|reads| reads.unscoped)
 }
 
-/// The tenant tables a statement reads, updates or deletes from, and those
-/// of them it does not scope.
-fn read_tables(
-    sql: &str,
-    tenant_tables: &BTreeSet<String>,
-) -> Result<(Vec<String>, Vec<String>), String> {
+/// How a statement reaches the tenant tables it reads, updates or deletes
+/// from.
+#[derive(Debug, Default)]
+struct Reads {
+    /// Every one of them.
+    tables: Vec<String>,
+    /// Those whose `tenant_id` it does not compare.
+    unscoped: Vec<String>,
+    /// Those it compares only with several tenants at once (`IN (…)` of
+    /// more than one, `= ANY`, `IN (SELECT …)`): sharded by tenant, such a
+    /// statement reaches more than one shard.
+    spread: Vec<String>,
+}
+
+fn read_tables(sql: &str, tenant_tables: &BTreeSet<String>) -> Result<Reads, String> {
     let statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| e.to_string())?;
-    let mut read = Vec::new();
-    let mut unscoped = Vec::new();
+    let mut reads = Reads::default();
     let _ = visit_statements(&statements, |statement| {
         if !matches!(
             statement,
@@ -67,31 +78,36 @@ fn read_tables(
             if !tenant_tables.contains(table) {
                 continue;
             }
-            read.push(table.clone());
-            let scoped = names
+            reads.tables.push(table.clone());
+            let comparisons: Vec<bool> = names
                 .tenant_compared
                 .iter()
-                .any(|qualifier| match qualifier {
+                .filter(|(qualifier, _)| match qualifier {
                     Some(q) => q == table || alias.as_deref() == Some(q.as_str()),
                     // An unqualified `tenant_id` is this table's only when
                     // the statement names no other.
                     None => names.tables.len() == 1,
-                });
-            if !scoped {
-                unscoped.push(table.clone());
+                })
+                .map(|(_, one)| *one)
+                .collect();
+            if comparisons.is_empty() {
+                reads.unscoped.push(table.clone());
+            } else if !comparisons.contains(&true) {
+                reads.spread.push(table.clone());
             }
         }
         ControlFlow::Continue(())
     });
-    Ok((read, unscoped))
+    Ok(reads)
 }
 
 /// The tables a statement names (with their aliases) and the qualifiers of
-/// the `tenant_id` columns it compares (`None`: unqualified).
+/// the `tenant_id` columns it compares (`None`: unqualified), each with
+/// whether it is compared with one value (`=`, or `IN` a list of one).
 #[derive(Default)]
 struct Names {
     tables: Vec<(String, Option<String>)>,
-    tenant_compared: Vec<Option<String>>,
+    tenant_compared: Vec<(Option<String>, bool)>,
     /// The table a table factor or an `INSERT` just named (its relation is
     /// visited next).
     pending: Option<String>,
@@ -167,22 +183,24 @@ impl Visitor for Names {
                 left,
                 op: BinaryOperator::Eq,
                 right,
-            } => tenant_column(left).or_else(|| tenant_column(right)),
+            } => tenant_column(left)
+                .or_else(|| tenant_column(right))
+                .map(|q| (q, true)),
             Expr::InList {
                 expr,
+                list,
                 negated: false,
-                ..
-            }
-            | Expr::InSubquery {
+            } => tenant_column(expr).map(|q| (q, list.len() == 1)),
+            Expr::InSubquery {
                 expr,
                 negated: false,
                 ..
-            } => tenant_column(expr),
-            Expr::AnyOp { left, .. } => tenant_column(left),
+            } => tenant_column(expr).map(|q| (q, false)),
+            Expr::AnyOp { left, .. } => tenant_column(left).map(|q| (q, false)),
             _ => None,
         };
-        if let Some(qualifier) = compared {
-            self.tenant_compared.push(qualifier);
+        if let Some(compared) = compared {
+            self.tenant_compared.push(compared);
         }
         ControlFlow::Continue(())
     }
@@ -239,6 +257,26 @@ fn the_reader_finds_unscoped_statements_and_accepts_scoped_ones() {
     );
     assert!(check("SELECT id FROM tenants WHERE slug = $1").is_empty());
     assert!(unscoped_tables("SELEKT nonsense", &tables).is_err());
+
+    // Scoped to one tenant (one shard), or to several.
+    let spread = |sql: &str| read_tables(sql, &tables).unwrap().spread;
+    assert!(spread("SELECT id FROM tasks WHERE tenant_id = $1").is_empty());
+    assert!(spread("SELECT id FROM tasks WHERE tenant_id IN ($1)").is_empty());
+    assert!(spread("SELECT t.id FROM tasks t JOIN task_steps s ON s.tenant_id = t.tenant_id AND s.task_id = t.id WHERE t.tenant_id = $1").is_empty());
+    assert_eq!(
+        spread("SELECT id FROM tasks WHERE tenant_id IN ($1, $2)"),
+        ["tasks"]
+    );
+    assert_eq!(
+        spread("SELECT id FROM tasks WHERE tenant_id = ANY($1)"),
+        ["tasks"]
+    );
+    assert_eq!(
+        spread(
+            "SELECT t.id FROM tasks t WHERE t.tenant_id IN (SELECT m.tenant_id FROM memories m WHERE m.tenant_id = $1)"
+        ),
+        ["tasks"]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -258,21 +296,29 @@ async fn every_statement_on_a_tenant_table_names_its_tenant() {
     for tenant in ["acme", "globex"] {
         work_as_a_tenant(&app, tenant).await;
     }
-    // A query that forgets its scope, run as a tenant (row security alone
-    // would hide the other tenant's rows): the check sees it.
+    // A query that forgets its scope, and one that names two tenants (it
+    // would reach two shards), run as a tenant (row security alone would
+    // hide the other tenant's rows): the check sees both.
     let acme = app.domain.tenants.resolve_claim("acme").await.unwrap().id;
-    row_security::as_tenant(acme, async {
-        sea_orm::ConnectionTrait::query_all_raw(
-            &app.domain.db,
-            sea_orm::Statement::from_string(
-                sea_orm::DbBackend::Postgres,
-                "SELECT id FROM tasks WHERE status = 'COMPLETED'",
-            ),
-        )
-        .await
-        .unwrap()
-    })
-    .await;
+    let globex = app.domain.tenants.resolve_claim("globex").await.unwrap().id;
+    const PLANTED: [&str; 2] = [
+        "SELECT id FROM tasks WHERE status = 'COMPLETED'",
+        "SELECT id FROM memories WHERE tenant_id IN",
+    ];
+    for sql in [
+        PLANTED[0].to_owned(),
+        format!("{} ('{acme}', '{globex}')", PLANTED[1]),
+    ] {
+        row_security::as_tenant(acme, async {
+            sea_orm::ConnectionTrait::query_all_raw(
+                &app.domain.db,
+                sea_orm::Statement::from_string(sea_orm::DbBackend::Postgres, sql),
+            )
+            .await
+            .unwrap()
+        })
+        .await;
+    }
 
     let tenant_tables: BTreeSet<String> = {
         let outside = app.outside_db().await;
@@ -310,9 +356,17 @@ async fn every_statement_on_a_tenant_table_names_its_tenant() {
             continue;
         }
         match read_tables(sql, &tenant_tables) {
-            Ok((read, unscoped)) if unscoped.is_empty() => covered.extend(read),
-            Ok((_, tables)) => {
-                problems.insert(format!("{} unscoped in: {sql}", tables.join(", ")));
+            Ok(reads) if reads.unscoped.is_empty() && reads.spread.is_empty() => {
+                covered.extend(reads.tables)
+            }
+            Ok(reads) if reads.unscoped.is_empty() => {
+                problems.insert(format!(
+                    "{} of several tenants in: {sql}",
+                    reads.spread.join(", ")
+                ));
+            }
+            Ok(reads) => {
+                problems.insert(format!("{} unscoped in: {sql}", reads.unscoped.join(", ")));
             }
             Err(e) => {
                 problems.insert(format!("cannot parse ({e}): {sql}"));
@@ -323,16 +377,15 @@ async fn every_statement_on_a_tenant_table_names_its_tenant() {
         bypassed > 0,
         "the executor's claims run under the queue bypass"
     );
-    // Exactly the planted query, and nothing the server sent by itself.
-    let planted: Vec<&String> = problems
-        .iter()
-        .filter(|p| p.contains("WHERE status = 'COMPLETED'"))
-        .collect();
-    assert_eq!(planted.len(), 1, "{problems:#?}");
+    // Exactly the planted queries, and nothing the server sent by itself.
+    for planted in PLANTED {
+        let found = problems.iter().filter(|p| p.contains(planted)).count();
+        assert_eq!(found, 1, "{planted}: {problems:#?}");
+    }
     assert_eq!(
         problems.len(),
-        1,
-        "statements on tenant tables without their tenant ({} distinct statements read):\n{}",
+        PLANTED.len(),
+        "statements on tenant tables without their one tenant ({} distinct statements read):\n{}",
         distinct.len(),
         problems.into_iter().collect::<Vec<_>>().join("\n")
     );

@@ -2,6 +2,9 @@
 //! use is written to the audit log.
 
 use brainstem_domain::{Role, audit::AuditLog};
+use brainstem_entity::{audit_log, platform_audit_log};
+use brainstem_migration::{Migrator, MigratorTrait};
+use sea_orm::{ConnectionTrait, EntityTrait, Statement};
 use serde_json::json;
 
 use crate::{
@@ -15,14 +18,17 @@ on_both_backends!(
     platform_admin_creates_and_lists_tenants_with_audit,
     tenant_input_is_validated,
     only_platform_admins_manage_tenants,
+    platform_rows_have_their_own_audit_log,
 );
 
-async fn audit_count(app: &TestApp, action: &str) -> i64 {
+/// Rows of `action` in `table`: `audit_log` (a tenant's) or
+/// `platform_audit_log` (actions on no tenant).
+async fn audit_count(app: &TestApp, table: &str, action: &str) -> i64 {
     let row = sea_orm::ConnectionTrait::query_one_raw(
         &app.outside_db().await,
         sea_orm::Statement::from_string(
             app.domain.db.get_database_backend(),
-            format!("SELECT COUNT(*) AS n FROM audit_log WHERE action = '{action}'"),
+            format!("SELECT COUNT(*) AS n FROM {table} WHERE action = '{action}'"),
         ),
     )
     .await
@@ -42,7 +48,10 @@ async fn platform_admin_creates_and_lists_tenants_with_audit(app: TestApp) {
         .await;
     let tenant = res.data()["createTenant"]["tenant"].clone();
     assert_eq!(tenant["slug"], "globex");
-    assert_eq!(audit_count(&app, "tenant.create").await, 1);
+    assert_eq!(
+        audit_count(&app, "platform_audit_log", "tenant.create").await,
+        1
+    );
 
     let res = app
         .graphql(
@@ -53,7 +62,10 @@ async fn platform_admin_creates_and_lists_tenants_with_audit(app: TestApp) {
         .await;
     let slugs = res.data()["tenants"]["edges"].to_string();
     assert!(slugs.contains("globex"));
-    assert_eq!(audit_count(&app, "tenant.list").await, 1);
+    assert_eq!(
+        audit_count(&app, "platform_audit_log", "tenant.list").await,
+        1
+    );
 
     // node(id:) on a tenant the admin does not belong to is audited too.
     let res = app
@@ -64,7 +76,7 @@ async fn platform_admin_creates_and_lists_tenants_with_audit(app: TestApp) {
         )
         .await;
     assert_eq!(res.data()["node"]["slug"], "globex");
-    assert_eq!(audit_count(&app, "tenant.read").await, 1);
+    assert_eq!(audit_count(&app, "audit_log", "tenant.read").await, 1);
 
     // Tenant admins read their own tenant's audit rows; hashes verify.
     let (_, _) = app.create_api_key("globex", &["admin"]).await;
@@ -127,7 +139,75 @@ async fn only_platform_admins_manage_tenants(app: TestApp) {
         )
         .await;
     assert_eq!(res.error_code(), "FORBIDDEN");
-    assert_eq!(audit_count(&app, "tenant.list").await, 0);
+    assert_eq!(
+        audit_count(&app, "platform_audit_log", "tenant.list").await,
+        0
+    );
+}
+
+/// A platform admin's actions on no tenant are kept in
+/// `platform_audit_log`, and the migration that split them out of
+/// `audit_log` moves them back and forth whole: undone, every row is in
+/// `audit_log` again (the platform's with an empty tenant); done again,
+/// each is where it was, and every hash still verifies.
+async fn platform_rows_have_their_own_audit_log(app: TestApp) {
+    let admin = app.platform_admin_token();
+    app.graphql(
+        Some(&admin),
+        CREATE,
+        json!({"input": {"slug": "globex", "name": "Globex"}}),
+    )
+    .await
+    .data();
+    app.create_api_key("globex", &["tasks:read"]).await;
+    let db = app.outside_db().await;
+    let backend = db.get_database_backend();
+    // Each table's ids, as text (SQLite keeps a uuid as 16 bytes).
+    let id = match backend {
+        sea_orm::DbBackend::Sqlite => "lower(hex(id))",
+        _ => "replace(CAST(id AS TEXT), '-', '')",
+    };
+    let ids = |from: &'static str| {
+        let db = &db;
+        async move {
+            let sql = format!("SELECT {id} AS id FROM {from}");
+            let mut ids: Vec<String> = db
+                .query_all_raw(Statement::from_string(backend, sql))
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.try_get::<String>("", "id").unwrap())
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    const PLATFORM: &str = "platform_audit_log";
+    const TENANTS: &str = "audit_log";
+    let (platform, tenants) = (ids(PLATFORM).await, ids(TENANTS).await);
+    assert!(!platform.is_empty() && !tenants.is_empty());
+
+    let split = Migrator::migrations()
+        .iter()
+        .position(|m| m.name() == "m20261129_180000_platform_audit_log")
+        .unwrap();
+    Migrator::down(&db, Some((Migrator::migrations().len() - split) as u32))
+        .await
+        .unwrap();
+    let mut all = [platform.clone(), tenants.clone()].concat();
+    all.sort();
+    assert_eq!(ids(TENANTS).await, all);
+    assert_eq!(ids("audit_log WHERE tenant_id IS NULL").await, platform);
+    Migrator::up(&db, None).await.unwrap();
+    assert_eq!(ids(PLATFORM).await, platform);
+    assert_eq!(ids(TENANTS).await, tenants);
+
+    for row in platform_audit_log::Entity::find().all(&db).await.unwrap() {
+        assert!(AuditLog::verify(&row.into()));
+    }
+    for row in audit_log::Entity::find().all(&db).await.unwrap() {
+        assert!(AuditLog::verify(&row.into()));
+    }
 }
 
 /// First start on an empty embedded store creates `demo`; the next does not.

@@ -2,15 +2,17 @@
 //! JSON form (object keys sorted at every depth), so any change to a stored
 //! row can be detected by [`AuditLog::verify`].
 //!
+//! A tenant's rows go to `audit_log`; a platform admin's actions on no
+//! tenant go to `platform_audit_log` (one table per owner, so the tenant's
+//! is keyed by tenant like every tenant table). Both hash alike.
+//!
 //! It is also where cross-tenant power comes from: a [`PlatformScope`] can
 //! only be obtained through [`AuditLog::open_platform_scope`], which checks
 //! the role and writes an audit row first.
 
-use brainstem_entity::{AuditId, TenantId, TenantScope, audit_log};
+use brainstem_entity::{AuditId, TenantId, TenantScope, audit_log, platform_audit_log};
 use chrono::{DateTime, SecondsFormat, Utc};
-use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter,
-};
+use sea_orm::{ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -20,7 +22,7 @@ use crate::{
         origin,
         page::{self, Page, PageRequest},
         redact::redact,
-        row_security::{self, Bypass, as_platform},
+        row_security,
     },
 };
 
@@ -93,7 +95,24 @@ impl From<audit_log::Model> for AuditRecord {
     fn from(m: audit_log::Model) -> Self {
         Self {
             id: m.id.into(),
-            tenant: m.tenant_id.map(TenantId::from),
+            tenant: Some(m.tenant_id.into()),
+            actor: m.actor,
+            action: m.action,
+            target: m.target,
+            data: m.data,
+            hash: m.hash,
+            created_at: m.created_at,
+            request_id: m.request_id,
+            trace_id: m.trace_id,
+        }
+    }
+}
+
+impl From<platform_audit_log::Model> for AuditRecord {
+    fn from(m: platform_audit_log::Model) -> Self {
+        Self {
+            id: m.id.into(),
+            tenant: None,
             actor: m.actor,
             action: m.action,
             target: m.target,
@@ -130,12 +149,12 @@ impl AuditLog {
     }
 
     /// Append one row. Its `data` is redacted before it is hashed and stored.
-    /// The row is written as its own tenant (a platform row, with no
-    /// tenant, under the platform-admin bypass), whoever asks.
+    /// A tenant's row is written as that tenant, whoever asks; a platform
+    /// row goes to the platform's table, which has no row security.
     pub async fn record(&self, entry: AuditEntry) -> Result<AuditRecord> {
         match entry.tenant {
             Some(tenant) => row_security::as_tenant(tenant, record(&self.db, entry)).await,
-            None => as_platform(Bypass::PlatformAdmin, record(&self.db, entry)).await,
+            None => record(&self.db, entry).await,
         }
     }
 
@@ -164,9 +183,7 @@ impl AuditLog {
         })
     }
 
-    /// A tenant's own audit rows, oldest first. (The audit log is not a
-    /// `TenantOwned` table, since platform rows have no tenant, so the filter
-    /// is written out here.)
+    /// A tenant's own audit rows, oldest first.
     pub async fn list(
         &self,
         scope: TenantScope,
@@ -230,13 +247,31 @@ impl AuditLog {
 /// Append a row on any connection (also inside a caller's transaction).
 pub async fn record<C: sea_orm::ConnectionTrait>(db: &C, entry: AuditEntry) -> Result<AuditRecord> {
     let (record, row) = prepare(entry);
-    row.insert(db).await?;
+    db.execute_raw(row.insert(db.get_database_backend()))
+        .await?;
     Ok(record)
+}
+
+/// A row to append: a tenant's, or the platform's.
+pub enum AuditRow {
+    Tenant(audit_log::ActiveModel),
+    Platform(platform_audit_log::ActiveModel),
+}
+
+impl AuditRow {
+    /// The `INSERT` that appends it.
+    pub fn insert(self, backend: sea_orm::DbBackend) -> sea_orm::Statement {
+        use sea_orm::QueryTrait;
+        match self {
+            Self::Tenant(row) => audit_log::Entity::insert(row).build(backend),
+            Self::Platform(row) => platform_audit_log::Entity::insert(row).build(backend),
+        }
+    }
 }
 
 /// The row `entry` becomes (redacted, hashed), for a caller that sends it
 /// with other statements in one round trip.
-pub fn prepare(entry: AuditEntry) -> (AuditRecord, audit_log::ActiveModel) {
+pub fn prepare(entry: AuditEntry) -> (AuditRecord, AuditRow) {
     let origin = origin::current();
     let mut record = AuditRecord {
         id: AuditId::new(),
@@ -252,17 +287,30 @@ pub fn prepare(entry: AuditEntry) -> (AuditRecord, audit_log::ActiveModel) {
         trace_id: origin.trace_id,
     };
     record.hash = hash_of(&record);
-    let row = audit_log::ActiveModel {
-        id: Set(record.id.uuid()),
-        tenant_id: Set(record.tenant.map(TenantId::uuid)),
-        actor: Set(record.actor.clone()),
-        action: Set(record.action.clone()),
-        target: Set(record.target.clone()),
-        data: Set(record.data.clone()),
-        hash: Set(record.hash.clone()),
-        created_at: Set(record.created_at),
-        request_id: Set(record.request_id.clone()),
-        trace_id: Set(record.trace_id.clone()),
+    let row = match record.tenant {
+        Some(tenant) => AuditRow::Tenant(audit_log::ActiveModel {
+            id: Set(record.id.uuid()),
+            tenant_id: Set(tenant.uuid()),
+            actor: Set(record.actor.clone()),
+            action: Set(record.action.clone()),
+            target: Set(record.target.clone()),
+            data: Set(record.data.clone()),
+            hash: Set(record.hash.clone()),
+            created_at: Set(record.created_at),
+            request_id: Set(record.request_id.clone()),
+            trace_id: Set(record.trace_id.clone()),
+        }),
+        None => AuditRow::Platform(platform_audit_log::ActiveModel {
+            id: Set(record.id.uuid()),
+            actor: Set(record.actor.clone()),
+            action: Set(record.action.clone()),
+            target: Set(record.target.clone()),
+            data: Set(record.data.clone()),
+            hash: Set(record.hash.clone()),
+            created_at: Set(record.created_at),
+            request_id: Set(record.request_id.clone()),
+            trace_id: Set(record.trace_id.clone()),
+        }),
     };
     (record, row)
 }

@@ -54,7 +54,7 @@ use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 use uuid::Uuid;
 
-pub use postgres::CHANNEL;
+pub use postgres::{Announce, CHANNEL};
 pub(crate) use postgres::{notification_payloads, notify};
 
 use crate::{

@@ -189,6 +189,7 @@ impl Housekeeping {
                 let txn = db.begin_write().await?;
                 let done = mutate(
                     &txn,
+                    self.domain.tasks.announcing(),
                     scope,
                     id.into(),
                     &Guard::Expired(owner.clone(), now),

@@ -37,6 +37,11 @@
 //!    (`brainstem_db_statements_total` on `/metrics`) is printed beside it.
 //! 6. Brainstem alone at each of `--page-sizes`.
 //!
+//! With `--replica-url` (a hot standby of `--database-url`'s server;
+//! `scripts/bench readpath --replica` provisions the pair), PostGraphile
+//! does not run: Brainstem on the primary alone against Brainstem reading
+//! from the standby, at each of `--page-sizes` (`replica.rs`).
+//!
 //! Brainstem's query:
 //!
 //! ```graphql
@@ -59,6 +64,7 @@ use std::{
 };
 
 mod answers;
+mod replica;
 
 use anyhow::{Context, bail};
 use brainstem::{
@@ -85,12 +91,20 @@ struct Args {
     /// The release `brainstem` binary.
     #[arg(long)]
     brainstem: PathBuf,
-    /// Node.js (≥ 22) to run PostGraphile with.
+    /// Node.js (≥ 22) to run PostGraphile with (not with `--replica-url`).
+    #[arg(long, required_unless_present = "replica_url")]
+    node: Option<PathBuf>,
+    /// A folder holding `node_modules/postgraphile` and `graphile.config.mjs`
+    /// (not with `--replica-url`).
+    #[arg(long, required_unless_present = "replica_url")]
+    postgraphile: Option<PathBuf>,
+    /// A hot standby streaming from `--database-url`'s server (a superuser
+    /// URL of it, any database). Instead of the PostGraphile comparison,
+    /// Brainstem on the primary alone against Brainstem reading from this
+    /// standby (`database_read_urls`), in alternating rounds at each of
+    /// `--page-sizes` (see `replica.rs`).
     #[arg(long)]
-    node: PathBuf,
-    /// A folder holding `node_modules/postgraphile` and `graphile.config.mjs`.
-    #[arg(long)]
-    postgraphile: PathBuf,
+    replica_url: Option<String>,
     /// The PostgreSQL server's log file, to count statements (optional).
     #[arg(long)]
     pg_log: Option<PathBuf>,
@@ -148,7 +162,12 @@ async fn main() -> anyhow::Result<()> {
     };
     // On SIGINT or SIGTERM the run is dropped, which kills both servers.
     let result = tokio::select! {
-        result = run(&args, &served) => result,
+        result = async {
+            match &args.replica_url {
+                Some(replica) => replica::run(&args, &database, &served, replica).await,
+                None => run(&args, &served).await,
+            }
+        } => result,
         signal = interrupted() => signal.and_then(|name| bail!("stopped by {name}")),
     };
     if args.keep_database {
@@ -229,38 +248,30 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
     let admin = seed(args, database_url, &jwt_secret, &encryption_key).await?;
     let tenant = tenant_id(database_url).await?;
 
+    let (Some(node), Some(postgraphile_dir)) = (&args.node, &args.postgraphile) else {
+        bail!("--node and --postgraphile are needed without --replica-url");
+    };
     let brainstem_port = free_port()?;
-    let mut brainstem = Command::new(&args.brainstem)
-        .arg("serve")
-        .env("BRAINSTEM_BIND", format!("127.0.0.1:{brainstem_port}"))
-        .env("BRAINSTEM_DATABASE_URL", database_url)
-        .env("BRAINSTEM_DATABASE_MAX_CONNECTIONS", args.pool.to_string())
-        .env("BRAINSTEM_JWT_SECRET", &jwt_secret)
-        .env("BRAINSTEM_CONNECTION_ENCRYPTION_KEY", &encryption_key)
-        .env("BRAINSTEM_WORKERS", "0")
-        .env("BRAINSTEM_RATE_LIMIT_PER_KEY_RPS", "0")
-        .env("BRAINSTEM_RATE_LIMIT_PER_TENANT_RPS", "0")
-        .env("BRAINSTEM_MEMORY_MAINTENANCE_INTERVAL_SECS", "0")
-        .env("BRAINSTEM_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {}", args.brainstem.display()))?;
+    let mut brainstem = spawn_brainstem(
+        args,
+        brainstem_port,
+        database_url,
+        &[],
+        &jwt_secret,
+        &encryption_key,
+    )?;
     let postgraphile_port = free_port()?;
-    let cli = args
-        .postgraphile
-        .join("node_modules/postgraphile/dist/cli-run.js");
+    let cli = postgraphile_dir.join("node_modules/postgraphile/dist/cli-run.js");
     // PostGraphile warns at start about types it does not map (pgvector's
     // `vector`); its output goes to a log file beside its install.
-    let postgraphile_log = args.postgraphile.join("postgraphile.log");
+    let postgraphile_log = postgraphile_dir.join("postgraphile.log");
     let log_file = std::fs::File::create(&postgraphile_log)
         .with_context(|| format!("creating {}", postgraphile_log.display()))?;
-    let mut postgraphile = Command::new(&args.node)
+    let mut postgraphile = Command::new(node)
         .arg(&cli)
         .arg("-C")
-        .arg(args.postgraphile.join("graphile.config.mjs"))
-        .current_dir(&args.postgraphile)
+        .arg(postgraphile_dir.join("graphile.config.mjs"))
+        .current_dir(postgraphile_dir)
         .env("DATABASE_URL", database_url)
         .env("PORT", postgraphile_port.to_string())
         .env("PG_POOL", args.pool.to_string())
@@ -278,7 +289,7 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
         .stderr(log_file)
         .kill_on_drop(true)
         .spawn()
-        .with_context(|| format!("starting {} {}", args.node.display(), cli.display()))?;
+        .with_context(|| format!("starting {} {}", node.display(), cli.display()))?;
 
     let result = measure(
         args,
@@ -292,6 +303,40 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
     stop(&mut brainstem).await;
     stop(&mut postgraphile).await;
     result
+}
+
+/// The release `brainstem serve` on `database_url` at 127.0.0.1:`port`,
+/// reading from the standbys of `read_urls` (`database_read_urls`), with
+/// no executor and no rate limits; killed when dropped.
+fn spawn_brainstem(
+    args: &Args,
+    port: u16,
+    database_url: &str,
+    read_urls: &[String],
+    jwt_secret: &str,
+    encryption_key: &str,
+) -> anyhow::Result<Child> {
+    let mut command = Command::new(&args.brainstem);
+    if !read_urls.is_empty() {
+        command.env("BRAINSTEM_DATABASE_READ_URLS", json!(read_urls).to_string());
+    }
+    command
+        .arg("serve")
+        .env("BRAINSTEM_BIND", format!("127.0.0.1:{port}"))
+        .env("BRAINSTEM_DATABASE_URL", database_url)
+        .env("BRAINSTEM_DATABASE_MAX_CONNECTIONS", args.pool.to_string())
+        .env("BRAINSTEM_JWT_SECRET", jwt_secret)
+        .env("BRAINSTEM_CONNECTION_ENCRYPTION_KEY", encryption_key)
+        .env("BRAINSTEM_WORKERS", "0")
+        .env("BRAINSTEM_RATE_LIMIT_PER_KEY_RPS", "0")
+        .env("BRAINSTEM_RATE_LIMIT_PER_TENANT_RPS", "0")
+        .env("BRAINSTEM_MEMORY_MAINTENANCE_INTERVAL_SECS", "0")
+        .env("BRAINSTEM_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", args.brainstem.display()))
 }
 
 async fn stop(child: &mut Child) {

@@ -232,6 +232,46 @@ async fn listen(bus: Arc<EventBus>, db: DatabaseConnection, url: String, revocat
     }
 }
 
+/// Where the notification announcing stored events is sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Announce {
+    /// Inside the statement that stores them, saving a round trip: on one
+    /// PostgreSQL server every statement runs where the listeners are.
+    #[default]
+    InStatement,
+    /// As a statement of its own, in the same transaction. On Citus a
+    /// statement that writes a distributed table runs on the worker that
+    /// holds the row, where no process listens (they `LISTEN` on the
+    /// coordinator); a `SELECT pg_notify(…)` of no table runs on the
+    /// coordinator and is still delivered at the transaction's commit
+    /// (`docs/scale-out.md`, step 4).
+    Apart,
+}
+
+impl Announce {
+    /// [`Announce::Apart`] on a Citus coordinator, else
+    /// [`Announce::InStatement`].
+    pub async fn of(db: &DatabaseConnection) -> Result<Self> {
+        if db.get_database_backend() != DbBackend::Postgres {
+            return Ok(Self::InStatement);
+        }
+        let citus = db
+            .query_one_raw(Statement::from_string(
+                DbBackend::Postgres,
+                "SELECT EXISTS (SELECT FROM pg_extension WHERE extname = 'citus') AS citus",
+            ))
+            .await?
+            .map(|row| row.try_get::<bool>("", "citus"))
+            .transpose()?
+            .unwrap_or(false);
+        Ok(if citus {
+            Self::Apart
+        } else {
+            Self::InStatement
+        })
+    }
+}
+
 /// The `pg_notify` payloads announcing stored `events` to listeners: none
 /// except on PostgreSQL. Sent inside the transaction that stores the
 /// events, they are delivered at its commit, in commit order, and not at

@@ -50,7 +50,7 @@ use std::{
 };
 
 use brainstem_entity::{
-    PlanId, TaskId, TenantId, TenantScope, audit_log, delegation, review, task, task_step,
+    PlanId, TaskId, TenantId, TenantScope, delegation, review, task, task_step,
 };
 use chrono::{DateTime, Utc};
 use rand::{Rng, RngCore};
@@ -406,8 +406,7 @@ impl Executor {
         let mut rows = Vec::new();
         if let Some(step) = extra.step {
             if self.config.audit_tool_calls {
-                let audit = tool_call_audit(owner, task, &step);
-                rows.push(audit_log::Entity::insert(audit).build(backend));
+                rows.push(tool_call_audit(owner, task, &step).insert(backend));
             }
             rows.insert(0, task_step::Entity::insert(step).build(backend));
         }
@@ -417,7 +416,8 @@ impl Executor {
             && extra.delegation.is_none()
             && extra.artifacts.is_empty()
         {
-            match LeasedWrite::prepare(backend, task, owner, changes, events, rows)? {
+            let announce = self.domain.tasks.announcing();
+            match LeasedWrite::prepare(backend, announce, task, owner, changes, events, rows)? {
                 LeasedWrite::One(one) => {
                     let written = match held {
                         Some(txn) => match one.run(&txn).await? {
@@ -450,8 +450,17 @@ impl Executor {
             None => self.domain.db.begin_write().await?,
         };
         let guard = Guard::Lease(owner.clone());
-        let Some((updated, stored)) =
-            mutate_with(&txn, task.scope(), task.id, &guard, changes, events, rows).await?
+        let Some((updated, stored)) = mutate_with(
+            &txn,
+            self.domain.tasks.announcing(),
+            task.scope(),
+            task.id,
+            &guard,
+            changes,
+            events,
+            rows,
+        )
+        .await?
         else {
             tracing::warn!(task = %task.id, "lost the lease; leaving the task to its new owner");
             return Ok(None);
@@ -574,11 +583,7 @@ impl Executor {
 /// The audit row of one tool call (`tool.call`): who ran it, which step
 /// and attempt, how it went, how long it took and what it used. Arguments
 /// and outputs stay in the step's record (redacted), not in the audit log.
-fn tool_call_audit(
-    worker: &str,
-    task: &Task,
-    step: &task_step::ActiveModel,
-) -> audit_log::ActiveModel {
+fn tool_call_audit(worker: &str, task: &Task, step: &task_step::ActiveModel) -> audit::AuditRow {
     fn value<T: Clone + Default + Into<sea_orm::Value>>(v: &sea_orm::ActiveValue<T>) -> T {
         match v {
             sea_orm::ActiveValue::Set(x) | sea_orm::ActiveValue::Unchanged(x) => x.clone(),

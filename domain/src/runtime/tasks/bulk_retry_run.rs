@@ -148,6 +148,7 @@ impl Tasks {
         let txn = self.db.begin_write().await?;
         let done = mutate(
             &txn,
+            self.announcing(),
             scope,
             id,
             &Guard::Unchanged(TaskStatus::Failed, item.task_seq),

@@ -434,6 +434,7 @@ impl Tasks {
         // The original's event first: it fails while a worker holds it.
         let (_, original_events) = mutate(
             &txn,
+            self.announcing(),
             scope,
             original.id,
             &Guard::Unleased(TaskStatus::ALL.to_vec()),
@@ -456,6 +457,7 @@ impl Tasks {
         let fork = Task::try_from(task::ActiveModel::from(fork_row).insert(&txn).await?)?;
         let fork_events = insert_events(
             &txn,
+            self.announcing(),
             &fork,
             1,
             vec![

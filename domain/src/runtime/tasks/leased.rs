@@ -20,9 +20,9 @@
 //! - The events are numbered exactly as [`super::mutate_with`] numbers
 //!   them (`last_seq + 1`, …), and only after the guard has held.
 //! - A change that cannot be one statement (SQLite; events whose
-//!   notification does not fit one payload; a riding row that is not a
-//!   plain insert) is handed back whole, for [`super::mutate_with`] in a
-//!   transaction.
+//!   notification does not fit one payload or must be sent apart,
+//!   [`Announce::Apart`]; a riding row that is not a plain insert) is
+//!   handed back whole, for [`super::mutate_with`] in a transaction.
 
 use sea_orm::{
     DbBackend, QueryTrait,
@@ -57,9 +57,10 @@ pub struct OneStatement {
 impl LeasedWrite {
     /// Prepare `owner`'s change of `task` (as `owner` last wrote or claimed
     /// it), with its `events` and the rows `also` (inserts built for
-    /// PostgreSQL) that go with it.
+    /// PostgreSQL) that go with it, its events announced as `announce` says.
     pub fn prepare(
         backend: DbBackend,
+        announce: Announce,
         task: &Task,
         owner: &str,
         changes: TaskChanges,
@@ -73,7 +74,7 @@ impl LeasedWrite {
                 also,
             })
         };
-        if backend != DbBackend::Postgres {
+        if backend != DbBackend::Postgres || announce == Announce::Apart {
             return many(changes, events, also);
         }
         let now = Utc::now();

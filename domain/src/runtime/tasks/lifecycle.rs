@@ -28,6 +28,7 @@ impl Tasks {
         let txn = self.db.begin_write().await?;
         let done = mutate(
             &txn,
+            self.announcing(),
             scope,
             id,
             &Guard::Unleased(idle),
@@ -74,6 +75,7 @@ impl Tasks {
         let txn = self.db.begin_write().await?;
         let (task, events) = mutate(
             &txn,
+            self.announcing(),
             scope,
             id,
             &Guard::Unleased(vec![TaskStatus::Failed]),
@@ -250,6 +252,7 @@ impl Tasks {
         event.data_keys = keys;
         let (task, events) = mutate(
             &txn,
+            self.announcing(),
             scope,
             id,
             &Guard::Unleased(vec![TaskStatus::NeedsReview, TaskStatus::AwaitingApproval]),
@@ -325,6 +328,7 @@ impl Tasks {
         let message = format!("rejected in review: {reason}");
         let (task, events) = mutate(
             &txn,
+            self.announcing(),
             scope,
             id,
             &Guard::Unleased(vec![TaskStatus::NeedsReview, TaskStatus::AwaitingApproval]),
@@ -453,6 +457,7 @@ impl Tasks {
         }
         let (task, events) = mutate(
             &txn,
+            self.announcing(),
             scope,
             task_id,
             &Guard::Unleased(vec![TaskStatus::Delegated]),

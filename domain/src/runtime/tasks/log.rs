@@ -116,23 +116,27 @@ pub(super) fn json_of<T: serde::Serialize>(v: &T) -> Result<Value> {
 }
 
 /// Apply `changes` to a task if `guard` holds, and append `events` in the
-/// same statement's transaction. Returns `None` when the guard failed.
+/// same statement's transaction, announced as `announce` says. Returns
+/// `None` when the guard failed.
 pub async fn mutate<C: ConnectionTrait>(
     db: &C,
+    announce: Announce,
     scope: TenantScope,
     id: TaskId,
     guard: &Guard,
     changes: TaskChanges,
     events: Vec<NewEvent>,
 ) -> Result<Option<(Task, Vec<TaskEvent>)>> {
-    mutate_with(db, scope, id, guard, changes, events, Vec::new()).await
+    mutate_with(db, announce, scope, id, guard, changes, events, Vec::new()).await
 }
 
 /// [`mutate`], also running `also` (inserts of rows that go with the
 /// change, built for `db`'s backend) when the guard holds: on PostgreSQL
 /// in the same statement as the events, elsewhere right after them.
+#[allow(clippy::too_many_arguments)]
 pub async fn mutate_with<C: ConnectionTrait>(
     db: &C,
+    announce: Announce,
     scope: TenantScope,
     id: TaskId,
     guard: &Guard,
@@ -154,7 +158,7 @@ pub async fn mutate_with<C: ConnectionTrait>(
         count_status(&task, status, now);
     }
     let first = task.last_seq - n + 1;
-    let stored = insert_events(db, &task, first, events, now, also).await?;
+    let stored = insert_events(db, announce, &task, first, events, now, also).await?;
     Ok(Some((task, stored)))
 }
 
@@ -289,9 +293,11 @@ pub(super) fn count_status(task: &Task, status: TaskStatus, now: DateTime<Utc>) 
 }
 
 /// Store `events` as the task's events `first`, `first + 1`, … in one
-/// statement, and return them as committed.
+/// statement (with their notification, unless `announce` is
+/// [`Announce::Apart`]), and return them as committed.
 pub(super) async fn insert_events<C: ConnectionTrait>(
     db: &C,
+    announce: Announce,
     task: &Task,
     first: i64,
     events: Vec<NewEvent>,
@@ -320,7 +326,7 @@ pub(super) async fn insert_events<C: ConnectionTrait>(
     // So do the checkpoints of the steps they settle.
     rows.extend(checkpoints::outbox(backend, task, &stored, now));
     let mut payloads = crate::runtime::events::notification_payloads(backend, &stored);
-    if payloads.len() == 1 {
+    if payloads.len() == 1 && announce == Announce::InStatement {
         // One round trip for all: the inserts as data-modifying CTEs (each
         // runs to completion whatever the outer query reads) and the
         // notification.

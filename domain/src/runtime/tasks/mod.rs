@@ -23,7 +23,13 @@
 //! `bulk_retry_run` retry many failed tasks as one resumable job.
 
 use crate::kernel::db::BeginWrite;
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
 
 use brainstem_entity::{
     ConversationId, PlanId, TaskId, TenantId, TenantOwned, TenantScope, artifact, conversation,
@@ -52,6 +58,7 @@ use crate::{
         redact::redact,
     },
     models::usage::Usage,
+    runtime::events::Announce,
 };
 
 mod bulk_retry;
@@ -97,6 +104,9 @@ pub struct Tasks {
     sink: Arc<dyn EventSink>,
     /// The steps of this process's turns that a newer turn may stop.
     interrupts: Arc<Interrupts>,
+    /// Whether stored events are announced apart from the statements that
+    /// store them ([`Announce::Apart`]), shared by every clone.
+    announce_apart: Arc<AtomicBool>,
 }
 
 fn forbid_unless_writable(principal: &Principal) -> Result<TenantScope> {
@@ -112,6 +122,24 @@ impl Tasks {
             wake: Arc::new(Notify::new()),
             sink,
             interrupts: Arc::default(),
+            announce_apart: Arc::default(),
+        }
+    }
+
+    /// Announce stored events as `announce` says, from now on, on this
+    /// service and every clone of it ([`Announce::of`] the database, at
+    /// start).
+    pub fn announce(&self, announce: Announce) {
+        self.announce_apart
+            .store(announce == Announce::Apart, Ordering::Relaxed);
+    }
+
+    /// How stored events are announced.
+    pub(crate) fn announcing(&self) -> Announce {
+        if self.announce_apart.load(Ordering::Relaxed) {
+            Announce::Apart
+        } else {
+            Announce::InStatement
         }
     }
 
@@ -340,7 +368,8 @@ impl Tasks {
         let mut created = vec![NewEvent::status(TaskStatus::Pending, "task created")];
         let (stopped, running) = match new.conversation {
             Some(c) => {
-                let admitted = turns::admit(&txn, scope, c, id, new.multitask, now).await?;
+                let admitted =
+                    turns::admit(&txn, self.announcing(), scope, c, id, new.multitask, now).await?;
                 created.extend(admitted.events);
                 (admitted.stopped, admitted.running)
             }
@@ -363,7 +392,8 @@ impl Tasks {
             }
         };
         let task = Task::try_from(inserted)?;
-        let events = insert_events(&txn, &task, 1, created, now, Vec::new()).await?;
+        let events =
+            insert_events(&txn, self.announcing(), &task, 1, created, now, Vec::new()).await?;
         txn.commit().await?;
         self.sink.publish(&stopped);
         self.sink.publish(&events);

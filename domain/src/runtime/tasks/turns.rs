@@ -142,9 +142,10 @@ pub(super) struct Admitted {
 
 /// Admit turn `id` to `conversation` in `txn` by `asked` (or the
 /// conversation's setting): refuse it, or note what it follows and stop
-/// what it interrupts.
+/// what it interrupts (its events announced as `announce` says).
 pub(super) async fn admit(
     txn: &DatabaseTransaction,
+    announce: Announce,
     scope: TenantScope,
     conversation: ConversationId,
     id: TaskId,
@@ -246,6 +247,7 @@ pub(super) async fn admit(
         ];
         let stopped = mutate(
             txn,
+            announce,
             scope,
             turn.id,
             &Guard::Unleased(idle),
