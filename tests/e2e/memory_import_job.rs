@@ -12,10 +12,14 @@
 use brainstem::config::Config;
 use brainstem_domain::{
     Role, TenantScope,
-    memory::{IMPORT_JOB_LEASE, ImportItem, ImportJobStatus, NewMemory, derived_key},
+    memory::{
+        IMPORT_JOB_LEASE, ImportItem, ImportJobStatus, NewMemory, Tier, derived_key,
+        duplicate_scan::DuplicateScan,
+    },
 };
 use chrono::Utc;
 use futures_util::StreamExt;
+use sea_orm::ConnectionTrait;
 use serde_json::{Value, json};
 
 use crate::{
@@ -27,6 +31,8 @@ use crate::{
 
 for_both_backends!(
     five_thousand_lines_with_ten_bad_ones_are_imported_once,
+    a_job_merges_near_duplicates_stored_before_it_and_in_earlier_batches,
+    the_scan_follows_writes_made_while_it_is_kept,
     a_runner_stopped_midway_is_taken_up_and_imports_exactly_once,
     oversize_files_read_only_keys_and_forgeable_requests_are_refused,
 );
@@ -327,6 +333,185 @@ async fn five_thousand_lines_with_ten_bad_ones_are_imported_once(backend: Backen
     }
 }
 
+/// Remember `content` in `scope` through the domain; the memory's id.
+async fn remember(
+    app: &TestApp,
+    scope: TenantScope,
+    content: String,
+) -> brainstem_domain::MemoryId {
+    let input = NewMemory {
+        content,
+        ..NewMemory::default()
+    };
+    in_tenant(scope, app.domain.memory.remember(scope, input))
+        .await
+        .unwrap()
+        .memory
+        .id
+}
+
+/// A job looks near-duplicates up in its own copy of the tenant's vectors
+/// (`DuplicateScan`): it must find what the store would, in the memories
+/// stored before the job and in the job's earlier batches, and leave out
+/// archived ones.
+async fn a_job_merges_near_duplicates_stored_before_it_and_in_earlier_batches(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let acme = app.create_tenant("acme").await;
+    let scope = TenantScope::new(uuid_of(&acme).parse::<uuid::Uuid>().unwrap().into());
+    let memory = &app.domain.memory;
+    let stored = remember(&app, scope, text(1)).await;
+    let archived = remember(&app, scope, text(2)).await;
+    in_tenant(scope, memory.archive(scope, archived))
+        .await
+        .unwrap();
+    // Another tier: never a duplicate of a working memory.
+    in_tenant(
+        scope,
+        memory.remember(
+            scope,
+            NewMemory {
+                content: text(3),
+                tier: Some(Tier::MemoryBank),
+                ..NewMemory::default()
+            },
+        ),
+    )
+    .await
+    .unwrap();
+
+    // 2,500 lines (three batches): line 1 repeats the stored memory, line 2
+    // the archived one, line 3 the memory-bank one; line 1,500 (second
+    // batch) repeats line 10 (first batch), line 2,400 (third) line 1,200
+    // (second).
+    let content = |line: u64| match line {
+        1 => text(1),
+        2 => text(2),
+        3 => text(3),
+        1500 => text(1010),
+        2400 => text(2200),
+        n => text(1000 + n),
+    };
+    let file: String = (1..=2500u64)
+        .map(|n| json!({"content": content(n)}).to_string() + "\n")
+        .collect();
+    let created = in_tenant(
+        scope,
+        memory.create_import_job(scope, "test".into(), None, file.as_bytes()),
+    )
+    .await
+    .unwrap();
+    in_tenant(
+        scope,
+        memory.run_import_job(scope, created.id, "runner", None, None),
+    )
+    .await
+    .unwrap();
+    let done = in_tenant(scope, memory.import_job(scope, created.id))
+        .await
+        .unwrap();
+    assert_eq!(done.status, ImportJobStatus::Completed);
+    assert_eq!(
+        (done.created, done.merged, done.failed),
+        (2497, 3, 0),
+        "lines 1, 1,500 and 2,400 merge; the archived and other-tier texts do not: {done:?}"
+    );
+    assert_eq!(count(&app, "memories", &acme).await, 3 + 2497);
+    assert_eq!(count(&app, "memory_versions", &acme).await, 3);
+    let merged_into_stored = in_tenant(scope, memory.get(scope, stored)).await.unwrap();
+    assert_eq!(
+        merged_into_stored.version, 2,
+        "line 1 merged into the stored memory"
+    );
+}
+
+/// The scan a job keeps between batches sees what other writers did
+/// meanwhile: a memory remembered after it was read is found, an archived
+/// one is no longer, a merged one is compared with its new text.
+async fn the_scan_follows_writes_made_while_it_is_kept(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let acme = app.create_tenant("acme").await;
+    let scope = TenantScope::new(uuid_of(&acme).parse::<uuid::Uuid>().unwrap().into());
+    let memory = &app.domain.memory;
+    let vector =
+        |n: u64| async move { memory.embedder().embed(&[text(n)]).await.unwrap().remove(0) };
+    let first = remember(&app, scope, text(1)).await;
+    let second = remember(&app, scope, text(2)).await;
+
+    let mut scan = DuplicateScan::new(
+        scope,
+        memory.embedder().model(),
+        memory.config().embedding_dimension,
+        2,
+    );
+    assert!(scan.available());
+    in_tenant(scope, scan.refresh(memory.index().as_ref()))
+        .await
+        .unwrap();
+    assert_eq!(scan.len(), 2);
+    let nearest = async |scan: &DuplicateScan, n: u64| {
+        let v = vector(n).await;
+        scan.nearest_each(Tier::Working, None, &[&v], Utc::now())
+            .await
+            .unwrap()[0]
+    };
+    assert_eq!(nearest(&scan, 1).await.map(|(id, _)| id), Some(first));
+
+    // Meanwhile: a new memory, an archived one, and one merged into with a
+    // text that now matches another.
+    let third = remember(&app, scope, text(3)).await;
+    in_tenant(scope, memory.archive(scope, first))
+        .await
+        .unwrap();
+    let before_merge = nearest(&scan, 4).await;
+    in_tenant(
+        scope,
+        memory.update(
+            scope,
+            second,
+            brainstem_domain::memory::MemoryUpdate {
+                content: Some(text(4)),
+                ..Default::default()
+            },
+        ),
+    )
+    .await
+    .unwrap();
+    assert!(
+        nearest(&scan, 3).await.is_none_or(|(id, _)| id != third),
+        "not seen before the refresh"
+    );
+
+    in_tenant(scope, scan.refresh(memory.index().as_ref()))
+        .await
+        .unwrap();
+    assert_eq!(scan.len(), 2, "the archived memory left, the new one came");
+    let (found, similarity) = nearest(&scan, 3).await.unwrap();
+    assert_eq!(found, third);
+    assert!(similarity > 0.999);
+    let (found, similarity) = nearest(&scan, 4).await.unwrap();
+    assert_eq!(found, second, "compared with its new text");
+    assert!(similarity > 0.999);
+    assert!(
+        before_merge.is_none_or(|(_, s)| s < 0.9),
+        "before the refresh, nothing was like text 4: {before_merge:?}"
+    );
+    assert!(
+        nearest(&scan, 1).await.is_none_or(|(id, _)| id != first),
+        "the archived memory is no candidate"
+    );
+    // A tenant too big for the budget is not copied: the import asks the
+    // store instead.
+    let dimension = memory.config().embedding_dimension;
+    let too_many =
+        (brainstem_domain::memory::duplicate_scan::SCAN_BUDGET_BYTES / (dimension * 4) + 1) as u64;
+    let mut big = DuplicateScan::new(scope, memory.embedder().model(), dimension, too_many);
+    in_tenant(scope, big.refresh(memory.index().as_ref()))
+        .await
+        .unwrap();
+    assert!(!big.available());
+    assert!(big.is_empty(), "nothing read");
+}
+
 async fn a_runner_stopped_midway_is_taken_up_and_imports_exactly_once(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let acme = app.create_tenant("acme").await;
@@ -476,4 +661,83 @@ async fn oversize_files_read_only_keys_and_forgeable_requests_are_refused(backen
     assert_eq!(started["total"], 10);
     let seen = follow(&app, &t, started["id"].as_str().unwrap()).await;
     assert_progress(&seen, 10);
+}
+
+// PostgreSQL only: SQLite keeps no vector index.
+mod a_tenant_vector_index_waits_for_the_job {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        let app = crate::helpers::TestApp::spawn_with(crate::helpers::Backend::Postgres, |c| {
+            c.memory_tenant_index_rows = 500;
+        })
+        .await;
+        super::a_tenant_vector_index_waits_for_the_job(app).await;
+    }
+}
+
+/// While a tenant's import job runs, the maintenance job builds no HNSW
+/// index for it (every imported vector would be inserted into a growing
+/// graph); the runner builds it once the job is completed.
+async fn a_tenant_vector_index_waits_for_the_job(app: TestApp) {
+    let acme = app.create_tenant("acme").await;
+    let tenant: uuid::Uuid = uuid_of(&acme).parse().unwrap();
+    let scope = TenantScope::new(tenant.into());
+    let memory = &app.domain.memory;
+    let indexed = async || {
+        let row = app
+            .outside_db()
+            .await
+            .query_one_raw(sea_orm::Statement::from_sql_and_values(
+                sea_orm::DbBackend::Postgres,
+                "SELECT count(*) AS n FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
+                 WHERE c.relname = $1 AND i.indisvalid",
+                [brainstem_domain::memory::vector::tenant_index_name(tenant).into()],
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        row.try_get::<i64>("", "n").unwrap() == 1
+    };
+    let file: String = (1..=1500u64)
+        .map(|n| json!({"content": text(n)}).to_string() + "\n")
+        .collect();
+    let created = in_tenant(
+        scope,
+        memory.create_import_job(scope, "test".into(), None, file.as_bytes()),
+    )
+    .await
+    .unwrap();
+    // The first batch, the lease still held: the job is running.
+    let handled = in_tenant(
+        scope,
+        memory.run_import_job(scope, created.id, "runner", None, Some(1000)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(handled, 1000);
+    assert_eq!(count(&app, "memory_embeddings", &acme).await, 1000);
+    assert_eq!(
+        memory.index().maintain().await.unwrap(),
+        0,
+        "no index for a tenant whose import runs"
+    );
+    assert!(!indexed().await);
+
+    in_tenant(
+        scope,
+        memory.run_import_job(scope, created.id, "runner", None, None),
+    )
+    .await
+    .unwrap();
+    let done = in_tenant(scope, memory.import_job(scope, created.id))
+        .await
+        .unwrap();
+    assert_eq!(
+        (done.status, done.created),
+        (ImportJobStatus::Completed, 1500)
+    );
+    assert!(
+        indexed().await,
+        "built by the runner once the job completed"
+    );
 }

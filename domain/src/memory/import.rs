@@ -24,7 +24,8 @@
 //! - **Set-based.** Work per batch, not per item: one query for known keys,
 //!   one for entities, one for superseded memories; embeddings in batches;
 //!   one vector query per (tier, subject) group for near-duplicates
-//!   ([`VectorIndex::nearest_each`](super::VectorIndex::nearest_each)); one
+//!   ([`VectorIndex::nearest_each`](super::VectorIndex::nearest_each)), or
+//!   an import job's copy of the tenant's vectors ([`DuplicateScan`]); one
 //!   transaction with multi-row inserts of memories, vectors, mentions,
 //!   versions, events and keys. Vectors are written under a savepoint: if
 //!   they cannot be stored, the memories are kept without them, as in
@@ -45,7 +46,9 @@ use sea_orm::{
 use uuid::Uuid;
 
 use super::{
-    CandidateFilter, INITIAL_SCORE, Memories, NewMemory, Status, Tier, embedder,
+    CandidateFilter, INITIAL_SCORE, Memories, NewMemory, Status, Tier,
+    duplicate_scan::DuplicateScan,
+    embedder,
     embedder::cosine,
     record::{category, content, unit},
 };
@@ -139,6 +142,18 @@ impl Memories {
         &self,
         scope: TenantScope,
         items: Vec<ImportItem>,
+    ) -> Result<Vec<Imported>> {
+        self.import_scanned(scope, items, None).await
+    }
+
+    /// [`Memories::import`], looking near-duplicates up in `scan` (an
+    /// import job's copy of the tenant's vectors) when it is available
+    /// instead of in the store.
+    pub(super) async fn import_scanned(
+        &self,
+        scope: TenantScope,
+        items: Vec<ImportItem>,
+        scan: Option<&DuplicateScan>,
     ) -> Result<Vec<Imported>> {
         if items.len() > MAX_IMPORT_BATCH {
             return Err(Error::validation(format!(
@@ -242,7 +257,7 @@ impl Memories {
 
         let vectors = self.embed_all(&valid).await;
         let matches = self
-            .existing_duplicates(scope, &valid, &vectors, now)
+            .existing_duplicates(scope, &valid, &vectors, now, scan)
             .await?;
 
         // One item after another, as `remember` would.
@@ -389,7 +404,12 @@ impl Memories {
         let mut known = HashMap::new();
         for chunk in keys.chunks(INSERT_CHUNK) {
             let rows = memory_import_key::Entity::find_in(scope)
-                .filter(memory_import_key::Column::ImportKey.is_in(chunk.iter().cloned()))
+                .filter(in_values(
+                    self.db.get_database_backend(),
+                    "memory_import_keys",
+                    "import_key",
+                    chunk.iter().cloned(),
+                ))
                 .all(&self.db)
                 .await?;
             known.extend(
@@ -406,7 +426,12 @@ impl Memories {
         for chunk in ids.chunks(INSERT_CHUNK) {
             found.extend(
                 memory::Entity::find_in(scope)
-                    .filter(memory::Column::Id.is_in(chunk.iter().copied()))
+                    .filter(in_values(
+                        self.db.get_database_backend(),
+                        "memories",
+                        "id",
+                        chunk.iter().copied(),
+                    ))
                     .all(&self.db)
                     .await?,
             );
@@ -455,6 +480,7 @@ impl Memories {
         items: &[Valid],
         vectors: &[Option<Vec<f32>>],
         now: DateTime<Utc>,
+        scan: Option<&DuplicateScan>,
     ) -> Result<Vec<Option<memory::Model>>> {
         let mut found: Vec<Option<Uuid>> = vec![None; items.len()];
         let mut groups: HashMap<(Tier, Option<EntityId>), Vec<usize>> = HashMap::new();
@@ -479,7 +505,13 @@ impl Memories {
                 now: Some(now),
                 ..CandidateFilter::default()
             });
-            let nearest = self.index.nearest_each(scope, &queries, &filter).await?;
+            let nearest = match scan.filter(|s| s.available()) {
+                Some(scan) => {
+                    scan.nearest_each(tier, subject.map(|s| s.uuid()), &queries, now)
+                        .await?
+                }
+                None => self.index.nearest_each(scope, &queries, &filter).await?,
+            };
             for (i, hit) in with_vector.iter().zip(nearest) {
                 if let Some((id, sim)) = hit
                     && sim >= self.config.dedup_threshold
@@ -711,6 +743,32 @@ impl Memories {
         txn.commit().await?;
         Ok(stored)
     }
+}
+
+/// `table.column IN (VALUES (?), (?), …)`: the rows whose column is one
+/// of `values`, for a batch's hundreds of values. Written as an `IN` list,
+/// PostgreSQL compares each row with every value once its plan for the
+/// statement is generic (chosen while the tenant was small, then reused on
+/// every batch): half a second per batch at 30,000 import keys. A list of
+/// rows is joined instead, by hash or by index.
+fn in_values<V: Into<sea_orm::Value>>(
+    backend: sea_orm::DbBackend,
+    table: &str,
+    column: &str,
+    values: impl ExactSizeIterator<Item = V>,
+) -> sea_orm::sea_query::SimpleExpr {
+    // Placeholders as SeaQuery reads a custom expression's for the backend.
+    let rows = (1..=values.len())
+        .map(|i| match backend {
+            sea_orm::DbBackend::Postgres => format!("(${i})"),
+            _ => "(?)".to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    sea_orm::sea_query::Expr::cust_with_values(
+        format!("\"{table}\".\"{column}\" IN (VALUES {rows})"),
+        values,
+    )
 }
 
 /// Where an item's near-duplicate is.

@@ -4,6 +4,12 @@
 //! under a lease on the job ([`job_lease`]), and marks the job completed
 //! when no line is left.
 //!
+//! **Bulk.** A runner keeps the tenant's vectors in the process
+//! ([`DuplicateScan`], refreshed before each batch) for the batches'
+//! near-duplicate lookups, and the tenant's HNSW index is not built while
+//! the job runs ([`VectorIndex::maintain`](super::VectorIndex::maintain)
+//! skips the tenant): the runner builds it once the job is completed.
+//!
 //! **Who runs it.** The process that creates a job starts its runner at
 //! once ([`Memories::spawn_import_job`]). A job whose runner died (its
 //! lease expired, [`IMPORT_JOB_LEASE`]) is taken up by the housekeeping
@@ -27,15 +33,17 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use brainstem_entity::{TenantOwned, TenantScope, memory_import_job, memory_import_line};
+use brainstem_entity::{TenantOwned, TenantScope, memory, memory_import_job, memory_import_line};
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    ColumnTrait, QueryFilter, QueryOrder, QuerySelect,
+    ColumnTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
     sea_query::{CaseStatement, Expr, ExprTrait},
 };
 use uuid::Uuid;
 
-use super::{ImportStatus, Imported, MAX_IMPORT_BATCH, Memories, import_line};
+use super::{
+    ImportStatus, Imported, MAX_IMPORT_BATCH, Memories, duplicate_scan::DuplicateScan, import_line,
+};
 use crate::{
     Error, Result,
     kernel::{
@@ -98,6 +106,16 @@ impl Memories {
         budget: Option<u64>,
     ) -> Result<u64> {
         let batch = MAX_IMPORT_BATCH as u64;
+        let stored = memory::Entity::find_in(scope)
+            .filter(memory::Column::EmbeddingModel.eq(self.embedder.model()))
+            .count(&self.db)
+            .await?;
+        let mut scan = DuplicateScan::new(
+            scope,
+            self.embedder.model(),
+            self.config.embedding_dimension,
+            stored,
+        );
         let mut handled = 0;
         let mut at = take_over_at;
         let mut conflicts = 0;
@@ -133,13 +151,18 @@ impl Memories {
                 job_lease::finish::<memory_import_job::Entity, _>(&self.db, scope, id, owner)
                     .await?;
                 self.import_progress.announce(id);
+                // The tenant's vector index, which waited for the job.
+                if let Err(err) = self.index.maintain().await {
+                    tracing::warn!(error = %err, "import: building vector indexes after the job failed; the maintenance job retries");
+                }
                 return Ok(handled);
             }
             let items = lines
                 .iter()
                 .map(|(line_no, raw)| import_line::read(*line_no, raw, derived_key(id, *line_no)))
                 .collect();
-            let results = match self.import(scope, items).await {
+            scan.refresh(&*self.index).await?;
+            let results = match self.import_scanned(scope, items, Some(&scan)).await {
                 Ok(results) => results,
                 // Another import stored one of the batch's keys meanwhile:
                 // run the batch again, which skips it.

@@ -66,7 +66,8 @@
 //! - `writes`: remember (merge, supersede), update, archive, reindex.
 //! - `import`: batches of memories, idempotent by key.
 //! - `import_job`, `import_job_run`, `import_line`: a JSON Lines file as a
-//!   durable import job, its runner, and the reading of one line.
+//!   durable import job, its runner, and the reading of one line;
+//!   [`duplicate_scan`]: the job's near-duplicate lookups, in the process.
 //! - `reads`: get, list, mentions, versions, events, and hybrid search.
 //! - `outcomes`: [`Outcome`] and the score rule.
 //! - `dossier`: what is known about a subject.
@@ -83,6 +84,7 @@ mod sql;
 pub mod vector;
 
 mod dossier;
+pub mod duplicate_scan;
 pub mod forget;
 mod import;
 pub mod import_job;

@@ -26,7 +26,9 @@
 //!   `CREATE INDEX CONCURRENTLY`, so writes go on meanwhile, by one process
 //!   at a time (a session advisory lock). Searches use it once it is valid,
 //!   with `hnsw.ef_search` from configuration; until then the tenant is
-//!   searched exactly.
+//!   searched exactly. A tenant with a running import job is left until
+//!   the job is completed (its runner then builds the index): one bulk
+//!   build instead of every imported vector inserted into a growing graph.
 //!
 //! One index over every tenant's rows would serve no query well: an HNSW
 //! scan returns its `ef_search` nearest rows *before* the tenant filter
@@ -46,7 +48,9 @@
 //! Imports use the batch forms: [`VectorIndex::upsert_many`] (multi-row
 //! inserts) and [`VectorIndex::nearest_each`] (each query's nearest memory
 //! for a whole batch: one `LATERAL` statement on PostgreSQL, one pass over
-//! the tenant's candidate vectors on SQLite).
+//! the tenant's candidate vectors on SQLite); an import job reads the
+//! tenant's vectors once with [`VectorIndex::scan_rows`] and keeps them
+//! ([`super::duplicate_scan`]).
 
 use crate::kernel::{
     db::{BeginWrite, sqlx_error},
@@ -59,7 +63,8 @@ use std::{
 };
 
 use brainstem_entity::{MemoryId, TenantScope};
-use ndarray::Array2;
+use chrono::{DateTime, Utc};
+use ndarray::{Array2, ArrayView2, Axis, Slice};
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, TransactionTrait, sqlx,
 };
@@ -67,6 +72,7 @@ use sqlx::Row as _;
 use uuid::Uuid;
 
 use super::{
+    duplicate_scan::ScanRow,
     embedder::cosine,
     sql::{CandidateFilter, Sql, push_filter, tenant_condition},
 };
@@ -154,6 +160,15 @@ pub trait VectorIndex: Send + Sync + 'static {
         }
         Ok(found)
     }
+    /// The scope's memories changed since `since` (every one when `None`),
+    /// as a near-duplicate scan reads them: each with its vector when it
+    /// has one of `model` ([`super::duplicate_scan`]).
+    async fn scan_rows(
+        &self,
+        scope: TenantScope,
+        model: &str,
+        since: Option<DateTime<Utc>>,
+    ) -> Result<Vec<ScanRow>>;
 }
 
 /// pgvector's candidate-list size for [`VectorIndex::nearest_each`]
@@ -219,6 +234,11 @@ const ROUTE_TTL: Duration = Duration::from_secs(30);
 /// Tenants remembered at most (the map is cleared when full).
 const ROUTE_LIMIT: usize = 10_000;
 
+/// `maintenance_work_mem` for a tenant index's build: an HNSW build is
+/// several times faster while its graph fits in it (a 100,000-vector
+/// 256-d graph takes about 100 MB; PostgreSQL's default is 64 MB).
+const BUILD_MEMORY: &str = "256MB";
+
 /// The lock held while building tenant indexes.
 const BUILD_LOCK: &str = "brainstem.memory_vector_indexes";
 
@@ -276,6 +296,8 @@ impl PgVectorIndex {
                (SELECT tenant_id FROM memory_embeddings GROUP BY tenant_id HAVING count(*) >= $1) t \
              LEFT JOIN pg_class c ON c.relname = 'ix_memory_embeddings_hnsw_' || replace(t.tenant_id::text, '-', '') \
              LEFT JOIN pg_index i ON i.indexrelid = c.oid \
+             WHERE NOT EXISTS (SELECT 1 FROM memory_import_jobs j WHERE j.tenant_id = t.tenant_id \
+               AND j.status = 'RUNNING' AND j.lease_expires_at > now()) \
              ORDER BY t.tenant_id",
         )
         .bind(threshold)
@@ -301,15 +323,29 @@ impl PgVectorIndex {
             }
             let started = Instant::now();
             // The tenant id is a `Uuid`, formatted by us: nothing to escape.
+            // The session's own memory for the build (see BUILD_MEMORY),
+            // set back after it whatever happens.
+            // (Two statements: a concurrent build cannot share a query
+            // string, which PostgreSQL runs as one transaction.)
             sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "SET maintenance_work_mem = '{BUILD_MEMORY}'"
+            )))
+            .execute(&mut *conn)
+            .await
+            .map_err(sqlx_error)?;
+            let build = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
                 "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON memory_embeddings \
                  USING hnsw ((embedding::halfvec({dimension})) halfvec_cosine_ops) \
                  WITH (m = 16, ef_construction = 64) WHERE tenant_id = '{tenant}'",
                 dimension = self.settings.dimension
             )))
             .execute(&mut *conn)
-            .await
-            .map_err(sqlx_error)?;
+            .await;
+            sqlx::raw_sql("RESET maintenance_work_mem")
+                .execute(&mut *conn)
+                .await
+                .map_err(sqlx_error)?;
+            build.map_err(sqlx_error)?;
             tracing::info!(%tenant, seconds = started.elapsed().as_secs_f64(), "built a tenant's vector index");
             if let Ok(mut routes) = self.routes.lock() {
                 routes.remove(&tenant);
@@ -638,6 +674,20 @@ impl VectorIndex for PgVectorIndex {
         Ok(found)
     }
 
+    async fn scan_rows(
+        &self,
+        scope: TenantScope,
+        model: &str,
+        since: Option<DateTime<Utc>>,
+    ) -> Result<Vec<ScanRow>> {
+        let dimension = self.settings.dimension;
+        scan_rows(&self.db, DbBackend::Postgres, scope, model, since, |row| {
+            let text: Option<String> = row.try_get("", "v")?;
+            text.map(|t| parse_pg_vector(&t, dimension)).transpose()
+        })
+        .await
+    }
+
     async fn maintain(&self) -> Result<u64> {
         let Some(mut lock) = SessionLock::try_take(&self.db, BUILD_LOCK).await? else {
             return Ok(0);
@@ -782,6 +832,24 @@ impl VectorIndex for SqliteVectorIndex {
             .map_err(|e| Error::internal(format!("the nearest-memory scan stopped: {e}")))
     }
 
+    async fn scan_rows(
+        &self,
+        scope: TenantScope,
+        model: &str,
+        since: Option<DateTime<Utc>>,
+    ) -> Result<Vec<ScanRow>> {
+        let dimension = self.dimension;
+        scan_rows(&self.db, DbBackend::Sqlite, scope, model, since, |row| {
+            let blob: Option<Vec<u8>> = row.try_get("", "v")?;
+            Ok(blob.filter(|b| b.len() == dimension * 4).map(|b| {
+                b.chunks_exact(4)
+                    .map(|x| f32::from_le_bytes([x[0], x[1], x[2], x[3]]))
+                    .collect()
+            }))
+        })
+        .await
+    }
+
     async fn nearest(
         &self,
         scope: TenantScope,
@@ -816,14 +884,72 @@ impl VectorIndex for SqliteVectorIndex {
     }
 }
 
-/// Candidates scored per matrix product in [`best_of_each`] (bounds its
-/// memory: a thousand queries by this many scores is 16 MB).
-const SCAN_CHUNK: usize = 4096;
+/// [`VectorIndex::scan_rows`] on either backend; `vector` reads a row's
+/// `v` (the vector column, or NULL when the memory has no vector of the
+/// model).
+async fn scan_rows(
+    db: &DatabaseConnection,
+    backend: DbBackend,
+    scope: TenantScope,
+    model: &str,
+    since: Option<DateTime<Utc>>,
+    vector: impl Fn(&sea_orm::QueryResult) -> Result<Option<Vec<f32>>>,
+) -> Result<Vec<ScanRow>> {
+    let column = match backend {
+        DbBackend::Postgres => "e.embedding::text",
+        _ => "e.vector",
+    };
+    let mut sql = Sql::new(backend);
+    sql.push("SELECT m.id, m.tier, m.subject_id, m.status, m.valid_to, m.expires_at, CASE WHEN m.embedding_model = ")
+        .bind(model.to_owned())
+        .push(&format!(
+            " THEN {column} END AS v FROM memories m LEFT JOIN memory_embeddings e \
+             ON e.tenant_id = m.tenant_id AND e.memory_id = m.id WHERE "
+        ));
+    tenant_condition(&mut sql, scope);
+    if let Some(since) = since {
+        sql.push(" AND m.updated_at >= ").bind(since);
+    }
+    let rows = db.query_all_raw(sql.statement()).await?;
+    rows.iter()
+        .map(|row| {
+            Ok(ScanRow {
+                id: MemoryId::from(row.try_get::<Uuid>("", "id")?),
+                tier: row.try_get("", "tier")?,
+                subject: row.try_get("", "subject_id")?,
+                status: row.try_get("", "status")?,
+                valid_to: row.try_get("", "valid_to")?,
+                expires_at: row.try_get("", "expires_at")?,
+                vector: vector(row)?,
+            })
+        })
+        .collect()
+}
+
+/// A vector in pgvector's text form, `[x,y,…]`.
+fn parse_pg_vector(text: &str, dimension: usize) -> Result<Vec<f32>> {
+    let inner = text
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .ok_or_else(|| Error::internal("a stored vector is not in pgvector's text form"))?;
+    let mut v = Vec::with_capacity(dimension);
+    for x in inner.split(',') {
+        v.push(
+            x.parse::<f32>()
+                .map_err(|e| Error::internal(format!("a stored vector: {e}")))?,
+        );
+    }
+    Ok(v)
+}
+
+/// Candidates scored per matrix product in [`best_in`] (bounds its
+/// memory: a thousand queries by this many scores is 4 MB, which stays in
+/// a core's cache while the best of each row is picked).
+const SCAN_CHUNK: usize = 1024;
 
 /// Each query's most similar candidate (cosine; ties to the smaller id,
 /// as in `nearest`), the candidates' vectors as stored little-endian
-/// blobs. The scores are one matrix product of unit vectors per chunk of
-/// candidates; a zero vector (query or candidate) is never a match.
+/// blobs. A zero vector (query or candidate) is never a match.
 fn best_of_each(
     queries: &[Vec<f32>],
     candidates: &[(MemoryId, Vec<u8>)],
@@ -844,38 +970,74 @@ fn best_of_each(
             chunk.len(),
             dimension,
         );
-        let scores = queries.rows.dot(&vectors.rows.t());
-        for ((row, q_zero), slot) in scores.outer_iter().zip(&queries.zero).zip(found.iter_mut()) {
-            if *q_zero {
-                continue;
-            }
-            for ((similarity, c_zero), (id, _)) in row.iter().zip(&vectors.zero).zip(chunk) {
-                if *c_zero {
-                    continue;
-                }
-                let better = match slot {
-                    None => true,
-                    Some((best_id, best)) => {
-                        *similarity > *best || (*similarity == *best && *id < *best_id)
-                    }
-                };
-                if better {
-                    *slot = Some((*id, *similarity));
-                }
-            }
+        let ids: Vec<MemoryId> = chunk.iter().map(|(id, _)| *id).collect();
+        let best = best_in(&queries, &ids, vectors.rows.view(), &vectors.zero);
+        for (slot, hit) in found.iter_mut().zip(best) {
+            *slot = better(*slot, hit);
         }
     }
     found
 }
 
-/// Vectors as the rows of a matrix, each scaled to length 1, and which
-/// were zero (left zero).
-struct UnitRows {
-    rows: Array2<f32>,
-    zero: Vec<bool>,
+/// Each query's most similar row of `rows` (unit vectors; `ids` name
+/// them), leaving out the rows `skip` marks: one matrix product per chunk
+/// of [`SCAN_CHUNK`] rows. Ties go to the smaller id; a zero query matches
+/// nothing.
+pub(super) fn best_in(
+    queries: &UnitRows,
+    ids: &[MemoryId],
+    rows: ArrayView2<'_, f32>,
+    skip: &[bool],
+) -> Vec<Option<Scored>> {
+    let mut found: Vec<Option<Scored>> = vec![None; queries.zero.len()];
+    let mut from = 0;
+    while from < ids.len() {
+        let to = (from + SCAN_CHUNK).min(ids.len());
+        let scores = queries
+            .rows
+            .dot(&rows.slice_axis(Axis(0), Slice::from(from..to)).t());
+        for ((row, q_zero), slot) in scores.outer_iter().zip(&queries.zero).zip(found.iter_mut()) {
+            if *q_zero {
+                continue;
+            }
+            for ((similarity, skipped), id) in row.iter().zip(&skip[from..to]).zip(&ids[from..to]) {
+                if !*skipped {
+                    *slot = better(*slot, Some((*id, *similarity)));
+                }
+            }
+        }
+        from = to;
+    }
+    found
 }
 
-fn unit_rows<I>(vectors: impl Iterator<Item = I>, count: usize, dimension: usize) -> UnitRows
+/// The better of two hits: the more similar, else the smaller id.
+pub(super) fn better(a: Option<Scored>, b: Option<Scored>) -> Option<Scored> {
+    match (a, b) {
+        (Some((a_id, a_sim)), Some((b_id, b_sim))) => {
+            if b_sim > a_sim || (b_sim == a_sim && b_id < a_id) {
+                b
+            } else {
+                a
+            }
+        }
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+/// Vectors as the rows of a matrix, each scaled to length 1, and which
+/// were zero (left zero).
+pub(super) struct UnitRows {
+    pub rows: Array2<f32>,
+    pub zero: Vec<bool>,
+}
+
+pub(super) fn unit_rows<I>(
+    vectors: impl Iterator<Item = I>,
+    count: usize,
+    dimension: usize,
+) -> UnitRows
 where
     I: Iterator<Item = f32>,
 {
