@@ -13,7 +13,7 @@ use brainstem::config::Config;
 use brainstem_domain::{
     Role, TenantScope,
     memory::{
-        IMPORT_JOB_LEASE, ImportItem, ImportJobStatus, NewMemory, Tier, derived_key,
+        IMPORT_JOB_LEASE, ImportItem, ImportJob, ImportJobStatus, NewMemory, Tier, derived_key,
         duplicate_scan::DuplicateScan,
     },
 };
@@ -333,6 +333,37 @@ async fn five_thousand_lines_with_ten_bad_ones_are_imported_once(backend: Backen
     }
 }
 
+/// A job of one `{"content": …}` line per text, created for `scope` as
+/// an upload would create it (without the HTTP round trip).
+async fn create_job(app: &TestApp, scope: TenantScope, texts: Vec<String>) -> ImportJob {
+    let file: String = texts
+        .into_iter()
+        .map(|t| json!({"content": t}).to_string() + "\n")
+        .collect();
+    let memory = &app.domain.memory;
+    in_tenant(
+        scope,
+        memory.create_import_job(scope, "test".into(), None, file.as_bytes()),
+    )
+    .await
+    .unwrap()
+}
+
+/// Run job `id` as `owner`, stopping after `budget` lines when given; how
+/// many lines it recorded.
+async fn run_job(
+    app: &TestApp,
+    scope: TenantScope,
+    id: uuid::Uuid,
+    owner: &str,
+    budget: Option<u64>,
+) -> u64 {
+    let memory = &app.domain.memory;
+    in_tenant(scope, memory.run_import_job(scope, id, owner, None, budget))
+        .await
+        .unwrap()
+}
+
 /// Remember `content` in `scope` through the domain; the memory's id.
 async fn remember(
     app: &TestApp,
@@ -391,21 +422,8 @@ async fn a_job_merges_near_duplicates_stored_before_it_and_in_earlier_batches(ba
         2400 => text(2200),
         n => text(1000 + n),
     };
-    let file: String = (1..=2500u64)
-        .map(|n| json!({"content": content(n)}).to_string() + "\n")
-        .collect();
-    let created = in_tenant(
-        scope,
-        memory.create_import_job(scope, "test".into(), None, file.as_bytes()),
-    )
-    .await
-    .unwrap();
-    in_tenant(
-        scope,
-        memory.run_import_job(scope, created.id, "runner", None, None),
-    )
-    .await
-    .unwrap();
+    let created = create_job(&app, scope, (1..=2500u64).map(content).collect()).await;
+    run_job(&app, scope, created.id, "runner", None).await;
     let done = in_tenant(scope, memory.import_job(scope, created.id))
         .await
         .unwrap();
@@ -450,7 +468,7 @@ async fn the_scan_follows_writes_made_while_it_is_kept(backend: Backend) {
     assert_eq!(scan.len(), 2);
     let nearest = async |scan: &DuplicateScan, n: u64| {
         let v = vector(n).await;
-        scan.nearest_each(Tier::Working, None, &[&v], Utc::now())
+        scan.nearest_each(Tier::Working, None, &[&v], Utc::now(), f32::NEG_INFINITY)
             .await
             .unwrap()[0]
     };
@@ -518,24 +536,11 @@ async fn a_runner_stopped_midway_is_taken_up_and_imports_exactly_once(backend: B
     let scope = TenantScope::new(uuid_of(&acme).parse::<uuid::Uuid>().unwrap().into());
     let memory = &app.domain.memory;
     // 3,000 lines without keys: each is imported under its derived key.
-    let file: String = (1..=3000u64)
-        .map(|n| json!({"content": text(n)}).to_string() + "\n")
-        .collect();
-    let created = in_tenant(
-        scope,
-        memory.create_import_job(scope, "test".into(), None, file.as_bytes()),
-    )
-    .await
-    .unwrap();
+    let created = create_job(&app, scope, (1..=3000u64).map(text).collect()).await;
     assert_eq!(created.total, 3000);
 
     // A runner that stops after 1,500 lines, its lease still held ...
-    let handled = in_tenant(
-        scope,
-        memory.run_import_job(scope, created.id, "crashed", None, Some(1500)),
-    )
-    .await
-    .unwrap();
+    let handled = run_job(&app, scope, created.id, "crashed", Some(1500)).await;
     assert_eq!(handled, 1500);
     // ... after it stored the next 200 lines' memories but before it
     // recorded them (a crash between the two commits).
@@ -559,12 +564,7 @@ async fn a_runner_stopped_midway_is_taken_up_and_imports_exactly_once(backend: B
     assert_eq!(count(&app, "memories", &acme).await, 1700);
 
     // While the lease holds, no one else runs the job.
-    let other = in_tenant(
-        scope,
-        memory.run_import_job(scope, created.id, "early", None, None),
-    )
-    .await
-    .unwrap();
+    let other = run_job(&app, scope, created.id, "early", None).await;
     assert_eq!(other, 0);
     assert_eq!(
         memory.resume_import_jobs(Utc::now()).await.unwrap(),
@@ -677,43 +677,42 @@ mod a_tenant_vector_index_waits_for_the_job {
 
 /// While a tenant's import job runs, the maintenance job builds no HNSW
 /// index for it (every imported vector would be inserted into a growing
-/// graph); the runner builds it once the job is completed.
+/// graph); the runner builds it once the job is completed, after
+/// refreshing the planner's statistics of the loaded tables.
 async fn a_tenant_vector_index_waits_for_the_job(app: TestApp) {
     let acme = app.create_tenant("acme").await;
     let tenant: uuid::Uuid = uuid_of(&acme).parse().unwrap();
     let scope = TenantScope::new(tenant.into());
     let memory = &app.domain.memory;
-    let indexed = async || {
+    // One number `n` that a statement outside the tenant's scope reads.
+    let number = async |sql: &str, values: Vec<sea_orm::Value>| {
         let row = app
             .outside_db()
             .await
             .query_one_raw(sea_orm::Statement::from_sql_and_values(
                 sea_orm::DbBackend::Postgres,
-                "SELECT count(*) AS n FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
-                 WHERE c.relname = $1 AND i.indisvalid",
-                [brainstem_domain::memory::vector::tenant_index_name(tenant).into()],
+                sql,
+                values,
             ))
             .await
             .unwrap()
             .unwrap();
-        row.try_get::<i64>("", "n").unwrap() == 1
+        row.try_get::<i64>("", "n").unwrap()
     };
-    let file: String = (1..=1500u64)
-        .map(|n| json!({"content": text(n)}).to_string() + "\n")
-        .collect();
-    let created = in_tenant(
-        scope,
-        memory.create_import_job(scope, "test".into(), None, file.as_bytes()),
-    )
-    .await
-    .unwrap();
+    let index_name = brainstem_domain::memory::vector::tenant_index_name(tenant);
+    let indexed = async || {
+        let sql = "SELECT count(*) AS n FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
+                   WHERE c.relname = $1 AND i.indisvalid";
+        number(sql, vec![index_name.clone().into()]).await == 1
+    };
+    // Manual ANALYZEs of `memories` (autovacuum's are counted apart).
+    let analyzed = async || {
+        let sql = "SELECT analyze_count AS n FROM pg_stat_user_tables WHERE relname = 'memories'";
+        number(sql, Vec::new()).await
+    };
+    let created = create_job(&app, scope, (1..=1500u64).map(text).collect()).await;
     // The first batch, the lease still held: the job is running.
-    let handled = in_tenant(
-        scope,
-        memory.run_import_job(scope, created.id, "runner", None, Some(1000)),
-    )
-    .await
-    .unwrap();
+    let handled = run_job(&app, scope, created.id, "runner", Some(1000)).await;
     assert_eq!(handled, 1000);
     assert_eq!(count(&app, "memory_embeddings", &acme).await, 1000);
     assert_eq!(
@@ -722,13 +721,9 @@ async fn a_tenant_vector_index_waits_for_the_job(app: TestApp) {
         "no index for a tenant whose import runs"
     );
     assert!(!indexed().await);
+    let analyzed_before = analyzed().await;
 
-    in_tenant(
-        scope,
-        memory.run_import_job(scope, created.id, "runner", None, None),
-    )
-    .await
-    .unwrap();
+    run_job(&app, scope, created.id, "runner", None).await;
     let done = in_tenant(scope, memory.import_job(scope, created.id))
         .await
         .unwrap();
@@ -739,5 +734,9 @@ async fn a_tenant_vector_index_waits_for_the_job(app: TestApp) {
     assert!(
         indexed().await,
         "built by the runner once the job completed"
+    );
+    assert!(
+        analyzed().await > analyzed_before,
+        "the planner's statistics refreshed after the load"
     );
 }

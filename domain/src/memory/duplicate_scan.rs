@@ -190,13 +190,16 @@ impl DuplicateScan {
     }
 
     /// For each query, the most similar candidate of `tier` and `subject`
-    /// current at `now` (see the module header).
+    /// current at `now` (see the module header) with a similarity of at
+    /// least `floor` (the import's near-duplicate threshold: every other
+    /// score is dropped at once).
     pub async fn nearest_each(
         &self,
         tier: Tier,
         subject: Option<Uuid>,
         queries: &[&[f32]],
         now: DateTime<Utc>,
+        floor: f32,
     ) -> Result<Vec<Option<Scored>>> {
         let Some(group) = self
             .groups
@@ -214,7 +217,7 @@ impl DuplicateScan {
             queries.len(),
             dimension,
         );
-        tokio::task::spawn_blocking(move || scan(&queries, &group, dimension, now))
+        tokio::task::spawn_blocking(move || scan(&queries, &group, dimension, now, floor))
             .await
             .map_err(|e| Error::internal(format!("the near-duplicate scan stopped: {e}")))?
     }
@@ -228,6 +231,7 @@ fn scan(
     group: &Group,
     dimension: usize,
     now: DateTime<Utc>,
+    floor: f32,
 ) -> Result<Vec<Option<Scored>>> {
     let rows = ArrayView2::from_shape((group.ids.len(), dimension), &group.rows)
         .map_err(|e| Error::internal(format!("near-duplicate scan: {e}")))?;
@@ -250,7 +254,7 @@ fn scan(
                     rows.slice_axis(Axis(0), Slice::from(from..to)),
                     &skip[from..to],
                 );
-                s.spawn(move || best_in(queries, ids, rows, skip))
+                s.spawn(move || best_in(queries, ids, rows, skip, floor))
             })
             .collect();
         handles.into_iter().map(|h| h.join()).collect()

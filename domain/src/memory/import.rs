@@ -25,11 +25,12 @@
 //!   one for entities, one for superseded memories; embeddings in batches;
 //!   one vector query per (tier, subject) group for near-duplicates
 //!   ([`VectorIndex::nearest_each`](super::VectorIndex::nearest_each)), or
-//!   an import job's copy of the tenant's vectors ([`DuplicateScan`]); one
-//!   transaction with multi-row inserts of memories, vectors, mentions,
-//!   versions, events and keys. Vectors are written under a savepoint: if
-//!   they cannot be stored, the memories are kept without them, as in
-//!   `remember`.
+//!   an import job's copy of the tenant's vectors ([`DuplicateScan`]); the
+//!   batch's items against each other by one matrix product
+//!   ([`BatchSimilarity`]); one transaction with multi-row inserts of
+//!   memories, vectors, mentions, versions, events and keys. Vectors are
+//!   written under a savepoint: if they cannot be stored, the memories are
+//!   kept without them, as in `remember`.
 
 use std::collections::{HashMap, HashSet};
 
@@ -39,6 +40,7 @@ use brainstem_entity::{
 };
 use chrono::{DateTime, Utc};
 use futures_util::{StreamExt, stream};
+use ndarray::Array2;
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, IntoActiveModel, QueryFilter,
     TransactionTrait,
@@ -49,8 +51,8 @@ use super::{
     CandidateFilter, INITIAL_SCORE, Memories, NewMemory, Status, Tier,
     duplicate_scan::DuplicateScan,
     embedder,
-    embedder::cosine,
     record::{category, content, unit},
+    vector::unit_rows,
 };
 use crate::{Error, Result, kernel::db::BeginWrite};
 
@@ -133,7 +135,35 @@ struct Target {
     /// Created by this batch (an insert), else an existing row (an update).
     new: bool,
     vector: Option<Vec<f32>>,
+    /// The batch item `vector` came from (its row of [`BatchSimilarity`]).
+    item: Option<usize>,
     mentions: Vec<EntityId>,
+}
+
+/// The cosine of every two of a batch's vectors, from one matrix product:
+/// judging items one after another against the batch's earlier ones then
+/// looks scores up instead of computing a thousand cosines per item.
+struct BatchSimilarity {
+    scores: Array2<f32>,
+}
+
+impl BatchSimilarity {
+    /// Scores for `vectors` (an item without a vector scores 0 with all).
+    async fn of(vectors: &[Option<Vec<f32>>], dimension: usize) -> Result<Self> {
+        let unit = unit_rows(
+            vectors.iter().map(|v| v.iter().flatten().copied()),
+            vectors.len(),
+            dimension,
+        );
+        let scores = tokio::task::spawn_blocking(move || unit.rows.dot(&unit.rows.t()))
+            .await
+            .map_err(|e| Error::internal(format!("the batch's similarities: {e}")))?;
+        Ok(Self { scores })
+    }
+
+    fn between(&self, a: usize, b: usize) -> f32 {
+        self.scores[(a, b)]
+    }
 }
 
 impl Memories {
@@ -261,17 +291,23 @@ impl Memories {
             .await?;
 
         // One item after another, as `remember` would.
+        let similarity = BatchSimilarity::of(&vectors, self.config.embedding_dimension).await?;
         let mut targets: Vec<Target> = Vec::new();
         let mut target_of: HashMap<Uuid, usize> = HashMap::new();
         let mut versions: Vec<memory_version::ActiveModel> = Vec::new();
         let mut events: Vec<memory_event::ActiveModel> = Vec::new();
         let mut closed: Vec<(memory::Model, Uuid, DateTime<Utc>, Option<Uuid>)> = Vec::new();
         let mut keys: Vec<(String, Uuid)> = Vec::new();
-        for (v, (vector, existing)) in valid.into_iter().zip(vectors.into_iter().zip(matches)) {
+        for (position, (v, (vector, existing))) in valid
+            .into_iter()
+            .zip(vectors.into_iter().zip(matches))
+            .enumerate()
+        {
+            let item = vector.is_some().then_some(position);
             let duplicate = if v.supersedes.is_some() {
                 None
             } else {
-                self.duplicate_in(&targets, &target_of, &v, vector.as_deref(), existing)
+                self.duplicate_in(&targets, &target_of, &v, item, &similarity, existing)
             };
             let at = match duplicate {
                 Some(Duplicate::Batch(at)) => Some(at),
@@ -280,6 +316,7 @@ impl Memories {
                         model: *model,
                         new: false,
                         vector: None,
+                        item: None,
                         mentions: Vec::new(),
                     });
                     let at = targets.len() - 1;
@@ -311,6 +348,7 @@ impl Memories {
                     m.updated_at = now;
                     m.embedding_model = vector.is_some().then(|| self.embedder.model().to_owned());
                     t.vector = vector;
+                    t.item = item;
                     for e in v.mentions {
                         if !t.mentions.contains(&e) {
                             t.mentions.push(e);
@@ -354,6 +392,7 @@ impl Memories {
                         },
                         new: true,
                         vector,
+                        item,
                         mentions: v.mentions,
                     });
                     target_of.insert(id, targets.len() - 1);
@@ -507,7 +546,8 @@ impl Memories {
             });
             let nearest = match scan.filter(|s| s.available()) {
                 Some(scan) => {
-                    scan.nearest_each(tier, subject.map(|s| s.uuid()), &queries, now)
+                    let floor = self.config.dedup_threshold;
+                    scan.nearest_each(tier, subject.map(|s| s.uuid()), &queries, now, floor)
                         .await?
                 }
                 None => self.index.nearest_each(scope, &queries, &filter).await?,
@@ -568,13 +608,15 @@ impl Memories {
 
     /// The memory an item duplicates, among the batch's memories so far
     /// (compared with their vectors as the batch left them) and the stored
-    /// one found for it before the batch began.
+    /// one found for it before the batch began. `position` is the item's
+    /// row of `similarity` when it has a vector.
     fn duplicate_in(
         &self,
         targets: &[Target],
         target_of: &HashMap<Uuid, usize>,
         item: &Valid,
-        vector: Option<&[f32]>,
+        position: Option<usize>,
+        similarity: &BatchSimilarity,
         stored: Option<memory::Model>,
     ) -> Option<Duplicate> {
         let subject = item.subject.map(|s| s.uuid());
@@ -583,8 +625,8 @@ impl Memories {
         let threshold = self.config.dedup_threshold;
         let mut best: Option<(f32, usize)> = None;
         for (at, t) in targets.iter().enumerate().filter(|(_, t)| same_group(t)) {
-            let sim = match (vector, t.vector.as_deref()) {
-                (Some(a), Some(b)) => cosine(a, b),
+            let sim = match (position, t.item) {
+                (Some(a), Some(b)) => similarity.between(a, b),
                 (None, _) if t.model.content == item.text => 1.0,
                 _ => continue,
             };

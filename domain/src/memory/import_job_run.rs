@@ -36,7 +36,7 @@ use std::{collections::HashMap, time::Duration};
 use brainstem_entity::{TenantOwned, TenantScope, memory, memory_import_job, memory_import_line};
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    ColumnTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
+    ColumnTrait, ConnectionTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
     sea_query::{CaseStatement, Expr, ExprTrait},
 };
 use uuid::Uuid;
@@ -47,7 +47,7 @@ use super::{
 use crate::{
     Error, Result,
     kernel::{
-        db::BeginWrite,
+        db::{Backend, BeginWrite},
         job_lease::{self, JobColumns, LeasedJob},
     },
 };
@@ -151,6 +151,7 @@ impl Memories {
                 job_lease::finish::<memory_import_job::Entity, _>(&self.db, scope, id, owner)
                     .await?;
                 self.import_progress.announce(id);
+                self.analyze_after_load().await;
                 // The tenant's vector index, which waited for the job.
                 if let Err(err) = self.index.maintain().await {
                     tracing::warn!(error = %err, "import: building vector indexes after the job failed; the maintenance job retries");
@@ -179,6 +180,23 @@ impl Memories {
             }
             self.import_progress.announce(id);
             handled += lines.len() as u64;
+        }
+    }
+
+    /// Refresh PostgreSQL's statistics of the tables a job filled: after a
+    /// bulk load they describe the tables as they were, and the tenant's
+    /// first searches would be planned for that. (SQLite keeps no
+    /// statistics unless asked; its plans are chosen without them.)
+    async fn analyze_after_load(&self) {
+        if Backend::of(&self.db) != Backend::Postgres {
+            return;
+        }
+        if let Err(err) = self
+            .db
+            .execute_unprepared("ANALYZE memories, memory_embeddings")
+            .await
+        {
+            tracing::warn!(error = %err, "import: refreshing the planner's statistics after the job failed; autovacuum will");
         }
     }
 

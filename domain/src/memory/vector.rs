@@ -54,6 +54,7 @@
 
 use crate::kernel::{
     db::{BeginWrite, sqlx_error},
+    job_lease,
     session_lock::SessionLock,
 };
 use std::{
@@ -297,10 +298,11 @@ impl PgVectorIndex {
              LEFT JOIN pg_class c ON c.relname = 'ix_memory_embeddings_hnsw_' || replace(t.tenant_id::text, '-', '') \
              LEFT JOIN pg_index i ON i.indexrelid = c.oid \
              WHERE NOT EXISTS (SELECT 1 FROM memory_import_jobs j WHERE j.tenant_id = t.tenant_id \
-               AND j.status = 'RUNNING' AND j.lease_expires_at > now()) \
+               AND j.status = $2 AND j.lease_expires_at > now()) \
              ORDER BY t.tenant_id",
         )
         .bind(threshold)
+        .bind(job_lease::RUNNING)
         .fetch_all(&mut *conn)
         .await
         .map_err(sqlx_error)?;
@@ -971,7 +973,13 @@ fn best_of_each(
             dimension,
         );
         let ids: Vec<MemoryId> = chunk.iter().map(|(id, _)| *id).collect();
-        let best = best_in(&queries, &ids, vectors.rows.view(), &vectors.zero);
+        let best = best_in(
+            &queries,
+            &ids,
+            vectors.rows.view(),
+            &vectors.zero,
+            f32::NEG_INFINITY,
+        );
         for (slot, hit) in found.iter_mut().zip(best) {
             *slot = better(*slot, hit);
         }
@@ -980,14 +988,17 @@ fn best_of_each(
 }
 
 /// Each query's most similar row of `rows` (unit vectors; `ids` name
-/// them), leaving out the rows `skip` marks: one matrix product per chunk
-/// of [`SCAN_CHUNK`] rows. Ties go to the smaller id; a zero query matches
-/// nothing.
+/// them) with a similarity of at least `floor`, leaving out the rows `skip`
+/// marks: one matrix product per chunk of [`SCAN_CHUNK`] rows. Ties go to
+/// the smaller id; a zero query matches nothing. A caller that only wants
+/// near-duplicates passes its threshold as `floor`: the scores under it,
+/// nearly all of them, then cost one comparison each.
 pub(super) fn best_in(
     queries: &UnitRows,
     ids: &[MemoryId],
     rows: ArrayView2<'_, f32>,
     skip: &[bool],
+    floor: f32,
 ) -> Vec<Option<Scored>> {
     let mut found: Vec<Option<Scored>> = vec![None; queries.zero.len()];
     let mut from = 0;
@@ -996,13 +1007,14 @@ pub(super) fn best_in(
         let scores = queries
             .rows
             .dot(&rows.slice_axis(Axis(0), Slice::from(from..to)).t());
+        let (ids, skip) = (&ids[from..to], &skip[from..to]);
         for ((row, q_zero), slot) in scores.outer_iter().zip(&queries.zero).zip(found.iter_mut()) {
             if *q_zero {
                 continue;
             }
-            for ((similarity, skipped), id) in row.iter().zip(&skip[from..to]).zip(&ids[from..to]) {
-                if !*skipped {
-                    *slot = better(*slot, Some((*id, *similarity)));
+            for (at, similarity) in row.iter().enumerate() {
+                if *similarity >= floor && !skip[at] {
+                    *slot = better(*slot, Some((ids[at], *similarity)));
                 }
             }
         }
@@ -1113,6 +1125,31 @@ mod tests {
         assert!((similarity - 2.0 / (4.01f32).sqrt()).abs() < 1e-5);
         assert_eq!(found[1].map(|(m, _)| m), Some(id(8)));
         assert_eq!(found[2], None, "a zero query matches nothing");
+    }
+
+    #[test]
+    fn a_floor_drops_every_score_under_it_and_skips_marked_rows() {
+        let rows = unit_rows(
+            [[1.0, 0.0], [0.6, 0.8], [0.8, 0.6]]
+                .iter()
+                .map(|v| v.iter().copied()),
+            3,
+            2,
+        );
+        let queries = unit_rows(std::iter::once([1.0f32, 0.0].into_iter()), 1, 2);
+        let ids = [id(1), id(2), id(3)];
+        let none_skipped = [false; 3];
+        let best = |floor: f32, skip: &[bool]| {
+            best_in(&queries, &ids, rows.rows.view(), skip, floor)[0].map(|(m, _)| m)
+        };
+        assert_eq!(best(0.9, &none_skipped), Some(id(1)));
+        assert_eq!(
+            best(0.9, &[true, false, false]),
+            None,
+            "0.8 and 0.6 are under 0.9"
+        );
+        assert_eq!(best(0.7, &[true, false, false]), Some(id(3)));
+        assert_eq!(best(f32::NEG_INFINITY, &[true, false, true]), Some(id(2)));
     }
 
     #[test]
