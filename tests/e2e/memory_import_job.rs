@@ -678,7 +678,8 @@ mod a_tenant_vector_index_waits_for_the_job {
 /// While a tenant's import job runs, the maintenance job builds no HNSW
 /// index for it (every imported vector would be inserted into a growing
 /// graph); the runner builds it once the job is completed, after
-/// refreshing the planner's statistics of the loaded tables.
+/// refreshing the planner's statistics of the loaded tables (not after a
+/// small tenant's job).
 async fn a_tenant_vector_index_waits_for_the_job(app: TestApp) {
     let acme = app.create_tenant("acme").await;
     let tenant: uuid::Uuid = uuid_of(&acme).parse().unwrap();
@@ -710,6 +711,19 @@ async fn a_tenant_vector_index_waits_for_the_job(app: TestApp) {
         let sql = "SELECT analyze_count AS n FROM pg_stat_user_tables WHERE relname = 'memories'";
         number(sql, Vec::new()).await
     };
+    // A small tenant's job leaves the statistics alone: its searches are
+    // exact, planned alike whatever they say.
+    let small = app.create_tenant("small").await;
+    let small = TenantScope::new(uuid_of(&small).parse::<uuid::Uuid>().unwrap().into());
+    let before_small = analyzed().await;
+    let job = create_job(&app, small, (1..=20u64).map(text).collect()).await;
+    assert_eq!(run_job(&app, small, job.id, "runner", None).await, 20);
+    assert_eq!(
+        analyzed().await,
+        before_small,
+        "no ANALYZE after a job that leaves its tenant under tenant_index_rows"
+    );
+
     let created = create_job(&app, scope, (1..=1500u64).map(text).collect()).await;
     // The first batch, the lease still held: the job is running.
     let handled = run_job(&app, scope, created.id, "runner", Some(1000)).await;

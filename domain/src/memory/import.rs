@@ -544,18 +544,21 @@ impl Memories {
                 now: Some(now),
                 ..CandidateFilter::default()
             });
+            // Only matches at or over the threshold come back.
+            let floor = self.config.dedup_threshold;
             let nearest = match scan.filter(|s| s.available()) {
                 Some(scan) => {
-                    let floor = self.config.dedup_threshold;
                     scan.nearest_each(tier, subject.map(|s| s.uuid()), &queries, now, floor)
                         .await?
                 }
-                None => self.index.nearest_each(scope, &queries, &filter).await?,
+                None => {
+                    self.index
+                        .nearest_each(scope, &queries, &filter, floor)
+                        .await?
+                }
             };
             for (i, hit) in with_vector.iter().zip(nearest) {
-                if let Some((id, sim)) = hit
-                    && sim >= self.config.dedup_threshold
-                {
+                if let Some((id, _)) = hit {
                     found[*i] = Some(id.uuid());
                 }
             }

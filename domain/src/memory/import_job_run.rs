@@ -151,7 +151,7 @@ impl Memories {
                 job_lease::finish::<memory_import_job::Entity, _>(&self.db, scope, id, owner)
                     .await?;
                 self.import_progress.announce(id);
-                self.analyze_after_load().await;
+                self.analyze_after_load(scope).await;
                 // The tenant's vector index, which waited for the job.
                 if let Err(err) = self.index.maintain().await {
                     tracing::warn!(error = %err, "import: building vector indexes after the job failed; the maintenance job retries");
@@ -185,11 +185,23 @@ impl Memories {
 
     /// Refresh PostgreSQL's statistics of the tables a job filled: after a
     /// bulk load they describe the tables as they were, and the tenant's
-    /// first searches would be planned for that. (SQLite keeps no
-    /// statistics unless asked; its plans are chosen without them.)
-    async fn analyze_after_load(&self) {
+    /// first searches would be planned for that. Only for a tenant left
+    /// with at least `tenant_index_rows` memories: a smaller one is
+    /// searched exactly, by the same plan whatever the statistics say, and
+    /// a small job's `ANALYZE` of the shared tables would only wait behind
+    /// their index builds. (SQLite keeps no statistics unless asked; its
+    /// plans are chosen without them.)
+    async fn analyze_after_load(&self, scope: TenantScope) {
         if Backend::of(&self.db) != Backend::Postgres {
             return;
+        }
+        match memory::Entity::find_in(scope).count(&self.db).await {
+            Ok(rows) if rows >= self.config.tenant_index_rows as u64 => {}
+            Ok(_) => return,
+            Err(err) => {
+                tracing::warn!(error = %err, "import: counting the tenant's memories after the job failed");
+                return;
+            }
         }
         if let Err(err) = self
             .db

@@ -1,9 +1,15 @@
 //! The keyword leg of memory search: PostgreSQL full-text search
 //! (`search_tsv @@ to_tsquery('english', …)`, ranked by `ts_rank_cd`) or
-//! SQLite FTS5 (ranked by `bm25`). Query words are OR-ed: fusion only needs a
-//! ranked candidate list, and a fact rarely repeats every word of a question.
-//! Only ranks are used downstream, so the two engines' different raw scores
-//! never meet.
+//! SQLite FTS5 (matched by FTS5, ranked by [`bm25`] over the tenant's own
+//! memories). Query words are OR-ed: fusion only needs a ranked candidate
+//! list, and a fact rarely repeats every word of a question. Only ranks are
+//! used downstream, so the two engines' different raw scores never meet.
+//!
+//! Invariant: a tenant's keyword ranking does not depend on another
+//! tenant's memories (PostgreSQL's `ts_rank_cd` counts nothing across rows;
+//! SQLite ranks here, since FTS5's own `bm25()` counts each word in every
+//! tenant's memories). The one exception: a SQLite match set of over
+//! [`RANKED_HERE`] memories is left to `bm25()`.
 //!
 //! English stop words ([`STOP_WORDS`], PostgreSQL's own `english` list) are
 //! dropped from every query before either engine sees it: PostgreSQL would
@@ -295,8 +301,8 @@ pub async fn search(
         _ => {
             // As on PostgreSQL: common words are left out, and a query of
             // common words only looks for memories with all of them.
-            let common = sqlite_common(db, scope, &terms).await?;
-            sqlite_statement(scope, &terms, &common, k, filter)
+            let (rows, common) = sqlite_common(db, scope, &terms).await?;
+            return sqlite_search(db, scope, &terms, &common, rows, k, filter).await;
         }
     };
     let rows = db.query_all_raw(sql.statement()).await?;
@@ -305,34 +311,143 @@ pub async fn search(
         .collect()
 }
 
-/// SQLite's keyword statement: the `rare` words OR-ed (all of `terms`
-/// AND-ed when every one is `common`), of the scope's tenant, best first.
-fn sqlite_statement(
+/// A SQLite match set of at most this many memories is ranked in Rust
+/// ([`bm25`]); a larger one by FTS5's `bm25()`.
+const RANKED_HERE: usize = 2_000;
+
+/// SQLite's keyword search: the tenant's matches ranked by [`bm25`] over the
+/// tenant's own memories. FTS5's `bm25()` counts each word's documents in
+/// the whole table, every tenant's: each search then walked every tenant's
+/// matches of its words (another tenant's 100,000 memories holding one of
+/// them made a search of 1,000 memories a quarter slower), and one
+/// tenant's words moved another's ranking. Only a match set over
+/// [`RANKED_HERE`] memories is left to `bm25()`.
+async fn sqlite_search(
+    db: &DatabaseConnection,
     scope: TenantScope,
     terms: &[String],
     common: &[String],
+    tenant_rows: f64,
     k: usize,
     filter: &CandidateFilter,
+) -> Result<Vec<MemoryId>> {
+    let (words, fts) = sqlite_words(terms, common);
+    let statement = sqlite_statement(scope, &fts, filter, SqliteOrder::Unranked).statement();
+    let rows = db.query_all_raw(statement).await?;
+    if rows.len() > RANKED_HERE {
+        let statement = sqlite_statement(scope, &fts, filter, SqliteOrder::Bm25(k)).statement();
+        let rows = db.query_all_raw(statement).await?;
+        return rows
+            .into_iter()
+            .map(|row| Ok(MemoryId::from(row.try_get::<Uuid>("", "id")?)))
+            .collect();
+    }
+    let mut found = Vec::with_capacity(rows.len());
+    for row in rows {
+        let id: Uuid = row.try_get("", "id")?;
+        let content: String = row.try_get("", "content")?;
+        found.push((MemoryId::from(id), content));
+    }
+    let texts: Vec<&str> = found.iter().map(|(_, text)| text.as_str()).collect();
+    let scores = bm25(&words, &texts, tenant_rows);
+    let mut ranked: Vec<(MemoryId, f64)> = found.iter().map(|(id, _)| *id).zip(scores).collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    Ok(ranked.into_iter().take(k).map(|(id, _)| id).collect())
+}
+
+/// BM25 (k1 = 1.2, b = 0.75, as FTS5's `bm25()`) of each text for
+/// `query_words`, higher is better: a word's frequency in a text by rough
+/// stem, its document frequency among `texts` (every memory of the tenant
+/// with any of the words, when `texts` is the whole match set), of
+/// `documents` in all; the average length taken over `texts`.
+fn bm25(query_words: &[String], texts: &[&str], documents: f64) -> Vec<f64> {
+    const K1: f64 = 1.2;
+    const B: f64 = 0.75;
+    let mut query: Vec<&str> = query_words.iter().map(|t| stem(t)).collect();
+    query.sort_unstable();
+    query.dedup();
+    let counted: Vec<(Vec<f64>, f64)> = texts
+        .iter()
+        .map(|text| {
+            let mut tf = vec![0.0; query.len()];
+            let mut length = 0.0;
+            for w in words(text) {
+                length += 1.0;
+                if let Ok(i) = query.binary_search(&stem(&w)) {
+                    tf[i] += 1.0;
+                }
+            }
+            (tf, length)
+        })
+        .collect();
+    let n = documents.max(texts.len() as f64);
+    let idf: Vec<f64> = (0..query.len())
+        .map(|i| {
+            let df = counted.iter().filter(|(tf, _)| tf[i] > 0.0).count() as f64;
+            (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
+        })
+        .collect();
+    let average =
+        (counted.iter().map(|(_, l)| l).sum::<f64>() / texts.len().max(1) as f64).max(1.0);
+    counted
+        .iter()
+        .map(|(tf, length)| {
+            tf.iter()
+                .zip(&idf)
+                .map(|(f, idf)| idf * f * (K1 + 1.0) / (f + K1 * (1.0 - B + B * length / average)))
+                .sum()
+        })
+        .collect()
+}
+
+/// The words a SQLite search ranks by and its FTS5 query: the `rare`
+/// words OR-ed, or all of `terms` AND-ed when every one is `common`.
+fn sqlite_words(terms: &[String], common: &[String]) -> (Vec<String>, String) {
+    let rare: Vec<String> = terms
+        .iter()
+        .filter(|t| !common.contains(t))
+        .cloned()
+        .collect();
+    let (words, joint) = if rare.is_empty() {
+        (terms.to_vec(), " AND ")
+    } else {
+        (rare, " OR ")
+    };
+    let fts = words
+        .iter()
+        .map(|t| format!("\"{t}\""))
+        .collect::<Vec<_>>()
+        .join(joint);
+    (words, fts)
+}
+
+/// How [`sqlite_statement`] orders its matches.
+#[derive(Clone, Copy)]
+enum SqliteOrder {
+    /// Up to [`RANKED_HERE`] + 1 of them with their text, unordered.
+    Unranked,
+    /// The best `k` by FTS5's `bm25()`.
+    Bm25(usize),
+}
+
+/// SQLite's keyword statement: the memories of the scope's tenant matching
+/// `fts` (FTS5 query syntax).
+fn sqlite_statement(
+    scope: TenantScope,
+    fts: &str,
+    filter: &CandidateFilter,
+    order: SqliteOrder,
 ) -> Sql {
     let mut sql = Sql::new(DbBackend::Sqlite);
-    let rare: Vec<&String> = terms.iter().filter(|t| !common.contains(t)).collect();
-    let fts = if rare.is_empty() {
-        terms
-            .iter()
-            .map(|t| format!("\"{t}\""))
-            .collect::<Vec<_>>()
-            .join(" AND ")
-    } else {
-        rare.iter()
-            .map(|t| format!("\"{t}\""))
-            .collect::<Vec<_>>()
-            .join(" OR ")
-    };
-    sql.push(
-        "SELECT m.id AS id FROM memories_fts JOIN memories m ON m.id = memories_fts.memory_id \
+    sql.push(match order {
+        SqliteOrder::Unranked => "SELECT m.id AS id, m.content AS content",
+        SqliteOrder::Bm25(_) => "SELECT m.id AS id",
+    })
+    .push(
+        " FROM memories_fts JOIN memories m ON m.id = memories_fts.memory_id \
          WHERE memories_fts MATCH ",
     );
-    sqlite_match(&mut sql, scope, &fts);
+    sqlite_match(&mut sql, scope, fts);
     sql.push(" AND memories_fts.tenant_id = ")
         .bind(scope.tenant_id().uuid())
         // The unary `+` keeps SQLite from answering `m` through its
@@ -343,7 +458,10 @@ fn sqlite_statement(
         .push(" AND +");
     tenant_condition(&mut sql, scope);
     push_filter(&mut sql, scope, filter);
-    sql.push(&format!(" ORDER BY bm25(memories_fts), m.id LIMIT {k}"));
+    sql.push(&match order {
+        SqliteOrder::Unranked => format!(" LIMIT {}", RANKED_HERE + 1),
+        SqliteOrder::Bm25(k) => format!(" ORDER BY bm25(memories_fts), m.id LIMIT {k}"),
+    });
     sql
 }
 
@@ -360,14 +478,15 @@ fn sqlite_match(sql: &mut Sql, scope: TenantScope, words: &str) {
         .push(")))");
 }
 
-/// The query words in more than [`COMMON_FREQUENCY`] and [`COMMON_ROWS`]
-/// of the tenant's memories, counted by FTS5 (one statement; none are
-/// counted for a tenant with too few memories for any word to be common).
+/// How many memories the tenant has, and the query words in more than
+/// [`COMMON_FREQUENCY`] and [`COMMON_ROWS`] of them, counted by FTS5 (one
+/// statement; none are counted for a tenant with too few memories for any
+/// word to be common).
 async fn sqlite_common(
     db: &DatabaseConnection,
     scope: TenantScope,
     terms: &[String],
-) -> Result<Vec<String>> {
+) -> Result<(f64, Vec<String>)> {
     let mut sql = Sql::new(DbBackend::Sqlite);
     sql.push("SELECT CAST(count(*) AS REAL) AS rows FROM memories m WHERE ");
     tenant_condition(&mut sql, scope);
@@ -378,7 +497,7 @@ async fn sqlite_common(
         .transpose()?
         .unwrap_or(0.0);
     if rows <= COMMON_ROWS {
-        return Ok(Vec::new());
+        return Ok((rows, Vec::new()));
     }
     let mut sql = Sql::new(DbBackend::Sqlite);
     sql.push("SELECT ");
@@ -393,7 +512,7 @@ async fn sqlite_common(
             .push(&format!(") AS c{i}"));
     }
     let Some(row) = db.query_one_raw(sql.statement()).await? else {
-        return Ok(Vec::new());
+        return Ok((rows, Vec::new()));
     };
     let mut common = Vec::new();
     for (i, term) in terms.iter().enumerate() {
@@ -402,7 +521,7 @@ async fn sqlite_common(
             common.push(term.clone());
         }
     }
-    Ok(common)
+    Ok((rows, common))
 }
 
 #[cfg(test)]
@@ -425,8 +544,13 @@ mod tests {
             ..CandidateFilter::default()
         };
         let words = terms("which dock do the pallets ship from");
-        for common in [Vec::new(), words.clone()] {
-            let mut statement = sqlite_statement(scope, &words, &common, 10, &filter).statement();
+        for (common, order) in [
+            (Vec::new(), SqliteOrder::Unranked),
+            (Vec::new(), SqliteOrder::Bm25(10)),
+            (words.clone(), SqliteOrder::Bm25(10)),
+        ] {
+            let (_, fts) = sqlite_words(&words, &common);
+            let mut statement = sqlite_statement(scope, &fts, &filter, order).statement();
             statement.sql = format!("EXPLAIN QUERY PLAN {}", statement.sql);
             let plan: Vec<String> = db
                 .query_all_raw(statement)
@@ -476,6 +600,31 @@ mod tests {
         assert!(c[1] > 2.0 * c[2], "{c:?}");
         assert!(c[2] > 0.0);
         assert_eq!(coverages(&[], &["anything"]), vec![0.0]);
+    }
+
+    #[test]
+    fn bm25_weighs_rare_words_and_short_texts_higher() {
+        let q = terms("pallet refunds");
+        let texts = [
+            "Refund for the pallet.",
+            "A refund.",
+            "A refund, issued late.",
+            "A refund for a refund.",
+            "Nothing here.",
+        ];
+        let s = bm25(&q, &texts, 10.0);
+        // "pallet" is in one text, "refund" in four: the text with both
+        // leads, and rarity counts for more than repetition.
+        assert!(s.iter().skip(1).all(|x| *x < s[0]), "{s:?}");
+        // The same one match in a shorter text scores higher.
+        assert!(s[1] > s[2], "{s:?}");
+        // Twice the word scores higher, though not twice as high.
+        assert!(s[3] > s[2] && s[3] < 2.0 * s[2], "{s:?}");
+        assert_eq!(s[4], 0.0);
+        // The tenant's size counts: the same matches among more memories
+        // make each word rarer.
+        assert!(bm25(&q, &texts, 1_000.0)[0] > s[0]);
+        assert!(bm25(&q, &[], 10.0).is_empty());
     }
 
     #[test]

@@ -142,13 +142,16 @@ pub trait VectorIndex: Send + Sync + 'static {
         Ok(())
     }
     /// For each query, the most similar memory passing `filter` (what
-    /// [`VectorIndex::nearest`] with `k = 1` answers), for a whole batch of
-    /// queries at once.
+    /// [`VectorIndex::nearest`] with `k = 1` answers) if its similarity is
+    /// at least `floor` (`f32::NEG_INFINITY`: any), for a whole batch of
+    /// queries at once. A caller after near-duplicates passes its
+    /// threshold: a scan then spends one comparison on each lower score.
     async fn nearest_each(
         &self,
         scope: TenantScope,
         queries: &[&[f32]],
         filter: &CandidateFilter,
+        floor: f32,
     ) -> Result<Vec<Option<Scored>>> {
         let mut found = Vec::with_capacity(queries.len());
         for q in queries {
@@ -156,7 +159,8 @@ pub trait VectorIndex: Send + Sync + 'static {
                 self.nearest(scope, q, 1, filter, false)
                     .await?
                     .into_iter()
-                    .next(),
+                    .next()
+                    .filter(|(_, similarity)| *similarity >= floor),
             );
         }
         Ok(found)
@@ -600,6 +604,7 @@ impl VectorIndex for PgVectorIndex {
         scope: TenantScope,
         queries: &[&[f32]],
         filter: &CandidateFilter,
+        floor: f32,
     ) -> Result<Vec<Option<Scored>>> {
         let mut found = vec![None; queries.len()];
         if queries.is_empty() {
@@ -668,6 +673,7 @@ impl VectorIndex for PgVectorIndex {
             let distance: f64 = row.try_get("", "distance")?;
             let similarity = (1.0 - distance) as f32;
             if let Some(slot) = usize::try_from(i).ok().and_then(|i| found.get_mut(i))
+                && similarity >= floor
                 && slot.is_none_or(|(_, best): Scored| similarity > best)
             {
                 *slot = Some((MemoryId::from(id), similarity));
@@ -803,6 +809,7 @@ impl VectorIndex for SqliteVectorIndex {
         scope: TenantScope,
         queries: &[&[f32]],
         filter: &CandidateFilter,
+        floor: f32,
     ) -> Result<Vec<Option<Scored>>> {
         if queries.is_empty() {
             return Ok(Vec::new());
@@ -829,7 +836,7 @@ impl VectorIndex for SqliteVectorIndex {
             .collect::<Result<Vec<_>>>()?;
         let queries: Vec<Vec<f32>> = queries.iter().map(|q| q.to_vec()).collect();
         let dimension = self.dimension;
-        tokio::task::spawn_blocking(move || best_of_each(&queries, &candidates, dimension))
+        tokio::task::spawn_blocking(move || best_of_each(&queries, &candidates, dimension, floor))
             .await
             .map_err(|e| Error::internal(format!("the nearest-memory scan stopped: {e}")))
     }
@@ -949,13 +956,15 @@ fn parse_pg_vector(text: &str, dimension: usize) -> Result<Vec<f32>> {
 /// a core's cache while the best of each row is picked).
 const SCAN_CHUNK: usize = 1024;
 
-/// Each query's most similar candidate (cosine; ties to the smaller id,
-/// as in `nearest`), the candidates' vectors as stored little-endian
-/// blobs. A zero vector (query or candidate) is never a match.
+/// Each query's most similar candidate with a similarity of at least
+/// `floor` (cosine; ties to the smaller id, as in `nearest`), the
+/// candidates' vectors as stored little-endian blobs. A zero vector (query
+/// or candidate) is never a match.
 fn best_of_each(
     queries: &[Vec<f32>],
     candidates: &[(MemoryId, Vec<u8>)],
     dimension: usize,
+    floor: f32,
 ) -> Vec<Option<Scored>> {
     let mut found: Vec<Option<Scored>> = vec![None; queries.len()];
     let queries = unit_rows(
@@ -973,13 +982,7 @@ fn best_of_each(
             dimension,
         );
         let ids: Vec<MemoryId> = chunk.iter().map(|(id, _)| *id).collect();
-        let best = best_in(
-            &queries,
-            &ids,
-            vectors.rows.view(),
-            &vectors.zero,
-            f32::NEG_INFINITY,
-        );
+        let best = best_in(&queries, &ids, vectors.rows.view(), &vectors.zero, floor);
         for (slot, hit) in found.iter_mut().zip(best) {
             *slot = better(*slot, hit);
         }
@@ -1119,7 +1122,7 @@ mod tests {
         candidates.push((id(8), blob(&[0.0, 0.0, 0.5])));
         candidates.push((id(1), blob(&[0.0, 0.0, 0.0])));
         let queries = vec![vec![1.0, 0.0, 0.0], vec![0.0, 0.0, 1.0], vec![0.0; 3]];
-        let found = best_of_each(&queries, &candidates, 3);
+        let found = best_of_each(&queries, &candidates, 3, f32::NEG_INFINITY);
         let (first, similarity) = found[0].expect("a match");
         assert_eq!(first, id(7));
         assert!((similarity - 2.0 / (4.01f32).sqrt()).abs() < 1e-5);
@@ -1155,6 +1158,9 @@ mod tests {
     #[test]
     fn zero_candidates_never_match() {
         let candidates = vec![(id(1), blob(&[0.0, 0.0]))];
-        assert_eq!(best_of_each(&[vec![1.0, 0.0]], &candidates, 2), vec![None]);
+        assert_eq!(
+            best_of_each(&[vec![1.0, 0.0]], &candidates, 2, f32::NEG_INFINITY),
+            vec![None]
+        );
     }
 }

@@ -14,6 +14,7 @@ on_both_backends!(
     knowledge_graph_mentions_boost_search,
     words_in_most_memories_are_left_out_of_the_keyword_leg,
     stop_word_queries_match_nothing_by_keyword,
+    another_tenants_memories_never_move_a_tenants_keyword_ranking,
 );
 
 async fn dossier_gathers_a_subjects_facts(app: TestApp) {
@@ -225,6 +226,39 @@ async fn words_in_most_memories_are_left_out_of_the_keyword_leg(app: TestApp) {
     // Rare words are never left out, whatever the table's size.
     let rare = search(&app, &t, json!({"q": "lane7 dock7", "limit": 10})).await;
     assert_eq!(keyword_hits(&rare).len(), 1, "{rare}");
+}
+
+/// The keyword leg ranks a tenant's matches by its own memories: another
+/// tenant's memories full of one query word leave the order alone (SQLite's
+/// FTS5 `bm25()` counted that word's documents in every tenant's and put
+/// the memory with the other word first).
+async fn another_tenants_memories_never_move_a_tenants_keyword_ranking(app: TestApp) {
+    app.create_tenant("acme").await;
+    app.create_tenant("globex").await;
+    let t = member(&app, "acme");
+    let alpha = remember_id(&app, &t, json!({"content": "alpha crate on the dock"})).await;
+    let beta = remember_id(&app, &t, json!({"content": "beta crate on the dock"})).await;
+    let order = async || {
+        let found = search(
+            &app,
+            &t,
+            json!({"q": "alpha beta", "limit": 10, "mode": "KEYWORD"}),
+        )
+        .await;
+        hit_ids(&found)
+    };
+    // Ties go to the smaller memory id (not the smaller global id).
+    let mut expected = vec![alpha, beta];
+    expected.sort_by_key(|id| uuid_of(id).parse::<uuid::Uuid>().unwrap());
+    assert_eq!(order().await, expected, "equal scores, in id order");
+    let globex = scope_of(&app, "globex").await;
+    remember_many(
+        &app,
+        globex,
+        (0..60).map(|i| format!("alpha lane{i} carrier{i} yard{i}")),
+    )
+    .await;
+    assert_eq!(order().await, expected);
 }
 
 async fn stop_word_queries_match_nothing_by_keyword(app: TestApp) {
