@@ -400,16 +400,25 @@ impl<'a> Walk<'a> {
         items.max(1)
     }
 
-    /// A variable's value, else its default in the operation.
     fn variable(&self, name: &Name) -> Option<ConstValue> {
-        self.variables.get(name).cloned().or_else(|| {
-            self.defaults
-                .iter()
-                .find(|d| d.node.name.node == *name)
-                .and_then(|d| d.node.default_value.as_ref())
-                .map(|d| d.node.clone())
-        })
+        variable_value(self.variables, self.defaults, name)
     }
+}
+
+/// A variable's value, else its default in the operation that defines
+/// `definitions`.
+pub(crate) fn variable_value(
+    variables: &Variables,
+    definitions: &[Positioned<VariableDefinition>],
+    name: &Name,
+) -> Option<ConstValue> {
+    variables.get(name).cloned().or_else(|| {
+        definitions
+            .iter()
+            .find(|d| d.node.name.node == *name)
+            .and_then(|d| d.node.default_value.as_ref())
+            .map(|d| d.node.clone())
+    })
 }
 
 /// A non-negative integer, or `None` for anything else (left to coercion

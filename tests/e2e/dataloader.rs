@@ -382,7 +382,9 @@ for_both_backends!(plain_lists_answer_as_the_general_path_does);
 /// answer what async-graphql's general path answers: every plain field is
 /// asked for both ways (plainly, and inside an inline fragment, which takes
 /// the general path) over finished and failed tasks, and the plain answer
-/// keeps the selection's order.
+/// keeps the selection's order. The page shows a review too, so that it
+/// is resolved the general way and its lists by `PlainList`, not in one
+/// pass by `plain_page`.
 async fn plain_lists_answer_as_the_general_path_does(backend: Backend) {
     let app = app(backend).await;
     publish_three(&app).await;
@@ -394,7 +396,7 @@ async fn plain_lists_answer_as_the_general_path_does(backend: Backend) {
     const EVENT: &str = "seq kind taskId stepId tool status summary error createdAt __typename";
     let query = |steps: &str, events: &str| {
         format!(
-            "{{ tasks(first: 10) {{ edges {{ node {{ id \
+            "{{ tasks(first: 10) {{ edges {{ node {{ id pendingReview {{ id }} \
              steps {{ {steps} }} events(last: 100) {{ {events} }} }} }} }} }}"
         )
     };
@@ -445,7 +447,7 @@ async fn plain_lists_answer_as_the_general_path_does(backend: Backend) {
     // Selection order, a repeated key once in its first place.
     let raw = raw_answer(
         &app,
-        "{ tasks(first: 1) { edges { node { \
+        "{ tasks(first: 1) { edges { node { pendingReview { id } \
          steps { status stepId status } events(last: 1) { summary seq } } } } }",
     )
     .await;
@@ -460,11 +462,14 @@ async fn plain_lists_answer_as_the_general_path_does(backend: Backend) {
 for_both_backends!(a_plain_page_answers_as_the_general_path_does);
 
 /// A page whose selection is all plain is read narrow and built in one
-/// pass (`schema/tasks/plain_page.rs`); the same selection with the node's
-/// fields inside an inline fragment takes the general path. Both answer
-/// the same, page by page (cursors, page info, type names, every plain
-/// field of a task, its plan, steps and event windows), in one statement
-/// each, and the one-pass answer keeps the selection's order.
+/// pass (`schema/tasks/plain_page.rs`), however it is written: plainly,
+/// through a named fragment (as Relay and Apollo clients write pages) or
+/// inline fragments, with the events' window from a variable. The same
+/// selection beside a review (not plain) takes the general path. All
+/// answer the same, page by page (cursors, page info, type names, every
+/// plain field of a task, its plan, steps and event windows), the one-pass
+/// ones in the one statement a page of ids takes, and the one-pass answer
+/// keeps the selection's order.
 async fn a_plain_page_answers_as_the_general_path_does(backend: Backend) {
     let app = app(backend).await;
     publish_three(&app).await;
@@ -490,13 +495,58 @@ async fn a_plain_page_answers_as_the_general_path_does(backend: Backend) {
         )
     };
     let (mut after, mut seen) = (Value::Null, 0);
+    let fragment = format!("fragment Row on Task {{ {TASK} }}");
+    let spread_in = |written: String| {
+        format!("query($early: Int = 1, $n: Int!) {written} {fragment}")
+            .replace("after: 1", "after: $early")
+            .replace("first: 2)", "first: $n)")
+    };
     for page in 0..2 {
         let (plain, plain_statements) = measured(&app, &query(TASK, &after)).await;
-        let (general, _) =
-            measured(&app, &query(&format!("... on Task {{ {TASK} }}"), &after)).await;
+        let (mut general, _) = measured(
+            &app,
+            &query(&format!("{TASK} pendingReview {{ id }}"), &after),
+        )
+        .await;
+        for edge in general["tasks"]["edges"].as_array_mut().unwrap() {
+            let review = edge["node"]
+                .as_object_mut()
+                .unwrap()
+                .remove("pendingReview");
+            assert_eq!(review, Some(Value::Null), "{edge}");
+        }
         let (alone, alone_statements) = measured(&app, &query("id", &after)).await;
         assert_eq!(plain, general, "page {page}");
         assert_eq!(plain_statements, alone_statements, "page {page}");
+        for written in [
+            query("...Row", &after),
+            query("... on Task { id ... on Node { id } } ...Row", &after),
+        ] {
+            let res = app
+                .graphql(
+                    Some(&app.admin_token("acme")),
+                    &spread_in(written.clone()),
+                    json!({ "n": 2 }),
+                )
+                .await;
+            assert_eq!(res.data(), &plain, "page {page}: {written}");
+        }
+        if page == 0 {
+            let (spread, spread_statements) = measured(
+                &app,
+                &format!(
+                    "{{ tasks(first: 2) {{ ...Page }} }} \
+                     fragment Page on TaskConnection {{ edges {{ node {{ ...Row }} }} }} {fragment}"
+                ),
+            )
+            .await;
+            assert_eq!(spread_statements, alone_statements);
+            let nodes = |page: &Value| -> Vec<Value> {
+                let edges = page["tasks"]["edges"].as_array().unwrap();
+                edges.iter().map(|edge| edge["node"].clone()).collect()
+            };
+            assert_eq!(nodes(&spread), nodes(&plain));
+        }
         let edges = plain["tasks"]["edges"].as_array().unwrap();
         assert_eq!(
             edges.len(),
@@ -514,24 +564,27 @@ async fn a_plain_page_answers_as_the_general_path_does(backend: Backend) {
     }
     assert_eq!(seen, 3);
 
-    // Selection order, a repeated leaf once in its first place.
-    let raw = raw_answer(
-        &app,
+    // Selection order, a repeated leaf once in its first place; through
+    // fragments, each field where GraphQL collects it.
+    for query in [
         "{ tasks(first: 1) { edges { node { status id status \
          plan { version key } } cursor } pageInfo { endCursor hasNextPage } } }",
-    )
-    .await;
-    assert!(
-        raw.starts_with(
-            "{\"data\":{\"tasks\":{\"edges\":[{\"node\":{\"status\":\"COMPLETED\",\"id\":"
-        ),
-        "{raw}"
-    );
-    assert!(
-        raw.contains("\"plan\":{\"version\":1,\"key\":\"three\"}},\"cursor\":"),
-        "{raw}"
-    );
-    assert!(raw.contains("\"pageInfo\":{\"endCursor\":"), "{raw}");
+        "{ tasks(first: 1) { edges { node { status ...R ... on Task { plan { key } } } \
+         cursor } pageInfo { endCursor } } } fragment R on Task { id status plan { version } }",
+    ] {
+        let raw = raw_answer(&app, query).await;
+        assert!(
+            raw.starts_with(
+                "{\"data\":{\"tasks\":{\"edges\":[{\"node\":{\"status\":\"COMPLETED\",\"id\":"
+            ),
+            "{raw}"
+        );
+        assert!(
+            raw.contains("\"plan\":{\"version\":1,\"key\":\"three\"}},\"cursor\":"),
+            "{raw}"
+        );
+        assert!(raw.contains("\"pageInfo\":{\"endCursor\":"), "{raw}");
+    }
 }
 
 /// The bytes of acme's admin's answer to `query`, to see its order.

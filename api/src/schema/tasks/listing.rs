@@ -52,7 +52,7 @@ pub(crate) async fn task_page(
     filter: TaskFilter,
     request: PageRequest,
 ) -> async_graphql::Result<TaskPage> {
-    if let Some(plan) = plain_page::plan(&ctx.item.node) {
+    if let Some(plan) = plain_page::Operation::of(ctx).plan(&ctx.item.node) {
         return plain_page::answer(&domain(ctx).tasks, scope, filter, request, plan)
             .await
             .gql();

@@ -6,26 +6,30 @@
 //! events theirs) and a statement that reads every summary column of every
 //! row. When a page's selection is only fields that copy a value out of a
 //! row (a task's scalars and `plan`, its `steps` and `events` with plain
-//! fields, `cursor`, `pageInfo`, `__typename`), with no directive or
-//! fragment and no variable inside it (the page's own `first` and `after`
-//! may be variables), [`plan`] says which columns it shows, one
-//! statement reads only those (`Tasks::page_with_summaries` with their
-//! [`Fields`]) and [`answer`] builds the page's value directly, in
-//! selection order. Any other selection takes the general path
-//! (`super::listing`).
+//! fields, `cursor`, `pageInfo`, `__typename`), however the client wrote
+//! it (named fragments and inline fragments spread in place, aliases, a
+//! field repeated with its selections merged, `@skip`/`@include` already
+//! applied by async-graphql, variables in the events' window), [`plan`]
+//! says which columns it shows, one statement reads only those
+//! (`Tasks::page_with_summaries` with their [`Fields`]) and [`answer`]
+//! builds the page's value directly, in selection order. Any other
+//! selection takes the general path (`super::listing`).
 //!
 //! Invariants:
 //! - Both paths answer the same (`tests/e2e/dataloader.rs` asks for every
-//!   plain field both ways and compares): a task's, step's or event's
-//!   value is what its resolver gives ([`task_value`],
-//!   `steps::step_value`, `events::event_value`).
+//!   plain field both ways, and for pages written with fragments, and
+//!   compares): a task's, step's or event's value is what its resolver
+//!   gives ([`task_value`], `steps::step_value`, `events::event_value`).
 //! - A field is shown only if it names the fields it reads here; the
 //!   records are read narrow ([`Fields`]), so a field without a mapping
 //!   takes the general path rather than showing a blank.
 //! - Nothing read here enters the operation's loader cache.
-//! - Fields come in selection order, a repeated leaf once in the place of
-//!   its first occurrence; a repeated field with a selection of its own
-//!   takes the general path (its selections would merge).
+//! - Fields come in selection order as GraphQL collects them: a response
+//!   key in the place of its first occurrence, fragments spread where they
+//!   stand, the selections of a repeated key merged. A selection this
+//!   module cannot collect exactly (a directive other than `@skip` and
+//!   `@include`, a fragment whose type condition does not apply, one key
+//!   naming two fields or two argument lists) takes the general path.
 
 use std::{borrow::Cow, collections::HashMap, sync::Mutex};
 
@@ -33,13 +37,14 @@ use super::{
     Channel, PlanRef, Task, TaskMode, TaskStatus, TaskStep, events::event_value,
     listing::event_span, steps::step_value,
 };
+use crate::cost::variable_value;
 use crate::schema::ids::{self, NodeType};
 use crate::schema::plain_list::Plain;
 use async_graphql::{
-    ContextSelectionSet, Name, OutputType, Positioned, ScalarType, ServerError, ServerResult,
-    Value,
+    Context, ContextSelectionSet, Name, OutputType, Positioned, ScalarType, ServerError,
+    ServerResult, Value, Variables,
     connection::{Connection, Edge, EmptyFields, PageInfo},
-    parser::types::{Field, Selection, SelectionSet},
+    parser::types::{Field, FragmentDefinition, Selection, SelectionSet, VariableDefinition},
     registry::Registry,
     resolver_utils::enum_value,
 };
@@ -113,147 +118,296 @@ enum NodeField<'a> {
     Events(EventSpan, Vec<(&'a Name, &'a str)>),
 }
 
-/// The plan of a page whose selection (`field`'s, the `tasks` or
-/// `children` field) is all plain, else `None`.
-pub(super) fn plan(field: &Field) -> Option<Plan<'_>> {
-    let mut fields = Fields {
-        task: Vec::new(),
-        step: Vec::new(),
-        event: Vec::new(),
-    };
-    let (mut steps, mut spans) = (false, Vec::new());
-    let page = each(&field.selection_set.node, |field, name| match name {
-        "__typename" => Some(PageField::Typename),
-        "pageInfo" => leaves(field, |n| {
-            [
-                "hasPreviousPage",
-                "hasNextPage",
-                "startCursor",
-                "endCursor",
-                "__typename",
-            ]
-            .contains(&n)
-        })
-        .map(PageField::PageInfo),
-        "edges" => each(&field.selection_set.node, |field, name| match name {
-            "__typename" => Some(EdgeField::Typename),
-            "cursor" => Some(EdgeField::Cursor),
-            "node" => each(&field.selection_set.node, |field, name| {
-                node_field(field, name, &mut fields, &mut steps, &mut spans)
-            })
-            .map(EdgeField::Node),
-            _ => None,
-        })
-        .map(PageField::Edges),
-        _ => None,
-    })?;
-    Some(Plan {
-        page,
-        fields,
-        steps,
-        spans,
-    })
+/// What a selection can refer to outside itself: the operation's
+/// fragments and variables, and the schema's types (for fragments' type
+/// conditions).
+pub(super) struct Operation<'a> {
+    fragments: &'a HashMap<Name, Positioned<FragmentDefinition>>,
+    variables: &'a Variables,
+    definitions: &'a [Positioned<VariableDefinition>],
+    registry: &'a Registry,
 }
 
-/// What one field of a task shows, noting what it reads.
-fn node_field<'a>(
-    field: &'a Field,
-    name: &'a str,
-    fields: &mut Fields,
-    steps: &mut bool,
-    spans: &mut Vec<EventSpan>,
-) -> Option<NodeField<'a>> {
-    let has_selection = !field.selection_set.node.items.is_empty();
-    match name {
-        "__typename" => Some(NodeField::Typename),
-        "plan" => {
-            let shown = leaves(field, |n| ["key", "version", "__typename"].contains(&n))?;
-            fields
-                .task
-                .extend([TaskField::PlanKey, TaskField::PlanVersion]);
-            Some(NodeField::Plan(shown))
-        }
-        "steps" if field.arguments.is_empty() => {
-            let shown = leaves(field, |n| n == "__typename" || step_reads(n).is_some())?;
-            fields
-                .step
-                .extend(shown.iter().filter_map(|(_, n)| step_reads(n)));
-            *steps = true;
-            Some(NodeField::Steps(shown))
-        }
-        "events" => {
-            let span = literal_span(field)?;
-            let shown = leaves(field, |n| event_reads(n).is_some())?;
-            fields
-                .event
-                .extend(shown.iter().filter_map(|(_, n)| event_reads(n)));
-            if !spans.contains(&span) {
-                spans.push(span);
-            }
-            Some(NodeField::Events(span, shown))
-        }
-        _ if has_selection || !field.arguments.is_empty() => None,
-        _ => {
-            fields.task.extend(task_reads(name)?);
-            Some(NodeField::Scalar(name))
+impl<'a> Operation<'a> {
+    /// The operation `ctx` runs in.
+    pub(super) fn of(ctx: &Context<'a>) -> Self {
+        let env = ctx.query_env;
+        Operation {
+            fragments: &env.fragments,
+            variables: &env.variables,
+            definitions: &env.operation.node.variable_definitions,
+            registry: &ctx.schema_env.registry,
         }
     }
-}
 
-/// Each field of `set` under its response key, as `f` plans it; `None`
-/// if any selection is a fragment, carries a directive, or `f` declines
-/// it, or a response key with a selection of its own repeats.
-fn each<'a, T>(
-    set: &'a SelectionSet,
-    mut f: impl FnMut(&'a Field, &'a str) -> Option<T>,
-) -> Option<Vec<(&'a Name, T)>> {
-    let mut out: Vec<(&'a Name, T)> = Vec::new();
-    for selection in &set.items {
-        let Selection::Field(field) = &selection.node else {
-            return None;
+    /// The plan of a page whose selection (`field`'s, the `tasks` or
+    /// `children` field) is all plain, else `None`.
+    pub(super) fn plan(&self, field: &'a Field) -> Option<Plan<'a>> {
+        let mut fields = Fields {
+            task: Vec::new(),
+            step: Vec::new(),
+            event: Vec::new(),
         };
-        let field = &field.node;
-        if !field.directives.is_empty() {
-            return None;
+        let (mut steps, mut spans) = (false, Vec::new());
+        let page_type = TaskPage::type_name();
+        let page = self.each(
+            &[&field.selection_set.node],
+            &page_type,
+            |field| match field.name() {
+                "__typename" => Some(PageField::Typename),
+                "pageInfo" => self
+                    .leaves(field, &PageInfo::type_name(), |n| {
+                        [
+                            "hasPreviousPage",
+                            "hasNextPage",
+                            "startCursor",
+                            "endCursor",
+                            "__typename",
+                        ]
+                        .contains(&n)
+                    })
+                    .map(PageField::PageInfo),
+                "edges" => self
+                    .each(&field.sets(), &TaskEdge::type_name(), |field| {
+                        match field.name() {
+                            "__typename" => Some(EdgeField::Typename),
+                            "cursor" => Some(EdgeField::Cursor),
+                            "node" => self
+                                .each(&field.sets(), &Task::type_name(), |field| {
+                                    self.node_field(field, &mut fields, &mut steps, &mut spans)
+                                })
+                                .map(EdgeField::Node),
+                            _ => None,
+                        }
+                    })
+                    .map(PageField::Edges),
+                _ => None,
+            },
+        )?;
+        Some(Plan {
+            page,
+            fields,
+            steps,
+            spans,
+        })
+    }
+
+    /// What one field of a task shows, noting what it reads.
+    fn node_field(
+        &self,
+        field: &Merged<'a>,
+        fields: &mut Fields,
+        steps: &mut bool,
+        spans: &mut Vec<EventSpan>,
+    ) -> Option<NodeField<'a>> {
+        match field.name() {
+            "__typename" => Some(NodeField::Typename),
+            "plan" => {
+                let shown = self.leaves(field, &PlanRef::type_name(), |n| {
+                    ["key", "version", "__typename"].contains(&n)
+                })?;
+                fields
+                    .task
+                    .extend([TaskField::PlanKey, TaskField::PlanVersion]);
+                Some(NodeField::Plan(shown))
+            }
+            "steps" if !field.has_arguments() => {
+                let shown = self.leaves(field, &TaskStep::type_name(), |n| {
+                    n == "__typename" || step_reads(n).is_some()
+                })?;
+                fields
+                    .step
+                    .extend(shown.iter().filter_map(|(_, n)| step_reads(n)));
+                *steps = true;
+                Some(NodeField::Steps(shown))
+            }
+            "events" => {
+                let span = self.span(field)?;
+                let shown = self.leaves(field, &super::TaskEvent::type_name(), |n| {
+                    event_reads(n).is_some()
+                })?;
+                fields
+                    .event
+                    .extend(shown.iter().filter_map(|(_, n)| event_reads(n)));
+                if !spans.contains(&span) {
+                    spans.push(span);
+                }
+                Some(NodeField::Events(span, shown))
+            }
+            _ if !field.is_leaf() || field.has_arguments() => None,
+            name => {
+                fields.task.extend(task_reads(name)?);
+                Some(NodeField::Scalar(name))
+            }
         }
-        let key = &field.response_key().node;
-        let planned = f(field, field.name.node.as_str())?;
-        if out.iter().any(|(k, _)| *k == key) {
-            if !field.selection_set.node.items.is_empty() {
+    }
+
+    /// Each field that `sets` (the selections of one object of type `on`)
+    /// collect, under its response key, as `f` plans it; `None` if they
+    /// cannot be collected exactly ([`Operation::collect`]) or `f` declines
+    /// a field.
+    fn each<T>(
+        &self,
+        sets: &[&'a SelectionSet],
+        on: &str,
+        mut f: impl FnMut(&Merged<'a>) -> Option<T>,
+    ) -> Option<Vec<(&'a Name, T)>> {
+        let mut collected = Vec::new();
+        for set in sets {
+            self.collect(set, on, &mut collected)?;
+        }
+        collected
+            .into_iter()
+            .map(|(key, field)| Some((key, f(&field)?)))
+            .collect()
+    }
+
+    /// Adds the fields of `set` (of an object of type `on`) to `out` by
+    /// response key, in order of first occurrence, spreading fragments in
+    /// place and merging the fields of a repeated key. `None` for what
+    /// this module leaves to the general path: a directive (`@skip` and
+    /// `@include` were applied and removed before execution; any other
+    /// stays), a fragment whose type condition does not apply to `on`, or
+    /// one key with two field names or two argument lists.
+    fn collect(
+        &self,
+        set: &'a SelectionSet,
+        on: &str,
+        out: &mut Vec<(&'a Name, Merged<'a>)>,
+    ) -> Option<()> {
+        for selection in &set.items {
+            match &selection.node {
+                Selection::Field(field) => {
+                    let field = &field.node;
+                    if !field.directives.is_empty() {
+                        return None;
+                    }
+                    let key = &field.response_key().node;
+                    match out.iter_mut().find(|(k, _)| *k == key) {
+                        Some((_, merged)) => merged.add(field)?,
+                        None => out.push((key, Merged::new(field))),
+                    }
+                }
+                Selection::FragmentSpread(spread) => {
+                    let fragment = &self.fragments.get(&spread.node.fragment_name.node)?.node;
+                    if !spread.node.directives.is_empty()
+                        || !fragment.directives.is_empty()
+                        || !self.applies(&fragment.type_condition.node.on.node, on)
+                    {
+                        return None;
+                    }
+                    self.collect(&fragment.selection_set.node, on, out)?;
+                }
+                Selection::InlineFragment(inline) => {
+                    let inline = &inline.node;
+                    let applies = inline
+                        .type_condition
+                        .as_ref()
+                        .is_none_or(|condition| self.applies(&condition.node.on.node, on));
+                    if !inline.directives.is_empty() || !applies {
+                        return None;
+                    }
+                    self.collect(&inline.selection_set.node, on, out)?;
+                }
+            }
+        }
+        Some(())
+    }
+
+    /// Whether a fragment on type `condition` applies to an object of type
+    /// `on`: the same type, or an interface or union it belongs to.
+    fn applies(&self, condition: &str, on: &str) -> bool {
+        condition == on
+            || self
+                .registry
+                .types
+                .get(condition)
+                .is_some_and(|t| t.is_possible_type(on))
+    }
+
+    /// The leaf fields of `field`'s selection (of type `on`), if each
+    /// passes `shown` and takes no argument.
+    fn leaves(
+        &self,
+        field: &Merged<'a>,
+        on: &str,
+        shown: impl Fn(&str) -> bool,
+    ) -> Option<Vec<(&'a Name, &'a str)>> {
+        self.each(&field.sets(), on, |field| {
+            (!field.has_arguments() && field.is_leaf() && shown(field.name()))
+                .then_some(field.name())
+        })
+    }
+
+    /// The span of an `events` field whose arguments (literals or
+    /// variables) are numbers making a valid window.
+    fn span(&self, field: &Merged<'a>) -> Option<EventSpan> {
+        let mut args = (None, 100, None);
+        for (name, value) in &field.first.arguments {
+            let value = value
+                .node
+                .clone()
+                .into_const_with(|name| {
+                    variable_value(self.variables, self.definitions, &name).ok_or(())
+                })
+                .ok()?;
+            let Value::Number(n) = value else {
                 return None;
+            };
+            let n = n.as_i64()?;
+            match name.node.as_str() {
+                "after" => args.0 = Some(n),
+                "first" => args.1 = i32::try_from(n).ok()?,
+                "last" => args.2 = Some(i32::try_from(n).ok()?),
+                _ => return None,
             }
-            continue;
         }
-        out.push((key, planned));
+        event_span(args.0, args.1, args.2).ok()
     }
-    Some(out)
 }
 
-/// The leaf fields of `field`'s selection, if each passes `shown` and
-/// takes no argument.
-fn leaves(field: &Field, shown: impl Fn(&str) -> bool) -> Option<Vec<(&Name, &str)>> {
-    each(&field.selection_set.node, |field, name| {
-        (field.arguments.is_empty() && field.selection_set.node.items.is_empty() && shown(name))
-            .then_some(name)
-    })
+/// The fields a selection names under one response key: one field, or
+/// several with the same name and arguments whose selections merge.
+struct Merged<'a> {
+    first: &'a Field,
+    more: Vec<&'a Field>,
 }
 
-/// The span of an `events` field whose arguments are literal and valid.
-fn literal_span(field: &Field) -> Option<EventSpan> {
-    let mut args = (None, 100, None);
-    for (name, value) in &field.arguments {
-        let Value::Number(n) = value.node.clone().into_const()? else {
-            return None;
-        };
-        let n = n.as_i64()?;
-        match name.node.as_str() {
-            "after" => args.0 = Some(n),
-            "first" => args.1 = i32::try_from(n).ok()?,
-            "last" => args.2 = Some(i32::try_from(n).ok()?),
-            _ => return None,
+impl<'a> Merged<'a> {
+    fn new(field: &'a Field) -> Self {
+        Merged {
+            first: field,
+            more: Vec::new(),
         }
     }
-    event_span(args.0, args.1, args.2).ok()
+
+    /// Adds a field under the same key; `None` if it names another field
+    /// or other arguments (validation refuses that; kept safe here).
+    fn add(&mut self, field: &'a Field) -> Option<()> {
+        let same =
+            field.name.node == self.first.name.node && field.arguments == self.first.arguments;
+        same.then(|| self.more.push(field))
+    }
+
+    fn name(&self) -> &'a str {
+        self.first.name.node.as_str()
+    }
+
+    fn has_arguments(&self) -> bool {
+        !self.first.arguments.is_empty()
+    }
+
+    /// Every selection set under this key, in order.
+    fn sets(&self) -> Vec<&'a SelectionSet> {
+        std::iter::once(self.first)
+            .chain(self.more.iter().copied())
+            .map(|field| &field.selection_set.node)
+            .collect()
+    }
+
+    fn is_leaf(&self) -> bool {
+        self.sets().iter().all(|set| set.items.is_empty())
+    }
 }
 
 /// The page of `scope`'s tasks that `plan` shows, read and built.
@@ -467,16 +621,35 @@ mod tests {
 
     use super::*;
 
-    /// The plan of the first field of `query`'s only operation.
-    fn planned(query: &str) -> Option<(Fields, usize)> {
+    /// The plan of the first field of `query`'s only operation, with
+    /// `variables` and the types a page shows (and `Node`, which `Task`
+    /// implements).
+    fn planned_with(query: &str, variables: serde_json::Value) -> Option<(Fields, usize)> {
         let document = parse_query(query).unwrap();
-        let DocumentOperations::Single(operation) = &document.operations else {
-            panic!("one operation");
+        let operation = match &document.operations {
+            DocumentOperations::Single(operation) => operation,
+            DocumentOperations::Multiple(named) => named.values().next().unwrap(),
         };
         let Selection::Field(field) = &operation.node.selection_set.node.items[0].node else {
             panic!("a field");
         };
-        plan(&field.node).map(|p| (p.fields, p.spans.len()))
+        let mut registry = Registry::default();
+        TaskPage::create_type_info(&mut registry);
+        <crate::schema::node::Node as OutputType>::create_type_info(&mut registry);
+        let variables = Variables::from_json(variables);
+        let operation = Operation {
+            fragments: &document.fragments,
+            variables: &variables,
+            definitions: &operation.node.variable_definitions,
+            registry: &registry,
+        };
+        operation
+            .plan(&field.node)
+            .map(|p| (p.fields, p.spans.len()))
+    }
+
+    fn planned(query: &str) -> Option<(Fields, usize)> {
+        planned_with(query, serde_json::json!({}))
     }
 
     #[test]
@@ -521,23 +694,57 @@ mod tests {
     }
 
     #[test]
+    fn fragments_variables_and_repeated_fields_plan_as_the_fields_they_collect() {
+        let written_out = planned(
+            "{ tasks { edges { node { id status steps { stepId status } \
+             events(last: 5) { seq kind } } } } }",
+        )
+        .unwrap();
+        for query in [
+            // a named fragment, as Relay and Apollo clients write a page
+            "query Page($n: Int = 5) { tasks { edges { node { ...Row } } } } \
+             fragment Row on Task { id status steps { stepId status } events(last: $n) { seq kind } }",
+            // inline fragments, one on an interface the task implements
+            "{ tasks { edges { node { ... on Task { id } ... on Node { id } \
+             ... { status steps { stepId } } steps { status } events(last: 5) { seq kind } } } } }",
+            // nested spreads, and one key repeated with its selections merged
+            "{ tasks { ...Edges } } fragment Edges on TaskConnection { edges { node { id ...More } } } \
+             fragment More on Task { status steps { stepId } steps { status } \
+             events(last: 5) { seq } events(last: 5) { kind } }",
+        ] {
+            let (fields, spans) = planned(query).unwrap_or_else(|| panic!("{query}"));
+            assert_eq!(fields.task, written_out.0.task, "{query}");
+            assert_eq!(fields.step, written_out.0.step, "{query}");
+            assert_eq!(fields.event, written_out.0.event, "{query}");
+            assert_eq!(spans, written_out.1, "{query}");
+        }
+        let from_variable = planned_with(
+            "query($n: Int!) { tasks { edges { node { events(last: $n) { seq } } } } }",
+            serde_json::json!({ "n": 3 }),
+        );
+        assert_eq!(from_variable.map(|(_, spans)| spans), Some(1));
+    }
+
+    #[test]
     fn anything_else_takes_the_general_path() {
         for query in [
-            // a fragment, a directive, a variable
-            "{ tasks { edges { node { ... on Task { id } } } } }",
-            "{ tasks { edges { node { id @include(if: true) } } } }",
-            "query($n: Int!) { tasks { edges { node { events(last: $n) { seq } } } } }",
+            // a directive that stays, a fragment on another type
+            "{ tasks { edges { node { id @deprecated } } } }",
+            "{ tasks { edges { node { ... on Conversation { id } } } } }",
+            // a window from a variable with no value, or not a number
+            "query($n: Int) { tasks { edges { node { events(last: $n) { seq } } } } }",
             // JSON, a relation through a loader, an event's type name
             "{ tasks { edges { node { payload } } } }",
             "{ tasks { edges { node { reviews { id } } } } }",
             "{ tasks { edges { node { parent { id } } } } }",
             "{ tasks { edges { node { events(last: 5) { __typename } } } } }",
             "{ tasks { edges { node { steps { args } } } } }",
+            "{ tasks { edges { node { ...F } } } } fragment F on Task { steps { args } }",
             // an invalid window (the general path reports it), `nodes`
             "{ tasks { edges { node { events(last: 0) { seq } } } } }",
             "{ tasks { nodes { id } } }",
-            // a repeated field with a selection of its own (they merge)
-            "{ tasks { edges { node { steps { tool } steps { status } } } } }",
+            // one key naming two argument lists (validation refuses it)
+            "{ tasks { edges { node { e: events(last: 5) { seq } e: events(last: 6) { seq } } } } }",
         ] {
             assert!(planned(query).is_none(), "{query}");
         }

@@ -54,6 +54,9 @@
 //! PostGraphile's (Amber preset): `allTasks(condition: {tenantId: …},
 //! orderBy: PRIMARY_KEY_ASC, first: 50)` with `taskStepsByTaskId(orderBy:
 //! PRIMARY_KEY_ASC)` and `taskEventsByTaskId(orderBy: SEQ_DESC, first: 5)`.
+//! With `--fragments`, both are written as client libraries write them: the
+//! task's, step's and event's fields in named fragments (`...TaskRow`,
+//! `...StepRow`, `...EventRow`) spread into the page.
 
 use std::{
     collections::BTreeMap,
@@ -146,6 +149,10 @@ struct Args {
     /// PostGraphile gets the tenant as `pgSettings` on every request.
     #[arg(long)]
     row_security: bool,
+    /// Both servers' queries written with named fragments, as client
+    /// libraries write them (the same fields and answers).
+    #[arg(long)]
+    fragments: bool,
 }
 
 /// The role both servers connect as with `--row-security`.
@@ -224,7 +231,19 @@ struct Target {
     expected: Arc<Vec<TaskRow>>,
 }
 
-fn brainstem_query(first: usize) -> String {
+/// Brainstem's page of `first` tasks; with `fragments`, written as client
+/// libraries (Relay, Apollo, graphql-codegen) write it: each component's
+/// fields in a named fragment, spread into the page.
+fn brainstem_query(first: usize, fragments: bool) -> String {
+    if fragments {
+        return format!(
+            "query Page {{ tasks(first: {first}) {{ edges {{ node {{ ...TaskRow }} }} }} }} \
+             fragment TaskRow on Task {{ id status plan {{ key version }} \
+             steps {{ ...StepRow }} events(last: 5) {{ ...EventRow }} }} \
+             fragment StepRow on TaskStep {{ stepId status attempt durationMs }} \
+             fragment EventRow on TaskEvent {{ seq kind summary }}"
+        );
+    }
     format!(
         "{{ tasks(first: {first}) {{ edges {{ node {{ \
          id status plan {{ key version }} \
@@ -233,9 +252,23 @@ fn brainstem_query(first: usize) -> String {
     )
 }
 
-fn postgraphile_query(first: usize, tenant: &str) -> String {
+/// PostGraphile's page of the same tasks, written the same way.
+fn postgraphile_query(first: usize, tenant: &str, fragments: bool) -> String {
+    let page = format!(
+        "allTasks(condition: {{tenantId: \"{tenant}\"}}, orderBy: PRIMARY_KEY_ASC, first: {first})"
+    );
+    if fragments {
+        return format!(
+            "query Page {{ {page} {{ edges {{ node {{ ...TaskRow }} }} }} }} \
+             fragment TaskRow on Task {{ rowId status planKey planVersion \
+             taskStepsByTaskId(orderBy: PRIMARY_KEY_ASC) {{ nodes {{ ...StepRow }} }} \
+             taskEventsByTaskId(orderBy: SEQ_DESC, first: 5) {{ nodes {{ ...EventRow }} }} }} \
+             fragment StepRow on TaskStep {{ stepId status attempt durationMs }} \
+             fragment EventRow on TaskEvent {{ seq kind summary }}"
+        );
+    }
     format!(
-        "{{ allTasks(condition: {{tenantId: \"{tenant}\"}}, orderBy: PRIMARY_KEY_ASC, first: {first}) \
+        "{{ {page} \
          {{ edges {{ node {{ rowId status planKey planVersion \
          taskStepsByTaskId(orderBy: PRIMARY_KEY_ASC) {{ nodes {{ stepId status attempt durationMs }} }} \
          taskEventsByTaskId(orderBy: SEQ_DESC, first: 5) {{ nodes {{ seq kind summary }} }} }} }} }} }}"
@@ -560,14 +593,14 @@ async fn measure(
         peer: Peer::Brainstem,
         url: format!("http://127.0.0.1:{brainstem_port}/graphql"),
         token: Some(admin.to_owned()),
-        body: body(brainstem_query(args.first)),
+        body: body(brainstem_query(args.first, args.fragments)),
         expected: Arc::new(Vec::new()),
     };
     let mut postgraphile = Target {
         peer: Peer::PostGraphile,
         url: format!("http://127.0.0.1:{postgraphile_port}/graphql"),
         token: None,
-        body: body(postgraphile_query(args.first, tenant)),
+        body: body(postgraphile_query(args.first, tenant, args.fragments)),
         expected: Arc::new(Vec::new()),
     };
     wait_ready(&http, &brainstem, Duration::from_secs(60)).await?;
@@ -758,7 +791,14 @@ async fn measure(
         args.connections, args.seconds
     );
     for &size in &args.page_sizes {
-        let answer = match call(&http, &brainstem.url, admin, &brainstem_query(size)).await {
+        let answer = match call(
+            &http,
+            &brainstem.url,
+            admin,
+            &brainstem_query(size, args.fragments),
+        )
+        .await
+        {
             Ok(answer) => answer,
             Err(err) => {
                 println!("page {size:>3}: rejected by the server: {err}");
@@ -770,7 +810,7 @@ async fn measure(
             bail!("page {size}: {} tasks in the answer", page.len());
         }
         let target = Arc::new(Target {
-            body: body(brainstem_query(size)),
+            body: body(brainstem_query(size, args.fragments)),
             expected: Arc::new(page),
             ..Target::clone(&brainstem)
         });

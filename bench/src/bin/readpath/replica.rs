@@ -255,7 +255,7 @@ async fn measure(
     // primary alone answers.
     let mut targets: Vec<(usize, [Arc<Target>; 2])> = Vec::new();
     for &size in &sizes {
-        let query = brainstem_query(size);
+        let query = brainstem_query(size, args.fragments);
         let target = |port: u16, expected| Target {
             peer: Peer::Brainstem,
             url: url(port),
