@@ -8,13 +8,15 @@
 // PostgreSQL as the `brainstem.tenant` setting that Brainstem's row-level
 // security policies read; empty otherwise).
 //
-// No change to Brainstem's schema is needed: `task_steps.task_id` and
-// `task_events.task_id` are foreign keys to `tasks.id`, and each is a key of
-// an index (`ix_task_steps_tenant_task`, `uq_task_events_tenant_task_seq`),
-// so the Amber preset's index rule (PgIndexBehaviorsPlugin) keeps both
-// backward relations. The query reads, for one tenant (condition on
-// `tasks.tenant_id`, also indexed), the first N tasks in primary-key order
-// with `taskStepsByTaskId` and the last five `taskEventsByTaskId` by `seq`.
+// No change to Brainstem's schema is needed: `task_steps` and `task_events`
+// reference `tasks` by `(tenant_id, task_id)` (every tenant table's keys run
+// through the tenant), and each is the start of an index
+// (`ix_task_steps_tenant_task`, `uq_task_events_tenant_task_seq`), so the
+// Amber preset's index rule (PgIndexBehaviorsPlugin) keeps both backward
+// relations, named `taskStepsByTenantIdAndTaskId` and
+// `taskEventsByTenantIdAndTaskId`. The query reads, for one tenant
+// (condition on `tasks.tenant_id`, also indexed), the first N tasks in
+// primary-key order with their steps and their last five events by `seq`.
 import { PostGraphileAmberPreset } from "postgraphile/presets/amber";
 import { makePgService } from "postgraphile/adaptors/pg";
 

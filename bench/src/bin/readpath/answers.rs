@@ -61,8 +61,8 @@ pub fn rows(peer: Peer, body: &Value) -> anyhow::Result<Vec<TaskRow>> {
                     Value::Null => None,
                     key => Some((text(key)?, number(&node["planVersion"])?)),
                 },
-                &node["taskStepsByTaskId"]["nodes"],
-                events_of(&node["taskEventsByTaskId"]["nodes"])?,
+                &node["taskStepsByTenantIdAndTaskId"]["nodes"],
+                events_of(&node["taskEventsByTenantIdAndTaskId"]["nodes"])?,
                 raw_id,
             ),
         };

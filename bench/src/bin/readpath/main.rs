@@ -15,11 +15,15 @@
 //! 2. Starts the release `brainstem serve` (`--brainstem`) and PostGraphile
 //!    (`--postgraphile`: a folder with `node_modules/` and
 //!    `graphile.config.mjs`, run by `--node`) on that database, both on
-//!    127.0.0.1, each with a pool of `--pool` connections. Both are child
-//!    processes killed when this program ends.
+//!    127.0.0.1, each process with a pool of `--pool` connections.
+//!    PostGraphile runs as `--postgraphile-processes` Node processes (default
+//!    one per core, as it would be deployed: a Node process uses one core)
+//!    and is measured twice: one process alone ("x1"), and all of them behind
+//!    the same load, the clients taking them in turn ("x2" on two cores).
+//!    All are child processes killed when this program ends.
 //! 3. Asks both for the page and checks that they agree (same tasks in the
 //!    same order, same steps, same last five events).
-//! 4. `--rounds` rounds, alternating which server goes first: per server
+//! 4. `--rounds` rounds, each starting with the next server: per server
 //!    `--warmup` s unmeasured, then `--seconds` s of `--connections`
 //!    closed-loop clients sending the query back to back. Every answer is
 //!    checked: HTTP 200, no errors, and the same data as the reference. A
@@ -52,8 +56,8 @@
 //! ```
 //!
 //! PostGraphile's (Amber preset): `allTasks(condition: {tenantId: …},
-//! orderBy: PRIMARY_KEY_ASC, first: 50)` with `taskStepsByTaskId(orderBy:
-//! PRIMARY_KEY_ASC)` and `taskEventsByTaskId(orderBy: SEQ_DESC, first: 5)`.
+//! orderBy: PRIMARY_KEY_ASC, first: 50)` with `taskStepsByTenantIdAndTaskId(orderBy:
+//! PRIMARY_KEY_ASC)` and `taskEventsByTenantIdAndTaskId(orderBy: SEQ_DESC, first: 5)`.
 //! With `--fragments`, both are written as client libraries write them: the
 //! task's, step's and event's fields in named fragments (`...TaskRow`,
 //! `...StepRow`, `...EventRow`) spread into the page.
@@ -153,6 +157,11 @@ struct Args {
     /// libraries write them (the same fields and answers).
     #[arg(long)]
     fragments: bool,
+    /// PostGraphile processes (Node runs a process on one core): measured
+    /// as one process and, when more than one, as all of them behind the
+    /// same load. Default: one per core of this machine.
+    #[arg(long, default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
+    postgraphile_processes: usize,
 }
 
 /// The role both servers connect as with `--row-security`.
@@ -222,10 +231,14 @@ async fn interrupted() -> anyhow::Result<&'static str> {
 }
 
 /// One server under load: where to send what, and what it must answer.
+/// A server of several processes (PostGraphile one per core) has one URL
+/// per process; the load's clients take them in turn.
 #[derive(Clone)]
 struct Target {
     peer: Peer,
-    url: String,
+    /// How the figures name it.
+    name: String,
+    urls: Vec<String>,
     token: Option<String>,
     body: Arc<Vec<u8>>,
     expected: Arc<Vec<TaskRow>>,
@@ -261,8 +274,8 @@ fn postgraphile_query(first: usize, tenant: &str, fragments: bool) -> String {
         return format!(
             "query Page {{ {page} {{ edges {{ node {{ ...TaskRow }} }} }} }} \
              fragment TaskRow on Task {{ rowId status planKey planVersion \
-             taskStepsByTaskId(orderBy: PRIMARY_KEY_ASC) {{ nodes {{ ...StepRow }} }} \
-             taskEventsByTaskId(orderBy: SEQ_DESC, first: 5) {{ nodes {{ ...EventRow }} }} }} \
+             taskStepsByTenantIdAndTaskId(orderBy: PRIMARY_KEY_ASC) {{ nodes {{ ...StepRow }} }} \
+             taskEventsByTenantIdAndTaskId(orderBy: SEQ_DESC, first: 5) {{ nodes {{ ...EventRow }} }} }} \
              fragment StepRow on TaskStep {{ stepId status attempt durationMs }} \
              fragment EventRow on TaskEvent {{ seq kind summary }}"
         );
@@ -270,8 +283,8 @@ fn postgraphile_query(first: usize, tenant: &str, fragments: bool) -> String {
     format!(
         "{{ {page} \
          {{ edges {{ node {{ rowId status planKey planVersion \
-         taskStepsByTaskId(orderBy: PRIMARY_KEY_ASC) {{ nodes {{ stepId status attempt durationMs }} }} \
-         taskEventsByTaskId(orderBy: SEQ_DESC, first: 5) {{ nodes {{ seq kind summary }} }} }} }} }} }}"
+         taskStepsByTenantIdAndTaskId(orderBy: PRIMARY_KEY_ASC) {{ nodes {{ stepId status attempt durationMs }} }} \
+         taskEventsByTenantIdAndTaskId(orderBy: SEQ_DESC, first: 5) {{ nodes {{ seq kind summary }} }} }} }} }} }}"
     )
 }
 
@@ -293,36 +306,42 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
         &jwt_secret,
         &encryption_key,
     )?;
-    let postgraphile_port = free_port()?;
     let cli = postgraphile_dir.join("node_modules/postgraphile/dist/cli-run.js");
     // PostGraphile warns at start about types it does not map (pgvector's
-    // `vector`); its output goes to a log file beside its install.
-    let postgraphile_log = postgraphile_dir.join("postgraphile.log");
-    let log_file = std::fs::File::create(&postgraphile_log)
-        .with_context(|| format!("creating {}", postgraphile_log.display()))?;
-    let mut postgraphile = Command::new(node)
-        .arg(&cli)
-        .arg("-C")
-        .arg(postgraphile_dir.join("graphile.config.mjs"))
-        .current_dir(postgraphile_dir)
-        .env("DATABASE_URL", database_url)
-        .env("PORT", postgraphile_port.to_string())
-        .env("PG_POOL", args.pool.to_string())
-        .env("NODE_ENV", "production")
-        .env(
-            "PG_TENANT",
-            if args.row_security {
-                tenant.as_str()
-            } else {
-                ""
-            },
-        )
-        .stdin(Stdio::null())
-        .stdout(log_file.try_clone()?)
-        .stderr(log_file)
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {} {}", node.display(), cli.display()))?;
+    // `vector`); each process's output goes to a log file beside its install.
+    let mut postgraphile = Vec::new();
+    let mut postgraphile_ports = Vec::new();
+    for process in 0..args.postgraphile_processes.max(1) {
+        let port = free_port()?;
+        let log = postgraphile_dir.join(format!("postgraphile-{process}.log"));
+        let log_file =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let child = Command::new(node)
+            .arg(&cli)
+            .arg("-C")
+            .arg(postgraphile_dir.join("graphile.config.mjs"))
+            .current_dir(postgraphile_dir)
+            .env("DATABASE_URL", database_url)
+            .env("PORT", port.to_string())
+            .env("PG_POOL", args.pool.to_string())
+            .env("NODE_ENV", "production")
+            .env(
+                "PG_TENANT",
+                if args.row_security {
+                    tenant.as_str()
+                } else {
+                    ""
+                },
+            )
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone()?)
+            .stderr(log_file)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {} {}", node.display(), cli.display()))?;
+        postgraphile.push(child);
+        postgraphile_ports.push(port);
+    }
 
     let result = measure(
         args,
@@ -330,11 +349,13 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
         &tenant,
         &admin,
         brainstem_port,
-        postgraphile_port,
+        &postgraphile_ports,
     )
     .await;
     stop(&mut brainstem).await;
-    stop(&mut postgraphile).await;
+    for child in &mut postgraphile {
+        stop(child).await;
+    }
     result
 }
 
@@ -453,19 +474,22 @@ async fn wait_ready(
     limit: Duration,
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + limit;
-    loop {
-        match send(http, target, &mut None).await {
-            Ok(_) => return Ok(()),
-            Err(err) if Instant::now() >= deadline => {
-                return Err(err.context(format!(
-                    "{} did not answer within {} s",
-                    target.peer.name(),
-                    limit.as_secs()
-                )));
+    for url in &target.urls {
+        loop {
+            match send(http, target, url, &mut None).await {
+                Ok(_) => break,
+                Err(err) if Instant::now() >= deadline => {
+                    return Err(err.context(format!(
+                        "{} did not answer within {} s",
+                        target.name,
+                        limit.as_secs()
+                    )));
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
             }
-            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
         }
     }
+    Ok(())
 }
 
 /// One request; the answer checked against `target.expected` (when set).
@@ -474,11 +498,12 @@ async fn wait_ready(
 async fn send(
     http: &reqwest::Client,
     target: &Target,
+    url: &str,
     passed: &mut Option<Vec<u8>>,
 ) -> anyhow::Result<Duration> {
     let sent = Instant::now();
     let mut request = http
-        .post(&target.url)
+        .post(url)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .header(reqwest::header::ACCEPT, "application/json")
         .body(target.body.as_ref().clone());
@@ -533,14 +558,15 @@ async fn load(
     let started = Instant::now();
     let deadline = started + duration;
     let mut clients = Vec::with_capacity(connections);
-    for _ in 0..connections {
+    for client in 0..connections {
         let http = http.clone();
         let target = target.clone();
         clients.push(tokio::spawn(async move {
+            let url = &target.urls[client % target.urls.len()];
             let mut latencies = Vec::new();
             let mut passed = None;
             while Instant::now() < deadline {
-                latencies.push(send(&http, &target, &mut passed).await?);
+                latencies.push(send(&http, &target, url, &mut passed).await?);
             }
             anyhow::Ok(latencies)
         }));
@@ -582,36 +608,50 @@ async fn measure(
     tenant: &str,
     admin: &str,
     brainstem_port: u16,
-    postgraphile_port: u16,
+    postgraphile_ports: &[u16],
 ) -> anyhow::Result<()> {
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(args.connections.max(1) * 2)
         .timeout(Duration::from_secs(30))
         .build()?;
     let body = |query: String| Arc::new(json!({ "query": query }).to_string().into_bytes());
+    let url = |port: &u16| format!("http://127.0.0.1:{port}/graphql");
     let mut brainstem = Target {
         peer: Peer::Brainstem,
-        url: format!("http://127.0.0.1:{brainstem_port}/graphql"),
+        name: Peer::Brainstem.name().to_owned(),
+        urls: vec![url(&brainstem_port)],
         token: Some(admin.to_owned()),
         body: body(brainstem_query(args.first, args.fragments)),
         expected: Arc::new(Vec::new()),
     };
+    // PostGraphile as one process, and (on a machine of several cores) as
+    // one process per core behind the same load, as it would be deployed.
     let mut postgraphile = Target {
         peer: Peer::PostGraphile,
-        url: format!("http://127.0.0.1:{postgraphile_port}/graphql"),
+        name: format!("{} x1", Peer::PostGraphile.name()),
+        urls: postgraphile_ports.iter().take(1).map(url).collect(),
         token: None,
         body: body(postgraphile_query(args.first, tenant, args.fragments)),
         expected: Arc::new(Vec::new()),
     };
+    let mut postgraphile_each = Target {
+        name: format!(
+            "{} x{}",
+            Peer::PostGraphile.name(),
+            postgraphile_ports.len()
+        ),
+        urls: postgraphile_ports.iter().map(url).collect(),
+        ..postgraphile.clone()
+    };
     wait_ready(&http, &brainstem, Duration::from_secs(60)).await?;
-    wait_ready(&http, &postgraphile, Duration::from_secs(120))
+    wait_ready(&http, &postgraphile_each, Duration::from_secs(120))
         .await
-        .context("see postgraphile.log in the --postgraphile folder")?;
+        .context("see postgraphile-*.log in the --postgraphile folder")?;
 
     // The reference: both servers' answers, which must agree.
     let first_of = |target: &Target| {
         let http = http.clone();
-        let url = target.url.clone();
+        let url = target.urls[0].clone();
         let token = target.token.clone();
         let body = target.body.clone();
         async move {
@@ -674,18 +714,21 @@ async fn measure(
     let reference = Arc::new(reference);
     brainstem.expected = reference.clone();
     postgraphile.expected = reference.clone();
+    postgraphile_each.expected = reference.clone();
     let brainstem = Arc::new(brainstem);
     let postgraphile = Arc::new(postgraphile);
+    let mut targets = vec![brainstem.clone(), postgraphile.clone()];
+    if postgraphile_ports.len() > 1 {
+        targets.push(Arc::new(postgraphile_each));
+    }
 
-    let mut totals: BTreeMap<&str, (Window, Vec<f64>)> = BTreeMap::new();
+    let mut totals: BTreeMap<String, (Window, Vec<f64>)> = BTreeMap::new();
     let mut brainstem_counted = (0.0, 0usize);
     for round in 1..=args.rounds {
-        let order = if round % 2 == 1 {
-            [&brainstem, &postgraphile]
-        } else {
-            [&postgraphile, &brainstem]
-        };
-        for target in order {
+        // Each round starts with the next server.
+        let mut order = targets.clone();
+        order.rotate_left((round - 1) % targets.len());
+        for target in &order {
             load(
                 &http,
                 target,
@@ -712,14 +755,14 @@ async fn measure(
             }
             window.latencies.sort();
             println!(
-                "round {round} {:<12} {:>7.1} req/s  p50 {:>7.2} ms  p99 {:>7.2} ms  ({} requests, all checked)",
-                target.peer.name(),
+                "round {round} {:<15} {:>7.1} req/s  p50 {:>7.2} ms  p99 {:>7.2} ms  ({} requests, all checked)",
+                target.name,
                 window.per_second(),
                 pct(&window.latencies, 50.0),
                 pct(&window.latencies, 99.0),
                 window.latencies.len(),
             );
-            let total = totals.entry(target.peer.name()).or_default();
+            let total = totals.entry(target.name.clone()).or_default();
             total.1.push(window.per_second());
             total.0.latencies.extend(window.latencies);
             total.0.elapsed += window.elapsed;
@@ -739,8 +782,8 @@ async fn measure(
         "| server | req/s (all rounds) | req/s per round | p50 | p99 | SQL statements/request |"
     );
     println!("| --- | --- | --- | --- | --- | --- |");
-    for peer in [Peer::Brainstem, Peer::PostGraphile] {
-        let Some((window, rounds)) = totals.get_mut(peer.name()) else {
+    for target in &targets {
+        let Some((window, rounds)) = totals.get_mut(&target.name) else {
             continue;
         };
         window.latencies.sort();
@@ -751,13 +794,13 @@ async fn measure(
             .join(", ");
         let logged = logged
             .as_ref()
-            .map(|l| match peer {
+            .map(|l| match target.peer {
                 Peer::Brainstem => l.0,
                 Peer::PostGraphile => l.1,
             })
             .map(|n| format!("{n:.1} (logged by PostgreSQL)"))
             .unwrap_or_else(|| "not counted (no --pg-log)".into());
-        let own = match peer {
+        let own = match target.peer {
             Peer::Brainstem => format!(
                 "; {:.1} by its own counter",
                 brainstem_counted.0 / brainstem_counted.1.max(1) as f64
@@ -766,23 +809,26 @@ async fn measure(
         };
         println!(
             "| {} | {:.1} | {} | {:.2} ms | {:.2} ms | {logged}{own} |",
-            peer.name(),
+            target.name,
             window.per_second(),
             per_round,
             pct(&window.latencies, 50.0),
             pct(&window.latencies, 99.0),
         );
     }
-    let rate = |peer: Peer| {
+    let rate = |target: &Target| {
         totals
-            .get(peer.name())
+            .get(&target.name)
             .map(|(w, _)| w.per_second())
             .unwrap_or(0.0)
     };
-    println!(
-        "brainstem/postgraphile req/s ratio: {:.2}",
-        rate(Peer::Brainstem) / rate(Peer::PostGraphile).max(1e-9)
-    );
+    for peer in targets.iter().filter(|t| t.peer == Peer::PostGraphile) {
+        println!(
+            "brainstem/{} req/s ratio: {:.2}",
+            peer.name,
+            rate(&brainstem) / rate(peer).max(1e-9)
+        );
+    }
 
     // Brainstem alone at other page sizes.
     println!();
@@ -793,7 +839,7 @@ async fn measure(
     for &size in &args.page_sizes {
         let answer = match call(
             &http,
-            &brainstem.url,
+            &brainstem.urls[0],
             admin,
             &brainstem_query(size, args.fragments),
         )
@@ -863,7 +909,7 @@ async fn count_statements(
     for target in [brainstem, postgraphile] {
         let start = tokio::fs::metadata(log).await?.len();
         for _ in 0..args.count_requests {
-            send(http, target, &mut None).await?;
+            send(http, target, &target.urls[0], &mut None).await?;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
         let bytes = tokio::fs::read(log).await?;

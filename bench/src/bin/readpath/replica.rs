@@ -258,7 +258,8 @@ async fn measure(
         let query = brainstem_query(size, args.fragments);
         let target = |port: u16, expected| Target {
             peer: Peer::Brainstem,
-            url: url(port),
+            name: Peer::Brainstem.name().to_owned(),
+            urls: vec![url(port)],
             token: Some(admin.to_owned()),
             body: Arc::new(json!({ "query": query }).to_string().into_bytes()),
             expected,
