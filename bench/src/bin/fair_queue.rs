@@ -3,7 +3,12 @@
 //!
 //! (a) tenant B's start → COMPLETED p50/p99 for a 3-step no-op task, alone
 //!     and then while tenant A has a backlog of `--slow-tasks` tasks whose
-//!     one step waits `--step-ms` on a local endpoint;
+//!     one step waits `--step-ms` on a local endpoint: `--b-tasks` of B's
+//!     tasks one after another each way, `--repeats` times, alone and beside
+//!     alternating (so both see the machine in the same state), after
+//!     `--warmup` of B's tasks that are not counted (a process's first tasks
+//!     pay for its cold caches and pool); p50 and p99 over every repeat's
+//!     samples, and each repeat's own;
 //! (b) `--slow-tasks` such tasks of one tenant: the time from the first
 //!     start to the last completion;
 //! (c) no-op steps/s: `--noop-tasks` 3-step no-op tasks, `--clients` at a
@@ -44,9 +49,16 @@ struct Args {
     /// How long the endpoint takes to answer a slow step.
     #[arg(long, default_value_t = 1000)]
     step_ms: u64,
-    /// Tenant B's tasks measured, alone and beside A's backlog.
+    /// Tenant B's tasks measured per repeat, alone and beside A's backlog
+    /// (at about 10 ms each, 200 fit in the backlog's 5 s).
     #[arg(long, default_value_t = 200)]
     b_tasks: usize,
+    /// Repeats of (a): B alone, then A's backlog with B beside it.
+    #[arg(long, default_value_t = 5)]
+    repeats: usize,
+    /// B's tasks run before (a) and not counted.
+    #[arg(long, default_value_t = 20)]
+    warmup: usize,
     /// No-op tasks for (c).
     #[arg(long, default_value_t = 2000)]
     noop_tasks: usize,
@@ -223,17 +235,34 @@ async fn main() -> anyhow::Result<()> {
         args.pool
     );
 
-    // (a) B alone, then beside A's backlog.
-    let alone = b_latencies(&domain, &b, &completions, args.b_tasks).await?;
-    let backlog = start_many(&domain, &a, "slow", args.slow_tasks).await?;
-    let beside = b_latencies(&domain, &b, &completions, args.b_tasks).await?;
-    for id in &backlog {
-        completions.wait(*id).await;
-    }
+    // (a) B alone, then beside A's backlog, `repeats` times.
+    b_latencies(&domain, &b, &completions, args.warmup).await?;
     let p = |l: &[Duration], q: f64| ms(percentile(l, q));
+    let (mut alone, mut beside) = (Vec::new(), Vec::new());
+    for repeat in 1..=args.repeats.max(1) {
+        let alone_now = b_latencies(&domain, &b, &completions, args.b_tasks).await?;
+        let backlog = start_many(&domain, &a, "slow", args.slow_tasks).await?;
+        let beside_now = b_latencies(&domain, &b, &completions, args.b_tasks).await?;
+        for id in &backlog {
+            completions.wait(*id).await;
+        }
+        println!(
+            "(a) repeat {repeat}: alone p50 {:.1} ms p99 {:.1} ms; beside p50 {:.1} ms p99 {:.1} ms",
+            p(&alone_now, 50.0),
+            p(&alone_now, 99.0),
+            p(&beside_now, 50.0),
+            p(&beside_now, 99.0),
+        );
+        alone.extend(alone_now);
+        beside.extend(beside_now);
+    }
+    alone.sort();
+    beside.sort();
     println!(
-        "(a) tenant B, 3-step no-op, start → COMPLETED: alone p50 {:.1} ms p99 {:.1} ms; \
-         beside A's backlog of {} slow tasks p50 {:.1} ms p99 {:.1} ms (p99 ratio {:.2})",
+        "(a) tenant B, 3-step no-op, start → COMPLETED, {} samples each way: alone p50 {:.1} ms \
+         p99 {:.1} ms; beside A's backlog of {} slow tasks p50 {:.1} ms p99 {:.1} ms \
+         (p99 ratio {:.2})",
+        alone.len(),
         p(&alone, 50.0),
         p(&alone, 99.0),
         args.slow_tasks,

@@ -320,3 +320,29 @@ impl StatementCounter {
         self.count.load(Ordering::Relaxed)
     }
 }
+
+/// For tests that read SQLite's plans: a migrated database in a temporary
+/// directory (kept while the directory lives), and the plan of a statement.
+#[cfg(test)]
+pub mod plans {
+    use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
+
+    pub async fn migrated_sqlite() -> (tempfile::TempDir, DatabaseConnection) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("plan.db").display());
+        let db = super::connect(&url, 1).await.unwrap();
+        super::migrate(&db).await.unwrap();
+        (dir, db)
+    }
+
+    /// Each step's `detail` of `EXPLAIN QUERY PLAN` for `statement`.
+    pub async fn query_plan(db: &DatabaseConnection, mut statement: Statement) -> Vec<String> {
+        statement.sql = format!("EXPLAIN QUERY PLAN {}", statement.sql);
+        db.query_all_raw(statement)
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.try_get::<String>("", "detail").unwrap())
+            .collect()
+    }
+}

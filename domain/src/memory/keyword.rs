@@ -533,10 +533,7 @@ mod tests {
     /// otherwise pick, it scanned the tenant's memories once per match.
     #[tokio::test]
     async fn sqlite_reads_each_match_by_primary_key() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("plan.db").display());
-        let db = crate::kernel::db::connect(&url, 1).await.unwrap();
-        crate::kernel::db::migrate(&db).await.unwrap();
+        let (_dir, db) = crate::kernel::db::plans::migrated_sqlite().await;
         let scope = TenantScope::new(TenantId::from(Uuid::now_v7()));
         let filter = CandidateFilter {
             tiers: vec!["LONG_TERM".into()],
@@ -550,15 +547,8 @@ mod tests {
             (words.clone(), SqliteOrder::Bm25(10)),
         ] {
             let (_, fts) = sqlite_words(&words, &common);
-            let mut statement = sqlite_statement(scope, &fts, &filter, order).statement();
-            statement.sql = format!("EXPLAIN QUERY PLAN {}", statement.sql);
-            let plan: Vec<String> = db
-                .query_all_raw(statement)
-                .await
-                .unwrap()
-                .iter()
-                .map(|row| row.try_get::<String>("", "detail").unwrap())
-                .collect();
+            let statement = sqlite_statement(scope, &fts, &filter, order).statement();
+            let plan = crate::kernel::db::plans::query_plan(&db, statement).await;
             let memories: Vec<&String> = plan.iter().filter(|step| step.contains(" m ")).collect();
             assert_eq!(memories.len(), 1, "{plan:?}");
             assert!(

@@ -145,11 +145,14 @@ WHERE tenant_id = $4 AND id = ( \
 RETURNING *";
 
 /// SQLite: the whole rule in the claim's one `UPDATE`. `?4`: the
-/// platform's default running limit.
+/// platform's default running limit. `ranked` is `MATERIALIZED`: each
+/// tenant's running count and latest claim are read once per claim;
+/// inlined, SQLite read them again for every runnable task it weighed
+/// (a second a claim with 800 runnable tasks beside 7,000 finished ones).
 const CLAIM_SQLITE: &str = "\
 UPDATE tasks SET lease_owner = ?1, lease_expires_at = ?2, updated_at = ?3, claimed_at = ?3 \
 WHERE id = ( \
-  WITH ranked AS ( \
+  WITH ranked AS MATERIALIZED ( \
     SELECT a.tenant_id, \
       COALESCE(q.max_running, ?4) AS max_running, \
       COALESCE(q.weight, 1.0) AS weight, \
@@ -399,5 +402,39 @@ impl Executor {
     pub async fn claim(&self, now: DateTime<Utc>) -> Result<Option<Task>> {
         let claimed = as_platform(Bypass::Queue, self.claim_next(now, false)).await?;
         Ok(claimed.map(|c| c.task))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SQLite ranks the tenants once per claim (`MATERIALIZE ranked`), not
+    /// once per runnable task it weighs.
+    #[tokio::test]
+    async fn sqlite_ranks_each_tenant_once_per_claim() {
+        let (_dir, db) = crate::kernel::db::plans::migrated_sqlite().await;
+        let select = CLAIM_SQLITE
+            .split_once("WHERE id = ( ")
+            .and_then(|(_, rest)| rest.rsplit_once(") RETURNING"))
+            .map(|(select, _)| select)
+            .unwrap();
+        let now = Utc::now();
+        let statement = Statement::from_sql_and_values(
+            DbBackend::Sqlite,
+            select,
+            ["w".into(), now.into(), now.into(), 0i64.into()],
+        );
+        let plan = crate::kernel::db::plans::query_plan(&db, statement).await;
+        assert!(
+            plan.iter().any(|step| step == "MATERIALIZE ranked"),
+            "{plan:?}"
+        );
+        // The running counts are read inside the materialised ranking only.
+        let counts = plan
+            .iter()
+            .filter(|step| step.starts_with("SEARCH r "))
+            .count();
+        assert_eq!(counts, 1, "{plan:?}");
     }
 }
