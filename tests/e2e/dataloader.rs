@@ -36,12 +36,17 @@ async fn statements(app: &TestApp) -> u64 {
 /// (the token's tenant is looked up before, see
 /// [`a_tokens_tenant_is_looked_up_once`]).
 async fn measured(app: &TestApp, query: &str) -> (Value, u64) {
+    measured_with(app, query, json!({})).await
+}
+
+/// [`measured`] with `variables`.
+async fn measured_with(app: &TestApp, query: &str, variables: Value) -> (Value, u64) {
     let token = app.admin_token("acme");
     app.graphql(Some(&token), "{ __typename }", json!({}))
         .await
         .data();
     let before = statements(app).await;
-    let res = app.graphql(Some(&token), query, json!({})).await;
+    let res = app.graphql(Some(&token), query, variables).await;
     let after = statements(app).await;
     (res.data().clone(), after - before)
 }
@@ -522,14 +527,13 @@ async fn a_plain_page_answers_as_the_general_path_does(backend: Backend) {
             query("...Row", &after),
             query("... on Task { id ... on Node { id } } ...Row", &after),
         ] {
-            let res = app
-                .graphql(
-                    Some(&app.admin_token("acme")),
-                    &spread_in(written.clone()),
-                    json!({ "n": 2 }),
-                )
-                .await;
-            assert_eq!(res.data(), &plain, "page {page}: {written}");
+            let (spread, spread_statements) =
+                measured_with(&app, &spread_in(written.clone()), json!({ "n": 2 })).await;
+            assert_eq!(spread, plain, "page {page}: {written}");
+            assert_eq!(
+                spread_statements, alone_statements,
+                "page {page}: {written}"
+            );
         }
         if page == 0 {
             let (spread, spread_statements) = measured(
