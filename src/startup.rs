@@ -460,6 +460,7 @@ pub fn executor(
         settings,
         ExecutorConfig {
             slots: config.slots(),
+            reserved_slots: config.executor_reserved_slots,
             tenant_max_running: config.tenant_max_running,
             lease: Duration::from_secs(config.executor_lease_secs),
             poll: Duration::from_millis(config.executor_poll_ms.max(1)),

@@ -105,6 +105,10 @@ pub struct Config {
     /// no executor here. A slot waiting on a tool holds no database
     /// connection and no thread, so this is far above the pool's size.
     pub executor_slots: usize,
+    /// The last free slots kept for tenants with nothing in flight in
+    /// this process, so that one tenant's slow steps never hold them all
+    /// (at most a quarter of the slots).
+    pub executor_reserved_slots: usize,
     /// Tasks of one tenant running at once across every process, unless
     /// the tenant has its own limit (`setTenantQueue`); 0: no limit.
     pub tenant_max_running: u32,
@@ -375,7 +379,8 @@ impl Default for Config {
             event_bus_capacity: brainstem_domain::events::CAPACITY,
             event_notify_linger_ms: brainstem_domain::events::NOTIFY_LINGER.as_millis() as u64,
             graphql_batch_delay_ms: limits.batch_delay.as_millis() as u64,
-            executor_slots: 256,
+            executor_slots: 512,
+            executor_reserved_slots: 16,
             tenant_max_running: 0,
             llm_rpm: 0,
             llm_tpm: 0,

@@ -21,6 +21,7 @@ use crate::helpers::{Backend, TestApp, WAIT};
 crate::for_both_backends!(
     a_process_keeps_many_slow_steps_in_flight,
     a_tenants_backlog_never_stalls_another,
+    reserved_slots_start_a_newcomer_at_once,
     priority_orders_a_tenants_tasks,
     tenant_max_running_holds,
     a_concurrency_key_runs_at_most_max_concurrent,
@@ -94,8 +95,9 @@ impl SlowEndpoint {
     }
 }
 
-/// An app driving `slots` tasks at once, with no request rate limits (the
-/// tests start hundreds of tasks at once).
+/// An app driving `slots` tasks at once, none of them reserved (unless
+/// `tweak` says otherwise), with no request rate limits (the tests start
+/// hundreds of tasks at once).
 pub async fn app_with_slots(
     backend: Backend,
     slots: usize,
@@ -103,6 +105,7 @@ pub async fn app_with_slots(
 ) -> TestApp {
     TestApp::spawn_with(backend, |c| {
         c.executor_slots = slots;
+        c.executor_reserved_slots = 0;
         c.rate_limit_per_key_rps = 0.0;
         c.rate_limit_per_tenant_rps = 0.0;
         tweak(c);
@@ -278,6 +281,35 @@ async fn a_tenants_backlog_never_stalls_another(backend: Backend) {
     );
     let after = queue_stats(&app, "acme").await;
     assert!(after["runnable"].as_u64().unwrap() >= 188, "{after}");
+    slow.release_all();
+}
+
+/// With 8 slots, 2 of them reserved, tenant A's 100 slow tasks hold 6
+/// and leave the last two: tenant B's task, started after them, completes
+/// while every one of A's steps still waits on the endpoint, and A never
+/// takes a reserved slot, even once B's task has freed it.
+async fn reserved_slots_start_a_newcomer_at_once(backend: Backend) {
+    let slow = SlowEndpoint::start().await;
+    let app = app_with_slots(backend, 8, |c| c.executor_reserved_slots = 2).await;
+    app.create_tenant("acme").await;
+    app.create_tenant("beta").await;
+    publish_slow_plan(&app, "acme", &slow.url).await;
+    publish_quick_plan(&app, "beta").await;
+    start_many(&app, "acme", "slow", 100).await;
+    slow.wait_for_arrivals(6).await;
+    run_one_quick_task(&app, "beta").await;
+    // B's drive has ended and woken the claiming loop, which then looked
+    // at A's backlog with two slots free.
+    run_one_quick_task(&app, "beta").await;
+    let stats = queue_stats(&app, "acme").await;
+    assert_eq!(stats["running"], 6, "{stats}");
+    assert_eq!(stats["runnable"], 94, "{stats}");
+    assert_eq!(slow.arrived(), 6, "A's tasks took a reserved slot");
+    // Once one of A's steps ends, A takes its slot again, and only it.
+    slow.release(1);
+    slow.wait_for_arrivals(7).await;
+    run_one_quick_task(&app, "beta").await;
+    assert_eq!(slow.arrived(), 7);
     slow.release_all();
 }
 

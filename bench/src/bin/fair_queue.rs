@@ -66,8 +66,12 @@ struct Args {
     #[arg(long, default_value_t = 32)]
     clients: usize,
     /// The executor's slots (`executor_slots`).
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 512)]
     slots: usize,
+    /// The slots kept for tenants with nothing in flight
+    /// (`executor_reserved_slots`).
+    #[arg(long, default_value_t = 16)]
+    reserved_slots: usize,
     /// The connection pool (`database_max_connections`).
     #[arg(long, default_value_t = 16)]
     pool: u32,
@@ -217,21 +221,24 @@ async fn main() -> anyhow::Result<()> {
         settings,
         ExecutorConfig {
             slots: args.slots,
+            reserved_slots: args.reserved_slots,
             poll: Duration::from_millis(100),
             task_timeout: Duration::from_secs(600),
             ..ExecutorConfig::default()
         },
         stopping,
     );
+    let reserve = executor.config().reserve();
     let handles = executor.spawn();
     println!(
-        "database: {}; slots {}, pool {}",
+        "database: {}; slots {} ({} reserved), pool {}",
         if args.database_url.starts_with("sqlite") {
             "SQLite"
         } else {
             "PostgreSQL"
         },
         args.slots,
+        reserve,
         args.pool
     );
 

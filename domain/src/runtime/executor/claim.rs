@@ -31,6 +31,14 @@
 //! the lock, so two processes cannot both take the last place. SQLite has
 //! one writer at a time: there the whole choice is the claim's one
 //! `UPDATE`.
+//!
+//! **The reserve.** A process keeps its last `reserved_slots` free slots
+//! for tenants with nothing in flight in it: a claim for one of them
+//! ([`Open::ToNewcomers`]) passes over every tenant holding a lease of this
+//! process. So when one tenant's slow steps would fill every slot, another
+//! tenant's task still starts at once instead of waiting for one of those
+//! steps to end. What a process holds is its leases (`lease_owner`), so
+//! this too is read from the database.
 
 use super::*;
 
@@ -41,6 +49,15 @@ pub(super) struct Claimed {
     pub(super) held: Option<WriteTransaction>,
     /// When the slot took it (its wait in the queue ended).
     pub(super) at: DateTime<Utc>,
+}
+
+/// Which tenants a claim may serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Open {
+    /// Every tenant with runnable work under its limits.
+    ToAll,
+    /// Only those with no task leased by this process (a reserved slot).
+    ToNewcomers,
 }
 
 /// What the one-statement claim found (PostgreSQL).
@@ -64,8 +81,10 @@ struct Candidate {
 
 /// PostgreSQL: `ranked`, the tenants with runnable work under their
 /// running limit, each with its `place` in the rule's order (1 first).
-/// `$1`: the platform's default running limit. The one statement of the
-/// rule's order, for [`CANDIDATES_PG`] and [`CLAIM_FIRST_PG`].
+/// `$1`: the platform's default running limit; `$2`: this process's lease
+/// owner; `$3`: true to rank only tenants holding none of its leases
+/// ([`Open::ToNewcomers`]). The one statement of the rule's order, for
+/// [`CANDIDATES_PG`] and [`CLAIM_FIRST_PG`].
 macro_rules! ranked_pg {
     () => {
         "\
@@ -91,7 +110,9 @@ FROM ( \
   FROM active a LEFT JOIN tenant_queue_settings q ON q.tenant_id = a.tenant_id \
   WHERE a.tenant_id IS NOT NULL \
 ) c \
-WHERE c.max_running <= 0 OR c.running < c.max_running \
+WHERE (c.max_running <= 0 OR c.running < c.max_running) \
+  AND (NOT $3::boolean OR NOT EXISTS (SELECT 1 FROM tasks h WHERE h.tenant_id = c.tenant_id \
+                                      AND h.lease_owner IS NOT NULL AND h.lease_owner = $2)) \
 ) "
     };
 }
@@ -106,17 +127,17 @@ const CANDIDATES_PG: &str = concat!(
 /// tasks (nothing to serialise), claim its next task in the same
 /// statement. One row always: the claimed task's columns (all NULL when
 /// none was claimed) and `runnable_tenants`, the number of tenants ranked.
-/// `$2`: the lease owner, `$3`: the lease's end, `$4`: now.
+/// `$2`: the lease owner, `$4`: the lease's end, `$5`: now.
 const CLAIM_FIRST_PG: &str = concat!(
     ranked_pg!(),
     ", next AS MATERIALIZED ( \
   SELECT c.tenant_id, c.id FROM tasks c \
   JOIN ranked r ON r.tenant_id = c.tenant_id AND r.place = 1 AND r.max_running <= 0 AND NOT r.keyed \
-  WHERE c.status = 'PENDING' AND c.lease_owner IS NULL AND c.run_after <= $4 \
+  WHERE c.status = 'PENDING' AND c.lease_owner IS NULL AND c.run_after <= $5 \
   ORDER BY c.priority DESC, c.run_after, c.id \
   LIMIT 1 FOR UPDATE OF c SKIP LOCKED \
 ), claimed AS ( \
-UPDATE tasks t SET lease_owner = $2, lease_expires_at = $3, updated_at = $4, claimed_at = $4 \
+UPDATE tasks t SET lease_owner = $2, lease_expires_at = $4, updated_at = $5, claimed_at = $5 \
 FROM next WHERE t.tenant_id = next.tenant_id AND t.id = next.id \
 RETURNING t.*) \
 SELECT claimed.*, (SELECT count(*) FROM ranked) AS runnable_tenants \
@@ -145,10 +166,14 @@ WHERE tenant_id = $4 AND id = ( \
 RETURNING *";
 
 /// SQLite: the whole rule in the claim's one `UPDATE`. `?4`: the
-/// platform's default running limit. `ranked` is `MATERIALIZED`: each
+/// platform's default running limit; `?5`: true to rank only tenants
+/// holding none of this process's leases. `ranked` is `MATERIALIZED`: each
 /// tenant's running count and latest claim are read once per claim;
 /// inlined, SQLite read them again for every runnable task it weighed
 /// (a second a claim with 800 runnable tasks beside 7,000 finished ones).
+/// The running and held counts read the leased tasks' partial index
+/// (`INDEXED BY`): left to choose, SQLite walked every task of the tenant,
+/// finished ones included, by `ix_tasks_tenant_id`.
 const CLAIM_SQLITE: &str = "\
 UPDATE tasks SET lease_owner = ?1, lease_expires_at = ?2, updated_at = ?3, claimed_at = ?3 \
 WHERE id = ( \
@@ -156,11 +181,15 @@ WHERE id = ( \
     SELECT a.tenant_id, \
       COALESCE(q.max_running, ?4) AS max_running, \
       COALESCE(q.weight, 1.0) AS weight, \
-      (SELECT count(*) FROM tasks r WHERE r.tenant_id = a.tenant_id AND r.lease_owner IS NOT NULL) AS running, \
+      (SELECT count(*) FROM tasks r INDEXED BY ix_tasks_leased \
+       WHERE r.tenant_id = a.tenant_id AND r.lease_owner IS NOT NULL) AS running, \
       (SELECT max(s.claimed_at) FROM tasks s WHERE s.tenant_id = a.tenant_id AND s.claimed_at IS NOT NULL) AS served \
     FROM (SELECT DISTINCT tenant_id FROM tasks \
           WHERE status = 'PENDING' AND lease_owner IS NULL AND run_after <= ?3) a \
     LEFT JOIN tenant_queue_settings q ON q.tenant_id = a.tenant_id \
+    WHERE NOT ?5 OR NOT EXISTS (SELECT 1 FROM tasks h INDEXED BY ix_tasks_leased \
+                                WHERE h.tenant_id = a.tenant_id \
+                                AND h.lease_owner IS NOT NULL AND h.lease_owner = ?1) \
   ) \
   SELECT c.id FROM tasks c JOIN ranked t ON t.tenant_id = c.tenant_id \
   WHERE c.status = 'PENDING' AND c.lease_owner IS NULL AND c.run_after <= ?3 \
@@ -178,18 +207,24 @@ WHERE id = ( \
 RETURNING *";
 
 impl Executor {
-    /// [`Self::claim_next`] across tenants (the queue is shared).
-    pub(super) async fn claim_one(&self) -> Result<Option<Claimed>> {
-        as_platform(Bypass::Queue, self.claim_next(Utc::now(), true)).await
+    /// [`Self::claim_next`] across tenants (the queue is shared), for
+    /// the tenants `open` admits.
+    pub(super) async fn claim_one(&self, open: Open) -> Result<Option<Claimed>> {
+        as_platform(Bypass::Queue, self.claim_next(Utc::now(), true, open)).await
     }
 
     /// Claim the next runnable task by the rule; on SQLite with the
     /// claim's transaction still open when the task is to be planned in
     /// it. `may_hold`: whether the transaction may stay open for planning.
-    async fn claim_next(&self, now: DateTime<Utc>, may_hold: bool) -> Result<Option<Claimed>> {
+    async fn claim_next(
+        &self,
+        now: DateTime<Utc>,
+        may_hold: bool,
+        open: Open,
+    ) -> Result<Option<Claimed>> {
         if self.domain.db.get_database_backend() != DbBackend::Postgres {
             let txn = self.domain.db.begin_write().await?;
-            return match self.claim_sqlite(&txn, now).await? {
+            return match self.claim_sqlite(&txn, now, open).await? {
                 Some(task) => Ok(Some(self.hold_or_commit(txn, task, may_hold, now).await?)),
                 None => {
                     txn.commit().await?;
@@ -197,7 +232,7 @@ impl Executor {
                 }
             };
         }
-        match self.claim_first_pg(now).await? {
+        match self.claim_first_pg(now, open).await? {
             First::Claimed(task) => {
                 return Ok(Some(Claimed {
                     task: *task,
@@ -208,7 +243,7 @@ impl Executor {
             First::NothingRunnable => return Ok(None),
             First::TryInTurn => {}
         }
-        for candidate in self.candidates().await? {
+        for candidate in self.candidates(open).await? {
             if !candidate.limited {
                 // One statement, committed by itself: with each change of
                 // a leased task one statement too (`tasks::LeasedWrite`),
@@ -287,13 +322,14 @@ impl Executor {
     }
 
     /// PostgreSQL: the common case in one statement (`CLAIM_FIRST_PG`).
-    async fn claim_first_pg(&self, now: DateTime<Utc>) -> Result<First> {
+    async fn claim_first_pg(&self, now: DateTime<Utc>, open: Open) -> Result<First> {
         let statement = Statement::from_sql_and_values(
             DbBackend::Postgres,
             CLAIM_FIRST_PG,
             [
                 i64::from(self.config.tenant_max_running).into(),
                 self.config.worker_id.clone().into(),
+                (open == Open::ToNewcomers).into(),
                 self.lease_until().into(),
                 now.into(),
             ],
@@ -319,11 +355,15 @@ impl Executor {
     }
 
     /// PostgreSQL: the tenants to try, in the rule's order.
-    async fn candidates(&self) -> Result<Vec<Candidate>> {
+    async fn candidates(&self, open: Open) -> Result<Vec<Candidate>> {
         let statement = Statement::from_sql_and_values(
             DbBackend::Postgres,
             CANDIDATES_PG,
-            [i64::from(self.config.tenant_max_running).into()],
+            [
+                i64::from(self.config.tenant_max_running).into(),
+                self.config.worker_id.clone().into(),
+                (open == Open::ToNewcomers).into(),
+            ],
         );
         // unscoped: the shared work queue.
         let rows = self.domain.db.query_all_raw(statement).await?;
@@ -365,6 +405,7 @@ impl Executor {
         &self,
         db: &C,
         now: DateTime<Utc>,
+        open: Open,
     ) -> Result<Option<Task>> {
         let statement = Statement::from_sql_and_values(
             DbBackend::Sqlite,
@@ -374,6 +415,7 @@ impl Executor {
                 self.lease_until().into(),
                 now.into(),
                 i64::from(self.config.tenant_max_running).into(),
+                (open == Open::ToNewcomers).into(),
             ],
         );
         self.claimed(db, statement, now).await
@@ -400,7 +442,7 @@ impl Executor {
 
     /// Claim the next runnable task by the rule, committed at once.
     pub async fn claim(&self, now: DateTime<Utc>) -> Result<Option<Task>> {
-        let claimed = as_platform(Bypass::Queue, self.claim_next(now, false)).await?;
+        let claimed = as_platform(Bypass::Queue, self.claim_next(now, false, Open::ToAll)).await?;
         Ok(claimed.map(|c| c.task))
     }
 }
@@ -410,7 +452,8 @@ mod tests {
     use super::*;
 
     /// SQLite ranks the tenants once per claim (`MATERIALIZE ranked`), not
-    /// once per runnable task it weighs.
+    /// once per runnable task it weighs, and counts a tenant's running and
+    /// held tasks among its leased ones only.
     #[tokio::test]
     async fn sqlite_ranks_each_tenant_once_per_claim() {
         let (_dir, db) = crate::kernel::db::plans::migrated_sqlite().await;
@@ -423,7 +466,7 @@ mod tests {
         let statement = Statement::from_sql_and_values(
             DbBackend::Sqlite,
             select,
-            ["w".into(), now.into(), now.into(), 0i64.into()],
+            ["w".into(), now.into(), now.into(), 0i64.into(), true.into()],
         );
         let plan = crate::kernel::db::plans::query_plan(&db, statement).await;
         assert!(
@@ -436,5 +479,14 @@ mod tests {
             .filter(|step| step.starts_with("SEARCH r "))
             .count();
         assert_eq!(counts, 1, "{plan:?}");
+        for leased in [
+            "SEARCH r USING INDEX ix_tasks_leased",
+            "SEARCH h USING INDEX ix_tasks_leased",
+        ] {
+            assert!(
+                plan.iter().any(|step| step.starts_with(leased)),
+                "{leased}: {plan:?}"
+            );
+        }
     }
 }

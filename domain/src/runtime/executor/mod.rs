@@ -3,7 +3,7 @@
 //!
 //! **Who runs tasks.** Any number of processes (`brainstem serve` runs an
 //! executor beside the API, `brainstem worker` runs only the executor)
-//! share one database. Each has `slots` (`executor_slots`, default 256):
+//! share one database. Each has `slots` (`executor_slots`, default 512):
 //! one claiming loop (`slots`) fills every free slot by *claiming* a
 //! runnable task (status `PENDING`, no lease, `run_after` passed) with a
 //! lease, and spawns its *drive*: planning, then one step after another,
@@ -101,7 +101,7 @@ mod planning;
 mod slots;
 mod step;
 
-use claim::Claimed;
+use claim::{Claimed, Open};
 
 use step::{fold_next, next_after};
 
@@ -113,6 +113,10 @@ pub struct ExecutorConfig {
     /// Tasks driven at once in this process (0: none; tests drive
     /// `run_once`).
     pub slots: usize,
+    /// The last free slots kept for tenants with nothing in flight in this
+    /// process (`claim`'s reserve); at most a quarter of `slots`
+    /// ([`Self::reserve`]).
+    pub reserved_slots: usize,
     /// Tasks of one tenant running at once across every process, unless
     /// the tenant has its own limit (0: no limit).
     pub tenant_max_running: u32,
@@ -131,11 +135,20 @@ pub struct ExecutorConfig {
     pub audit_tool_calls: bool,
 }
 
+impl ExecutorConfig {
+    /// The slots kept for newcomers: `reserved_slots`, at most a quarter
+    /// of the slots (none with fewer than four).
+    pub fn reserve(&self) -> usize {
+        self.reserved_slots.min(self.slots / 4)
+    }
+}
+
 impl Default for ExecutorConfig {
     fn default() -> Self {
         Self {
             worker_id: format!("worker-{}", Uuid::now_v7().simple()),
-            slots: 256,
+            slots: 512,
+            reserved_slots: 16,
             tenant_max_running: 0,
             lease: Duration::from_secs(30),
             poll: Duration::from_millis(500),
@@ -271,7 +284,7 @@ impl Executor {
     /// Claim one runnable task and drive it until it finishes, pauses or
     /// backs off. Returns the task, or `None` when nothing was runnable.
     pub async fn run_once(&self) -> Result<Option<TaskId>> {
-        let Some(claimed) = self.claim_one().await? else {
+        let Some(claimed) = self.claim_one(Open::ToAll).await? else {
             return Ok(None);
         };
         let id = claimed.task.id;

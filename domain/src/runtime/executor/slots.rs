@@ -9,6 +9,13 @@
 //! more than the memory of its future; the pool's connections are taken
 //! only for the claim and for each commit.
 //!
+//! **The reserve.** When no more than `reserved_slots` are free (this one
+//! included), the claim serves only tenants with no task in flight in this
+//! process (`claim::Open::ToNewcomers`): a tenant whose slow steps would
+//! fill every slot leaves the last ones to the others, and another
+//! tenant's task starts at once instead of waiting for one of those steps
+//! to end. A tenant alone therefore uses `slots - reserve` of them.
+//!
 //! **Wake-ups.** The claiming loop sleeps while every slot is busy, or
 //! when nothing was claimable, until a task becomes runnable in this
 //! process (`Tasks::wake_signal`), a drive ends (a slot is free, and a
@@ -33,6 +40,7 @@ impl Executor {
     /// The claiming loop: keep every free slot driving a claimed task.
     async fn fill_slots(self) {
         let slots = Arc::new(Semaphore::new(self.config.slots));
+        let reserve = self.config.reserve();
         let wake = self.domain.tasks.wake_signal();
         let mut stopping = self.stopping.clone();
         let mut driving = JoinSet::new();
@@ -52,7 +60,14 @@ impl Executor {
                 _ = stopping.changed() => continue,
             };
             let notified = wake.notified();
-            match self.claim_one().await {
+            // This slot and those still free: the last `reserve` of them
+            // go only to tenants with nothing in flight here.
+            let open = if slots.available_permits() < reserve {
+                Open::ToNewcomers
+            } else {
+                Open::ToAll
+            };
+            match self.claim_one(open).await {
                 Ok(Some(claimed)) => {
                     let executor = self.clone();
                     let wake = wake.clone();
