@@ -127,13 +127,18 @@ const CANDIDATES_PG: &str = concat!(
 /// tasks (nothing to serialise), claim its next task in the same
 /// statement. One row always: the claimed task's columns (all NULL when
 /// none was claimed) and `runnable_tenants`, the number of tenants ranked.
+/// The tenant is a scalar subquery, not a join: so its next task is the
+/// first entry of `ix_tasks_runnable` in order, where a join sorted all of
+/// the tenant's runnable tasks on every claim (2.8–11 ms against 1.2–2.4
+/// ms a claim with 400 runnable and 400 leased).
 /// `$2`: the lease owner, `$4`: the lease's end, `$5`: now.
 const CLAIM_FIRST_PG: &str = concat!(
     ranked_pg!(),
     ", next AS MATERIALIZED ( \
   SELECT c.tenant_id, c.id FROM tasks c \
-  JOIN ranked r ON r.tenant_id = c.tenant_id AND r.place = 1 AND r.max_running <= 0 AND NOT r.keyed \
-  WHERE c.status = 'PENDING' AND c.lease_owner IS NULL AND c.run_after <= $5 \
+  WHERE c.tenant_id = (SELECT r.tenant_id FROM ranked r \
+                       WHERE r.place = 1 AND r.max_running <= 0 AND NOT r.keyed) \
+    AND c.status = 'PENDING' AND c.lease_owner IS NULL AND c.run_after <= $5 \
   ORDER BY c.priority DESC, c.run_after, c.id \
   LIMIT 1 FOR UPDATE OF c SKIP LOCKED \
 ), claimed AS ( \
