@@ -42,6 +42,7 @@ mod m20261129_120000_tenant_in_sqlite_fts;
 mod m20261129_140000_sqlite_fts_rows_by_key;
 mod m20261129_160000_tenant_keys;
 mod m20261129_180000_platform_audit_log;
+mod m20261202_190000_keyed_runnable;
 
 pub struct Migrator;
 
@@ -86,6 +87,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_140000_sqlite_fts_rows_by_key::Migration),
             Box::new(m20261129_160000_tenant_keys::Migration),
             Box::new(m20261129_180000_platform_audit_log::Migration),
+            Box::new(m20261202_190000_keyed_runnable::Migration),
         ]
     }
 }

@@ -8,7 +8,8 @@
 //!     alternating (so both see the machine in the same state), after
 //!     `--warmup` of B's tasks that are not counted (a process's first tasks
 //!     pay for its cold caches and pool); p50 and p99 over every repeat's
-//!     samples, and each repeat's own;
+//!     samples, and each repeat's own; and where B's time went, from its
+//!     tasks' own timestamps (queued until started, the steps, the rest);
 //! (b) `--slow-tasks` such tasks of one tenant: the time from the first
 //!     start to the last completion;
 //! (c) no-op steps/s: `--noop-tasks` 3-step no-op tasks, `--clients` at a
@@ -164,21 +165,86 @@ async fn start_many(
         .collect()
 }
 
-/// B's tasks one after another: each start → COMPLETED, sorted.
+/// Where one of B's tasks spent its time, from the task's own timestamps.
+#[derive(Default)]
+struct Phases {
+    /// start → COMPLETED, as the client saw it.
+    total: Vec<Duration>,
+    /// Stored (`created_at`) → started (`started_at`): the wait for a slot and the claim.
+    queued: Vec<Duration>,
+    /// Started → finished (`completed_at`): its three steps' commits.
+    run: Vec<Duration>,
+    /// The rest: the start's commit and the completion's delivery.
+    rest: Vec<Duration>,
+}
+
+impl Phases {
+    fn extend(&mut self, other: Phases) {
+        self.total.extend(other.total);
+        self.queued.extend(other.queued);
+        self.run.extend(other.run);
+        self.rest.extend(other.rest);
+    }
+
+    fn sort(&mut self) {
+        for v in [
+            &mut self.total,
+            &mut self.queued,
+            &mut self.run,
+            &mut self.rest,
+        ] {
+            v.sort();
+        }
+    }
+
+    /// `p50/p99` of each phase.
+    fn describe(&self) -> String {
+        let p = |l: &[Duration]| {
+            format!(
+                "{:.1}/{:.1}",
+                ms(percentile(l, 50.0)),
+                ms(percentile(l, 99.0))
+            )
+        };
+        format!(
+            "queued {} ms, steps {} ms, start commit + delivery {} ms (p50/p99)",
+            p(&self.queued),
+            p(&self.run),
+            p(&self.rest)
+        )
+    }
+}
+
+/// B's tasks one after another: each start → COMPLETED, sorted, and
+/// where the time went.
 async fn b_latencies(
     domain: &Domain,
     b: &Principal,
     completions: &Completions,
     n: usize,
-) -> anyhow::Result<Vec<Duration>> {
-    let mut latencies = Vec::with_capacity(n);
+) -> anyhow::Result<Phases> {
+    let tenant = b.tenant_scope()?;
+    let mut phases = Phases::default();
     for _ in 0..n {
         let t0 = Instant::now();
         let id = start(domain, b, "noop3").await?;
-        latencies.push(completions.wait(id).await.duration_since(t0));
+        let total = completions.wait(id).await.duration_since(t0);
+        let task = domain.tasks.get(tenant, id).await?;
+        let between = |from: Option<chrono::DateTime<chrono::Utc>>,
+                       to: Option<chrono::DateTime<chrono::Utc>>| {
+            from.zip(to)
+                .and_then(|(from, to)| (to - from).to_std().ok())
+                .unwrap_or_default()
+        };
+        let queued = between(Some(task.created_at), task.started_at);
+        let run = between(task.started_at, task.completed_at);
+        phases.total.push(total);
+        phases.queued.push(queued);
+        phases.run.push(run);
+        phases.rest.push(total.saturating_sub(queued + run));
     }
-    latencies.sort();
-    Ok(latencies)
+    phases.sort();
+    Ok(phases)
 }
 
 #[tokio::main]
@@ -245,7 +311,7 @@ async fn main() -> anyhow::Result<()> {
     // (a) B alone, then beside A's backlog, `repeats` times.
     b_latencies(&domain, &b, &completions, args.warmup).await?;
     let p = |l: &[Duration], q: f64| ms(percentile(l, q));
-    let (mut alone, mut beside) = (Vec::new(), Vec::new());
+    let (mut alone, mut beside) = (Phases::default(), Phases::default());
     for repeat in 1..=args.repeats.max(1) {
         let alone_now = b_latencies(&domain, &b, &completions, args.b_tasks).await?;
         let backlog = start_many(&domain, &a, "slow", args.slow_tasks).await?;
@@ -255,10 +321,10 @@ async fn main() -> anyhow::Result<()> {
         }
         println!(
             "(a) repeat {repeat}: alone p50 {:.1} ms p99 {:.1} ms; beside p50 {:.1} ms p99 {:.1} ms",
-            p(&alone_now, 50.0),
-            p(&alone_now, 99.0),
-            p(&beside_now, 50.0),
-            p(&beside_now, 99.0),
+            p(&alone_now.total, 50.0),
+            p(&alone_now.total, 99.0),
+            p(&beside_now.total, 50.0),
+            p(&beside_now.total, 99.0),
         );
         alone.extend(alone_now);
         beside.extend(beside_now);
@@ -269,14 +335,16 @@ async fn main() -> anyhow::Result<()> {
         "(a) tenant B, 3-step no-op, start → COMPLETED, {} samples each way: alone p50 {:.1} ms \
          p99 {:.1} ms; beside A's backlog of {} slow tasks p50 {:.1} ms p99 {:.1} ms \
          (p99 ratio {:.2})",
-        alone.len(),
-        p(&alone, 50.0),
-        p(&alone, 99.0),
+        alone.total.len(),
+        p(&alone.total, 50.0),
+        p(&alone.total, 99.0),
         args.slow_tasks,
-        p(&beside, 50.0),
-        p(&beside, 99.0),
-        p(&beside, 99.0) / p(&alone, 99.0).max(0.001),
+        p(&beside.total, 50.0),
+        p(&beside.total, 99.0),
+        p(&beside.total, 99.0) / p(&alone.total, 99.0).max(0.001),
     );
+    println!("(a) where B's time went alone: {}", alone.describe());
+    println!("(a) where B's time went beside: {}", beside.describe());
 
     // (b) one tenant's slow tasks, first start to last completion.
     let started = Instant::now();

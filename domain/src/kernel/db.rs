@@ -321,11 +321,59 @@ impl StatementCounter {
     }
 }
 
-/// For tests that read SQLite's plans: a migrated database in a temporary
-/// directory (kept while the directory lives), and the plan of a statement.
+/// For tests that read plans: a migrated SQLite database in a temporary
+/// directory (kept while the directory lives), a migrated PostgreSQL
+/// database of its own on `TEST_DATABASE_URL`'s server (which
+/// `scripts/test` provisions), and the plan of a statement on each.
 #[cfg(test)]
 pub mod plans {
-    use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
+    use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait};
+
+    pub async fn migrated_postgres() -> DatabaseConnection {
+        let base = std::env::var("TEST_DATABASE_URL").expect(
+            "PostgreSQL tests need TEST_DATABASE_URL (a superuser URL); scripts/test provisions one",
+        );
+        let (server, _) = base.rsplit_once('/').unwrap();
+        let name = format!("plan_{}", uuid::Uuid::now_v7().simple());
+        let admin = super::connect(&base, 1).await.unwrap();
+        admin
+            .execute_unprepared(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap();
+        let db = super::connect(&format!("{server}/{name}"), 1)
+            .await
+            .unwrap();
+        db.execute_unprepared(super::SUPERUSER_SETUP).await.unwrap();
+        super::migrate(&db).await.unwrap();
+        db
+    }
+
+    /// PostgreSQL's `EXPLAIN` of `sql` with `values`, one line each, with
+    /// sequential scans taken only where nothing else can answer (so the
+    /// plan shows which index could serve each part, whatever the tables
+    /// hold).
+    pub async fn postgres_plan(
+        db: &DatabaseConnection,
+        sql: &str,
+        values: Vec<sea_orm::Value>,
+    ) -> Vec<String> {
+        let txn = db.begin().await.unwrap();
+        txn.execute_unprepared("SET LOCAL enable_seqscan = off")
+            .await
+            .unwrap();
+        let rows = txn
+            .query_all_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                format!("EXPLAIN {sql}"),
+                values,
+            ))
+            .await
+            .unwrap();
+        txn.rollback().await.unwrap();
+        rows.iter()
+            .map(|row| row.try_get::<String>("", "QUERY PLAN").unwrap())
+            .collect()
+    }
 
     pub async fn migrated_sqlite() -> (tempfile::TempDir, DatabaseConnection) {
         let dir = tempfile::tempdir().unwrap();

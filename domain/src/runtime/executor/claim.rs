@@ -456,6 +456,39 @@ impl Executor {
 mod tests {
     use super::*;
 
+    /// PostgreSQL: every part of the one-statement claim is answered by an
+    /// index of `tasks`, and whether the first tenant has keyed runnable
+    /// tasks is a probe of `ix_tasks_keyed_runnable` (without it, a read
+    /// of the whole table: most of a claim's time).
+    #[tokio::test]
+    async fn postgres_claim_reads_tasks_by_index_only() {
+        let db = crate::kernel::db::plans::migrated_postgres().await;
+        let now = Utc::now();
+        for newcomers in [false, true] {
+            let plan = crate::kernel::db::plans::postgres_plan(
+                &db,
+                CLAIM_FIRST_PG,
+                vec![
+                    0i64.into(),
+                    "w".into(),
+                    newcomers.into(),
+                    now.into(),
+                    now.into(),
+                ],
+            )
+            .await;
+            assert!(
+                plan.iter()
+                    .any(|line| line.contains("ix_tasks_keyed_runnable")),
+                "{plan:#?}"
+            );
+            assert!(
+                !plan.iter().any(|line| line.contains("Seq Scan on tasks")),
+                "{plan:#?}"
+            );
+        }
+    }
+
     /// SQLite ranks the tenants once per claim (`MATERIALIZE ranked`), not
     /// once per runnable task it weighs, and counts a tenant's running and
     /// held tasks among its leased ones only.
