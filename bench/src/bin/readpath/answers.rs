@@ -1,10 +1,12 @@
 //! The answers of both servers, reduced to what they must agree on: task
 //! ids as UUIDs, enum values in one spelling, numbers as numbers, events
-//! oldest first.
+//! oldest first (a task's detail: `detail.rs`).
 
 use anyhow::{Context, bail};
 use base64::Engine;
 use serde_json::Value;
+
+use super::{Shape, detail::TaskDetail};
 
 /// What a server answered, reduced to the data both must agree on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -14,6 +16,39 @@ pub struct TaskRow {
     pub plan: Option<(String, i64)>,
     pub steps: Vec<(String, String, i64, i64)>,
     pub events: Vec<(i64, String, String)>,
+}
+
+/// What a server answered for the shape measured.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    Page(Vec<TaskRow>),
+    Detail(Box<TaskDetail>),
+}
+
+impl Answer {
+    pub fn parse(shape: Shape, peer: Peer, body: &Value) -> anyhow::Result<Self> {
+        Ok(match shape {
+            Shape::Page => Self::Page(rows(peer, body)?),
+            Shape::Detail => Self::Detail(Box::new(TaskDetail::from_answer(peer, body)?)),
+        })
+    }
+
+    /// What the two servers agreed on, for the run's first lines.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Page(rows) => format!(
+                "{} tasks, {} steps, {} events",
+                rows.len(),
+                rows.iter().map(|t| t.steps.len()).sum::<usize>(),
+                rows.iter().map(|t| t.events.len()).sum::<usize>()
+            ),
+            Self::Detail(task) => format!(
+                "one task's detail: {} steps with args and output, {} events with data",
+                task.steps.len(),
+                task.events.len()
+            ),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,19 +104,14 @@ pub fn rows(peer: Peer, body: &Value) -> anyhow::Result<Vec<TaskRow>> {
         if peer == Peer::PostGraphile {
             events.reverse();
         }
-        let steps = steps
-            .as_array()
-            .context("no steps")?
-            .iter()
-            .map(|s| {
-                Ok((
-                    text(&s["stepId"])?,
-                    enum_value(&s["status"])?,
-                    number(&s["attempt"])?,
-                    number(&s["durationMs"])?,
-                ))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let steps = each(steps, "steps", |s| {
+            Ok((
+                text(&s["stepId"])?,
+                enum_value(&s["status"])?,
+                number(&s["attempt"])?,
+                number(&s["durationMs"])?,
+            ))
+        })?;
         if steps.len() != 4 || events.len() > 5 {
             bail!(
                 "task {id}: {} steps and {} events (expected 4 and at most 5)",
@@ -101,28 +131,36 @@ pub fn rows(peer: Peer, body: &Value) -> anyhow::Result<Vec<TaskRow>> {
 }
 
 fn events_of(events: &Value) -> anyhow::Result<Vec<(i64, String, String)>> {
-    events
-        .as_array()
-        .context("no events")?
+    each(events, "events", |e| {
+        Ok((
+            number(&e["seq"])?,
+            enum_value(&e["kind"])?,
+            text(&e["summary"])?,
+        ))
+    })
+}
+
+/// Each item of the list `what` of an answer, read by `item`.
+pub fn each<T>(
+    list: &Value,
+    what: &str,
+    item: impl Fn(&Value) -> anyhow::Result<T>,
+) -> anyhow::Result<Vec<T>> {
+    list.as_array()
+        .with_context(|| format!("no {what} in the answer"))?
         .iter()
-        .map(|e| {
-            Ok((
-                number(&e["seq"])?,
-                enum_value(&e["kind"])?,
-                text(&e["summary"])?,
-            ))
-        })
+        .map(item)
         .collect()
 }
 
-fn text(value: &Value) -> anyhow::Result<String> {
+pub fn text(value: &Value) -> anyhow::Result<String> {
     value
         .as_str()
         .map(str::to_owned)
         .with_context(|| format!("expected a string, got {value}"))
 }
 
-fn number(value: &Value) -> anyhow::Result<i64> {
+pub fn number(value: &Value) -> anyhow::Result<i64> {
     match value {
         Value::Number(n) => n.as_i64().with_context(|| format!("not an integer: {n}")),
         Value::String(s) => s.parse().with_context(|| format!("not an integer: {s}")),
@@ -130,7 +168,7 @@ fn number(value: &Value) -> anyhow::Result<i64> {
     }
 }
 
-fn enum_value(value: &Value) -> anyhow::Result<String> {
+pub fn enum_value(value: &Value) -> anyhow::Result<String> {
     Ok(text(value)?
         .chars()
         .filter(char::is_ascii_alphanumeric)
@@ -138,7 +176,7 @@ fn enum_value(value: &Value) -> anyhow::Result<String> {
         .collect())
 }
 
-fn global_uuid(id: &str) -> anyhow::Result<String> {
+pub fn global_uuid(id: &str) -> anyhow::Result<String> {
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(id.trim_end_matches('='))
         .with_context(|| format!("not a global id: {id}"))?;

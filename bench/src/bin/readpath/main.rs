@@ -61,6 +61,11 @@
 //! With `--fragments`, both are written as client libraries write them: the
 //! task's, step's and event's fields in named fragments (`...TaskRow`,
 //! `...StepRow`, `...EventRow`) spread into the page.
+//!
+//! With `--shape detail`, both are asked for one task's detail page by id
+//! instead (its JSON fields, 49 steps with their JSON, 100 events; see
+//! `detail.rs`), checked the same way; the page sizes of step 6 are the
+//! page's only.
 
 use std::{
     collections::BTreeMap,
@@ -71,6 +76,7 @@ use std::{
 };
 
 mod answers;
+mod detail;
 mod replica;
 
 use anyhow::{Context, bail};
@@ -86,7 +92,10 @@ use secrecy::SecretString;
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
-use self::answers::{Peer, TaskRow, rows};
+use self::{
+    answers::{Answer, Peer, rows},
+    detail::DetailTask,
+};
 
 #[derive(Parser, Debug)]
 #[command(about = "Brainstem and PostGraphile v5 on the same nested list query")]
@@ -157,11 +166,24 @@ struct Args {
     /// libraries write them (the same fields and answers).
     #[arg(long)]
     fragments: bool,
+    /// What both servers are asked: `page` (the page of tasks above) or
+    /// `detail` (one task's detail page by id, see `detail.rs`).
+    #[arg(long, value_enum, default_value_t = Shape::Page)]
+    shape: Shape,
     /// PostGraphile processes (Node runs a process on one core): measured
     /// as one process and, when more than one, as all of them behind the
     /// same load. Default: one per core of this machine.
     #[arg(long, default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
     postgraphile_processes: usize,
+}
+
+/// The query shapes `readpath` measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Shape {
+    /// A page of tasks with their steps and last five events.
+    Page,
+    /// One task's detail by id: JSON fields, its steps and 100 events.
+    Detail,
 }
 
 /// The role both servers connect as with `--row-security`.
@@ -241,7 +263,9 @@ struct Target {
     urls: Vec<String>,
     token: Option<String>,
     body: Arc<Vec<u8>>,
-    expected: Arc<Vec<TaskRow>>,
+    shape: Shape,
+    /// The answer every request must get (none while finding it).
+    expected: Option<Arc<Answer>>,
 }
 
 /// Brainstem's page of `first` tasks; with `fragments`, written as client
@@ -291,7 +315,7 @@ fn postgraphile_query(first: usize, tenant: &str, fragments: bool) -> String {
 async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
     let jwt_secret = uuid::Uuid::now_v7().to_string();
     let encryption_key = EncryptionKey::generate_base64();
-    let admin = seed(args, database_url, &jwt_secret, &encryption_key).await?;
+    let (admin, detail) = seed(args, database_url, &jwt_secret, &encryption_key).await?;
     let tenant = tenant_id(database_url).await?;
 
     let (Some(node), Some(postgraphile_dir)) = (&args.node, &args.postgraphile) else {
@@ -348,6 +372,7 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
         database_url,
         &tenant,
         &admin,
+        detail.as_ref(),
         brainstem_port,
         &postgraphile_ports,
     )
@@ -399,14 +424,15 @@ async fn stop(child: &mut Child) {
 }
 
 /// Seeds the tenant `bench` and its finished tasks with a server built in
-/// this process; returns a `bench` admin's token, valid for the servers
-/// started later with the same secret.
+/// this process (and, for `--shape detail`, the detail page's task);
+/// returns a `bench` admin's token, valid for the servers started later
+/// with the same secret, and the detail page's task.
 async fn seed(
     args: &Args,
     database_url: &str,
     jwt_secret: &str,
     encryption_key: &str,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<(String, Option<DetailTask>)> {
     let config = Config {
         bind: "127.0.0.1:0".into(),
         database_url: database_url.to_owned(),
@@ -436,6 +462,10 @@ async fn seed(
     }));
     let http = reqwest::Client::new();
     seed_four_step_tasks(&http, &url, &platform, &admin, args.tasks).await?;
+    let detail = match args.shape {
+        Shape::Page => None,
+        Shape::Detail => Some(detail::seed(&http, &url, &admin).await?),
+    };
     executor.run_until_idle().await?;
     let _ = stop.send(());
     server.await??;
@@ -445,7 +475,7 @@ async fn seed(
     let db = Database::connect(database_url).await?;
     db.execute_unprepared("ANALYZE").await?;
     db.close().await?;
-    Ok(admin)
+    Ok((admin, detail))
 }
 
 async fn tenant_id(database_url: &str) -> anyhow::Result<String> {
@@ -522,14 +552,13 @@ async fn send(
     if !status.is_success() || body.get("errors").is_some() {
         bail!("{}: {status}: {body}", target.peer.name());
     }
-    if !target.expected.is_empty() {
-        let rows = rows(target.peer, &body)?;
-        if rows != *target.expected {
-            bail!(
-                "{}: the answer differs from the reference: {body}",
-                target.peer.name()
-            );
-        }
+    if let Some(expected) = &target.expected
+        && Answer::parse(target.shape, target.peer, &body)? != **expected
+    {
+        bail!(
+            "{}: the answer differs from the reference: {body}",
+            target.peer.name()
+        );
     }
     *passed = Some(bytes.to_vec());
     Ok(took)
@@ -607,9 +636,22 @@ async fn measure(
     database_url: &str,
     tenant: &str,
     admin: &str,
+    detail: Option<&DetailTask>,
     brainstem_port: u16,
     postgraphile_ports: &[u16],
 ) -> anyhow::Result<()> {
+    let (brainstem_body, postgraphile_body) = match (args.shape, detail) {
+        (Shape::Page, _) => (
+            brainstem_query(args.first, args.fragments),
+            postgraphile_query(args.first, tenant, args.fragments),
+        ),
+        (Shape::Detail, Some(task)) if !args.fragments => (
+            detail::brainstem_query(task),
+            detail::postgraphile_query(task, tenant),
+        ),
+        (Shape::Detail, Some(_)) => bail!("--fragments is for the page (--shape page)"),
+        (Shape::Detail, None) => bail!("the detail page's task was not seeded"),
+    };
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(args.connections.max(1) * 2)
         .timeout(Duration::from_secs(30))
@@ -621,8 +663,9 @@ async fn measure(
         name: Peer::Brainstem.name().to_owned(),
         urls: vec![url(&brainstem_port)],
         token: Some(admin.to_owned()),
-        body: body(brainstem_query(args.first, args.fragments)),
-        expected: Arc::new(Vec::new()),
+        body: body(brainstem_body),
+        shape: args.shape,
+        expected: None,
     };
     // PostGraphile as one process, and (on a machine of several cores) as
     // one process per core behind the same load, as it would be deployed.
@@ -631,8 +674,9 @@ async fn measure(
         name: format!("{} x1", Peer::PostGraphile.name()),
         urls: postgraphile_ports.iter().take(1).map(url).collect(),
         token: None,
-        body: body(postgraphile_query(args.first, tenant, args.fragments)),
-        expected: Arc::new(Vec::new()),
+        body: body(postgraphile_body),
+        shape: args.shape,
+        expected: None,
     };
     let mut postgraphile_each = Target {
         name: format!(
@@ -665,35 +709,49 @@ async fn measure(
             anyhow::Ok(request.send().await?.json::<Value>().await?)
         }
     };
-    let reference = rows(Peer::Brainstem, &first_of(&brainstem).await?)?;
-    let theirs = rows(Peer::PostGraphile, &first_of(&postgraphile).await?)?;
-    if reference != theirs {
-        let at = reference
-            .iter()
-            .zip(&theirs)
-            .position(|(a, b)| a != b)
-            .unwrap_or(reference.len().min(theirs.len()));
-        bail!(
-            "the servers disagree ({} and {} tasks; first difference at task {at}: {:?} vs {:?})",
-            reference.len(),
-            theirs.len(),
-            reference.get(at),
-            theirs.get(at)
-        );
+    let ours = Answer::parse(args.shape, Peer::Brainstem, &first_of(&brainstem).await?)?;
+    let theirs = Answer::parse(
+        args.shape,
+        Peer::PostGraphile,
+        &first_of(&postgraphile).await?,
+    )?;
+    match (&ours, &theirs) {
+        (Answer::Page(reference), Answer::Page(theirs)) if reference != theirs => {
+            let at = reference
+                .iter()
+                .zip(theirs)
+                .position(|(a, b)| a != b)
+                .unwrap_or(reference.len().min(theirs.len()));
+            bail!(
+                "the servers disagree ({} and {} tasks; first difference at task {at}: {:?} vs {:?})",
+                reference.len(),
+                theirs.len(),
+                reference.get(at),
+                theirs.get(at)
+            );
+        }
+        (Answer::Page(reference), _) if reference.len() != args.first.min(args.tasks) => {
+            bail!(
+                "expected {} tasks in a page, got {}",
+                args.first.min(args.tasks),
+                reference.len()
+            );
+        }
+        (Answer::Detail(ours), Answer::Detail(theirs)) if ours != theirs => bail!(
+            "the servers disagree on the task's detail: {}",
+            ours.first_difference(theirs)
+                .unwrap_or_else(|| "in their lengths".to_owned())
+        ),
+        _ => {}
     }
-    let expected_tasks = args.first.min(args.tasks);
-    if reference.len() != expected_tasks {
-        bail!(
-            "expected {expected_tasks} tasks in a page, got {}",
-            reference.len()
-        );
-    }
-    let events: usize = reference.iter().map(|t| t.events.len()).sum();
+    let asked = match args.shape {
+        Shape::Page => format!("page of {}", args.first),
+        Shape::Detail => "one task's detail by id".to_owned(),
+    };
     println!(
-        "readpath: {} finished four-step tasks of one tenant; page of {}; {} connections; \
+        "readpath: {} finished four-step tasks of one tenant; {asked}; {} connections; \
          {} rounds of {} s (+{} s warm-up) per server; pool {} per server; {}",
         args.tasks,
-        args.first,
         args.connections,
         args.rounds,
         args.seconds,
@@ -706,15 +764,13 @@ async fn measure(
         }
     );
     println!(
-        "answers agree: {} tasks, {} steps, {} events, same ids, order and values",
-        reference.len(),
-        reference.iter().map(|t| t.steps.len()).sum::<usize>(),
-        events
+        "answers agree: {}, same ids, order and values",
+        ours.describe()
     );
-    let reference = Arc::new(reference);
+    let reference = Some(Arc::new(ours));
     brainstem.expected = reference.clone();
     postgraphile.expected = reference.clone();
-    postgraphile_each.expected = reference.clone();
+    postgraphile_each.expected = reference;
     let brainstem = Arc::new(brainstem);
     let postgraphile = Arc::new(postgraphile);
     let mut targets = vec![brainstem.clone(), postgraphile.clone()];
@@ -831,6 +887,9 @@ async fn measure(
     }
 
     // Brainstem alone at other page sizes.
+    if args.shape != Shape::Page {
+        return Ok(());
+    }
     println!();
     println!(
         "brainstem alone, {} connections, {} s per page size:",
@@ -857,7 +916,7 @@ async fn measure(
         }
         let target = Arc::new(Target {
             body: body(brainstem_query(size, args.fragments)),
-            expected: Arc::new(page),
+            expected: Some(Arc::new(Answer::Page(page))),
             ..Target::clone(&brainstem)
         });
         load(

@@ -41,10 +41,10 @@ use serde_json::json;
 use tokio::process::Child;
 
 use super::{
-    Args, Target, Window, brainstem_query, free_port, load, pct, seed, spawn_brainstem, stop,
-    wait_ready,
+    Args, Shape, Target, Window, brainstem_query, free_port, load, pct, seed, spawn_brainstem,
+    stop, wait_ready,
 };
-use crate::answers::{Peer, rows};
+use crate::answers::{Answer, Peer, rows};
 
 /// The two ways Brainstem runs, in the order of the output.
 const SETUPS: [&str; 2] = ["primary alone", "primary + standby"];
@@ -58,7 +58,7 @@ const TICK_MS: f64 = 10.0;
 pub async fn run(args: &Args, database: &str, served: &str, replica: &str) -> anyhow::Result<()> {
     let jwt_secret = uuid::Uuid::now_v7().to_string();
     let encryption_key = brainstem_domain::crypto::EncryptionKey::generate_base64();
-    let admin = seed(args, served, &jwt_secret, &encryption_key).await?;
+    let (admin, _) = seed(args, served, &jwt_secret, &encryption_key).await?;
 
     let primary = connect_one(database).await?;
     primary
@@ -262,18 +262,14 @@ async fn measure(
             urls: vec![url(port)],
             token: Some(admin.to_owned()),
             body: Arc::new(json!({ "query": query }).to_string().into_bytes()),
+            shape: Shape::Page,
             expected,
         };
         let [(alone, _), (read, _)] = servers else {
             bail!("two servers");
         };
         for &port in [alone, read] {
-            wait_ready(
-                &http,
-                &target(port, Arc::default()),
-                Duration::from_secs(60),
-            )
-            .await?;
+            wait_ready(&http, &target(port, None), Duration::from_secs(60)).await?;
         }
         let reference = rows(
             Peer::Brainstem,
@@ -289,7 +285,7 @@ async fn measure(
         if reference.len() != size.min(args.tasks) {
             bail!("page {size}: {} tasks in the answer", reference.len());
         }
-        let reference = Arc::new(reference);
+        let reference = Some(Arc::new(Answer::Page(reference)));
         targets.push((
             size,
             [
