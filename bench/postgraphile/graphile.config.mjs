@@ -17,8 +17,24 @@
 // `taskEventsByTenantIdAndTaskId`. The query reads, for one tenant
 // (condition on `tasks.tenant_id`, also indexed), the first N tasks in
 // primary-key order with their steps and their last five events by `seq`.
+//
+// The other shapes need what a PostGraphile deployment over these tables
+// would declare, as smart tags here (the database is not changed):
+// - a conversation's turns: `tasks.conversation_id` has no foreign key in
+//   Brainstem's schema, so `@foreignKey` declares it, through the tenant
+//   like every other key, against `@unique tenant_id,id` on `conversations`;
+//   `ix_tasks_tenant_conversation_id` starts with both columns, so the
+//   backward relation `tasksByTenantIdAndConversationId` is kept;
+// - conversations listed per subject (as Brainstem lists them) and the
+//   dashboard's filtered page (status, creation range: the
+//   connection-filter plugin's `filter`) need those columns filterable;
+//   Amber's index rule only offers a condition on a column that leads an
+//   index, so `+filterBy` says so for `conversations.subject`,
+//   `tasks.status` and `tasks.created_at`.
 import { PostGraphileAmberPreset } from "postgraphile/presets/amber";
 import { makePgService } from "postgraphile/adaptors/pg";
+import { jsonPgSmartTags } from "postgraphile/utils";
+import { PostGraphileConnectionFilterPreset } from "postgraphile-plugin-connection-filter";
 
 const port = Number(process.env.PORT);
 const tenant = process.env.PG_TENANT ?? "";
@@ -26,9 +42,29 @@ if (!Number.isInteger(port) || port <= 0) {
   throw new Error("PORT must be set to the port to listen on");
 }
 
+const filterable = { tags: { behavior: "+filterBy" } };
+const tags = jsonPgSmartTags({
+  version: 1,
+  config: {
+    class: {
+      conversations: {
+        tags: { unique: "tenant_id,id" },
+        attribute: { subject: filterable },
+      },
+      tasks: {
+        tags: {
+          foreignKey: "(tenant_id,conversation_id) references conversations (tenant_id,id)",
+        },
+        attribute: { status: filterable, created_at: filterable },
+      },
+    },
+  },
+});
+
 /** @type {GraphileConfig.Preset} */
 const preset = {
-  extends: [PostGraphileAmberPreset],
+  extends: [PostGraphileAmberPreset, PostGraphileConnectionFilterPreset],
+  plugins: [tags],
   pgServices: [
     makePgService({
       connectionString: process.env.DATABASE_URL,

@@ -15,6 +15,8 @@ for_both_backends!(
     listing_capabilities_batches_their_plans_and_tools,
     a_tokens_tenant_is_looked_up_once,
     a_page_reads_steps_and_events_as_far_as_it_shows_them,
+    a_list_of_conversations_reads_every_ones_turns_in_one_statement,
+    a_page_of_tasks_reads_every_ones_children_in_one_statement,
 );
 
 /// The default configuration: list resolvers prefetch what their items
@@ -120,6 +122,145 @@ async fn listing_tasks_runs_the_same_statements_for_10_and_50_tasks(backend: Bac
         "statements for 10 tasks vs 50 tasks: {with_10} vs {with_50}"
     );
     assert!(with_50 <= 10, "{with_50} statements for one list");
+}
+
+/// Starts `n` more conversations of acme's admin, each with four turns
+/// (`c<i> t<j>`) on plan `three`, and runs them.
+async fn start_conversations(app: &TestApp, from: usize, n: usize) {
+    let token = app.admin_token("acme");
+    for c in from..from + n {
+        let id = app
+            .graphql(
+                Some(&token),
+                "mutation { startConversation(input: {title: \"c\"}) { conversation { id } } }",
+                json!({}),
+            )
+            .await
+            .data()["startConversation"]["conversation"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        for t in 0..4 {
+            app.start_task(
+                "acme",
+                json!({"planKey": "three", "conversationId": id, "input": format!("c{c} t{t}")}),
+            )
+            .await;
+        }
+    }
+    app.run_tasks().await;
+}
+
+/// The turns of a page of conversations (each its own page: the last two,
+/// or the newest two) are one statement for all of them, and each
+/// conversation's page is the one it answers alone.
+async fn a_list_of_conversations_reads_every_ones_turns_in_one_statement(backend: Backend) {
+    let app = app(backend).await;
+    publish_three(&app).await;
+    let list = |turns: &str| {
+        format!(
+            "{{ conversations(first: 20) {{ edges {{ node {{ id turns({turns}) {{ \
+             edges {{ node {{ input status }} }} pageInfo {{ hasPreviousPage hasNextPage }} }} }} }} }} }}"
+        )
+    };
+    let inputs = |conversation: &Value| -> Vec<String> {
+        conversation["turns"]["edges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["node"]["input"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    start_conversations(&app, 0, 3).await;
+    let (three, with_3) = measured(&app, &list("last: 2")).await;
+    start_conversations(&app, 3, 9).await;
+    let (twelve, with_12) = measured(&app, &list("last: 2")).await;
+    assert_eq!(three["conversations"]["edges"].as_array().unwrap().len(), 3);
+    let conversations = twelve["conversations"]["edges"].as_array().unwrap();
+    assert_eq!(conversations.len(), 12);
+    for (c, edge) in conversations.iter().enumerate() {
+        let node = &edge["node"];
+        assert_eq!(inputs(node), [format!("c{c} t2"), format!("c{c} t3")]);
+        assert_eq!(node["turns"]["pageInfo"]["hasPreviousPage"], true, "{node}");
+        // Alone, the conversation answers the same page.
+        let alone = app
+            .graphql(
+                Some(&app.admin_token("acme")),
+                "query($id: ID!) { conversation(id: $id) { id turns(last: 2) { \
+                 edges { node { input status } } pageInfo { hasPreviousPage hasNextPage } } } }",
+                json!({"id": node["id"]}),
+            )
+            .await;
+        assert_eq!(&alone.data()["conversation"], node);
+    }
+    assert_eq!(
+        with_3, with_12,
+        "statements for 3 conversations vs 12: {with_3} vs {with_12}"
+    );
+    let (newest, with_newest) = measured(&app, &list("first: 2, orderBy: CREATED_AT_DESC")).await;
+    assert_eq!(with_newest, with_12);
+    for (c, edge) in newest["conversations"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(
+            inputs(&edge["node"]),
+            [format!("c{c} t3"), format!("c{c} t2")]
+        );
+        assert_eq!(edge["node"]["turns"]["pageInfo"]["hasNextPage"], true);
+    }
+}
+
+/// A page of parents, each with its first two children: one statement
+/// for all their children, each parent's page its own.
+async fn a_page_of_tasks_reads_every_ones_children_in_one_statement(backend: Backend) {
+    let app = app(backend).await;
+    publish_three(&app).await;
+    let spawn = |id: &str| json!({"id": id, "tool": "spawn_task", "args": {"plan_key": "three", "input": id}});
+    app.publish_plan(
+        "acme",
+        json!({"key": "parent", "intent": "t.parent",
+               "steps": [spawn("one"), spawn("two"), spawn("three")]}),
+    )
+    .await
+    .data();
+    let parents = |n: usize| {
+        let app = &app;
+        async move {
+            for _ in 0..n {
+                app.start_task("acme", json!({"planKey": "parent"})).await;
+            }
+            app.run_tasks().await;
+        }
+    };
+    let query = "{ tasks(filter: {planKey: \"parent\"}, first: 20) { edges { node { id \
+        children(first: 2) { edges { node { input parent { id } } } pageInfo { hasNextPage } } } } } }";
+    parents(2).await;
+    let (_, with_2) = measured(&app, query).await;
+    parents(4).await;
+    let (six, with_6) = measured(&app, query).await;
+    let edges = six["tasks"]["edges"].as_array().unwrap();
+    assert_eq!(edges.len(), 6);
+    for edge in edges {
+        let children = edge["node"]["children"]["edges"].as_array().unwrap();
+        let inputs: Vec<&str> = children
+            .iter()
+            .map(|c| c["node"]["input"].as_str().unwrap())
+            .collect();
+        assert_eq!(inputs, ["one", "two"], "{edge}");
+        assert!(
+            children
+                .iter()
+                .all(|c| c["node"]["parent"]["id"] == edge["node"]["id"])
+        );
+        assert_eq!(edge["node"]["children"]["pageInfo"]["hasNextPage"], true);
+    }
+    assert_eq!(
+        with_2, with_6,
+        "statements for 2 parents vs 6: {with_2} vs {with_6}"
+    );
 }
 
 async fn listing_capabilities_batches_their_plans_and_tools(backend: Backend) {

@@ -7,7 +7,7 @@
 //! events of all its turns.
 
 use async_graphql::{Context, ID, InputObject, Object, SimpleObject, connection::Connection};
-use brainstem_domain::{ConversationId, conversations, tasks::TaskFilter};
+use brainstem_domain::{ConversationId, conversations, tasks::TaskGroup};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
@@ -16,7 +16,7 @@ use super::{
     context::{domain, principal},
     ids::{self, NodeType},
     page::{ListOrder, connection, ordered_page_request},
-    tasks::{TaskPage, task_page, task_scope},
+    tasks::{TaskPage, group_page, task_scope},
 };
 use crate::error::ResultExt;
 
@@ -60,12 +60,8 @@ impl Conversation {
         order_by: Option<ListOrder>,
     ) -> async_graphql::Result<TaskPage> {
         let scope = task_scope(ctx)?;
-        let filter = TaskFilter {
-            conversation: Some(self.0.id),
-            ..TaskFilter::default()
-        };
         let request = ordered_page_request(first, after, last, before, order_by)?;
-        task_page(ctx, scope, filter, request).await
+        group_page(ctx, scope, TaskGroup::Turns, self.0.id.uuid(), request).await
     }
 }
 

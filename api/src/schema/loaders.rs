@@ -23,9 +23,11 @@ use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
 use brainstem_domain::{
     CapabilityId, Domain, TaskId, TenantScope,
     capabilities::{Capability, PartnerToolDef},
+    page::{Page, PageRequest},
     plans::Plan,
-    tasks::{Artifact, Detail, EventWindow, Review, StepAttempt, Task, TaskEvent},
+    tasks::{Artifact, Detail, EventWindow, Review, StepAttempt, Task, TaskEvent, TaskGroup},
 };
+use uuid::Uuid;
 
 use crate::error::ResultExt;
 
@@ -153,6 +155,57 @@ impl Loader<TaskKey> for Loaders {
             for task in self.domain.tasks.get_many(scope, &ids).await.gql()? {
                 out.insert(TaskKey(scope, task.id), task);
             }
+        }
+        Ok(out)
+    }
+}
+
+/// One page of a parent's tasks (a conversation's turns, a task's
+/// children), read to the [`Detail`] its selection shows: the parents a
+/// list resolves together are read in one statement
+/// (`Tasks::pages_by`), one per distinct request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TaskGroupPageKey {
+    pub scope: TenantScope,
+    pub group: TaskGroup,
+    pub parent: Uuid,
+    pub request: PageRequest,
+    pub detail: Detail,
+}
+
+impl Loader<TaskGroupPageKey> for Loaders {
+    type Value = Page<Task>;
+    type Error = async_graphql::Error;
+
+    async fn load(
+        &self,
+        keys: &[TaskGroupPageKey],
+    ) -> Result<HashMap<TaskGroupPageKey, Page<Task>>, Self::Error> {
+        let mut batches: HashMap<_, Vec<Uuid>> = HashMap::new();
+        for k in keys {
+            batches
+                .entry((k.scope, k.group, k.request, k.detail))
+                .or_default()
+                .push(k.parent);
+        }
+        let mut out = HashMap::new();
+        for ((scope, group, request, detail), parents) in batches {
+            let pages = self
+                .domain
+                .tasks
+                .pages_by(scope, group, &parents, request, detail)
+                .await
+                .gql()?;
+            out.extend(pages.into_iter().map(|(parent, page)| {
+                let key = TaskGroupPageKey {
+                    scope,
+                    group,
+                    parent,
+                    request,
+                    detail,
+                };
+                (key, page)
+            }));
         }
         Ok(out)
     }

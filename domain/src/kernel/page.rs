@@ -24,9 +24,18 @@
 //! A read runs from the end the page is taken from ([`PageRequest::scan`]),
 //! so `last: n` is an index scan of n + 1 rows too, and [`cut`] puts the
 //! rows back in the list's order.
+//!
+//! **Nested lists** (the turns of each conversation of a page, the
+//! children of each task) are one statement for all their parents
+//! ([`fetch_groups_as`]), so listing N parents with their lists costs
+//! what listing one does.
+
+use std::collections::HashMap;
 
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Select,
+    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, FromQueryResult, IdenStatic,
+    JoinType, QueryFilter, QueryOrder, QueryResult, QuerySelect, QueryTrait, Select,
+    sea_query::{Alias, Asterisk, Expr, ExprTrait, Query, SelectStatement},
 };
 use uuid::Uuid;
 
@@ -223,6 +232,138 @@ where
     Ok(cut(items, size, request))
 }
 
+/// One page of each group's rows: of `select`'s rows whose `group_column`
+/// is one of `groups`, each group paged by `request` on its own, read as
+/// `M`, in one statement. Every page is exact as [`fetch`]'s is (one row
+/// past it is read); every group gets a page, empty when it has no rows.
+///
+/// On PostgreSQL each group is a `LATERAL` read of its own page (the
+/// groups a `VALUES` list), so an index on the group's column and the id
+/// reads `size` + 1 rows per group however long its list. SQLite has no
+/// `LATERAL`: each group's rows within the cursors' bounds are ranked by
+/// id from the end the page is taken from (`ROW_NUMBER() OVER (PARTITION
+/// BY …)`) and the first `size` + 1 of each kept.
+pub async fn fetch_groups_as<E, C, M>(
+    db: &C,
+    select: Select<E>,
+    id_column: E::Column,
+    group_column: E::Column,
+    groups: &[Uuid],
+    request: PageRequest,
+) -> Result<HashMap<Uuid, Page<M>>>
+where
+    E: EntityTrait,
+    C: ConnectionTrait,
+    M: FromQueryResult,
+{
+    let size = request.size()?;
+    let mut pages: HashMap<Uuid, Vec<M>> = groups.iter().map(|g| (*g, Vec::new())).collect();
+    if !groups.is_empty() {
+        let backend = db.get_database_backend();
+        let statement = match backend {
+            DbBackend::Postgres => lateral_pages(select, id_column, group_column, groups, request),
+            _ => ranked_pages(select, id_column, group_column, groups, request),
+        };
+        let rows = Grouped::<M>::find_by_statement(backend.build(&statement?))
+            .all(db)
+            .await?;
+        for row in rows {
+            pages.entry(row.group).or_default().push(row.row);
+        }
+    }
+    Ok(pages
+        .into_iter()
+        .map(|(group, items)| (group, cut(items, size, request)))
+        .collect())
+}
+
+/// PostgreSQL's [`fetch_groups_as`]: `(VALUES (g1), …) AS groups CROSS
+/// JOIN LATERAL (<one group's page, as [`page_of`] reads it>)`.
+fn lateral_pages<E: EntityTrait>(
+    select: Select<E>,
+    id_column: E::Column,
+    group_column: E::Column,
+    groups: &[Uuid],
+    request: PageRequest,
+) -> Result<SelectStatement> {
+    // A `VALUES` list's column is `column1`.
+    let parent = (Alias::new("groups"), Alias::new("column1"));
+    let (page, _) = page_of(
+        select.filter(Expr::col(group_column).equals(parent)),
+        id_column,
+        request,
+    )?;
+    let page = page.column_as(group_column, GROUP).into_query();
+    let rows = Alias::new("page");
+    Ok(Query::select()
+        .column((rows.clone(), Asterisk))
+        .from_values(groups.iter().copied(), Alias::new("groups"))
+        .join_lateral(JoinType::InnerJoin, page, rows.clone(), Expr::cust("true"))
+        .order_by((rows.clone(), Alias::new(GROUP)), sea_orm::Order::Asc)
+        .order_by((rows, Alias::new(id_column.as_str())), scan_order(request))
+        .to_owned())
+}
+
+/// SQLite's [`fetch_groups_as`]: every group's rows in bounds, ranked.
+fn ranked_pages<E: EntityTrait>(
+    select: Select<E>,
+    id_column: E::Column,
+    group_column: E::Column,
+    groups: &[Uuid],
+    request: PageRequest,
+) -> Result<SelectStatement> {
+    let size = request.size()?;
+    let direction = match scan_order(request) {
+        sea_orm::Order::Desc => "DESC",
+        _ => "ASC",
+    };
+    let rank = Expr::cust(format!(
+        "ROW_NUMBER() OVER (PARTITION BY \"{}\" ORDER BY \"{}\" {direction})",
+        group_column.as_str(),
+        id_column.as_str()
+    ));
+    let ranked = within_bounds(select, id_column, request)
+        .filter(group_column.is_in(groups.iter().copied()))
+        .column_as(group_column, GROUP)
+        .column_as(rank, RANK)
+        .into_query();
+    Ok(Query::select()
+        .column(Asterisk)
+        .from_subquery(ranked, Alias::new("ranked"))
+        .and_where(Expr::col(Alias::new(RANK)).lte(size as i64 + 1))
+        .order_by(Alias::new(GROUP), sea_orm::Order::Asc)
+        .order_by(Alias::new(RANK), sea_orm::Order::Asc)
+        .to_owned())
+}
+
+/// The order rows are read in for `request` ([`PageRequest::scan`]).
+fn scan_order(request: PageRequest) -> sea_orm::Order {
+    match request.scan() {
+        Order::OldestFirst => sea_orm::Order::Asc,
+        Order::NewestFirst => sea_orm::Order::Desc,
+    }
+}
+
+/// The aliases [`fetch_groups_as`] adds: a row's group and (on SQLite) its
+/// rank in it.
+const GROUP: &str = "page_group";
+const RANK: &str = "page_rank";
+
+/// A row of [`fetch_groups_as`] with the group it belongs to.
+struct Grouped<M> {
+    group: Uuid,
+    row: M,
+}
+
+impl<M: FromQueryResult> FromQueryResult for Grouped<M> {
+    fn from_query_result(result: &QueryResult, prefix: &str) -> std::result::Result<Self, DbErr> {
+        Ok(Self {
+            group: result.try_get(prefix, GROUP)?,
+            row: M::from_query_result(result, prefix)?,
+        })
+    }
+}
+
 /// `select` within the cursors' bounds, ordered by id from the end the
 /// page is taken from, one row past the page (which says whether there is
 /// more on that side); and the page's size.
@@ -232,6 +373,16 @@ pub fn page_of<E: EntityTrait>(
     request: PageRequest,
 ) -> Result<(Select<E>, u64)> {
     let size = request.size()?;
+    let select = within_bounds(select, id_column, request).order_by(id_column, scan_order(request));
+    Ok((select.limit(size + 1), size))
+}
+
+/// `select`'s rows within the cursors' bounds.
+fn within_bounds<E: EntityTrait>(
+    select: Select<E>,
+    id_column: E::Column,
+    request: PageRequest,
+) -> Select<E> {
     let mut select = select;
     let newest_first = request.order == Order::NewestFirst;
     // After a cursor is later in an oldest-first list, earlier in a
@@ -249,11 +400,7 @@ pub fn page_of<E: EntityTrait>(
     if let Some(before) = request.before {
         select = select.filter(beyond(before, newest_first));
     }
-    let select = match request.scan() {
-        Order::OldestFirst => select.order_by_asc(id_column),
-        Order::NewestFirst => select.order_by_desc(id_column),
-    };
-    Ok((select.limit(size + 1), size))
+    select
 }
 
 /// The page of `items`, read in [`PageRequest::scan`] order by

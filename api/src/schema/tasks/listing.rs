@@ -1,10 +1,12 @@
 //! Reading a page of tasks with the relations its selection shows.
 //!
-//! A list of tasks (`tasks`, `Task.children`, a conversation's turns) whose
-//! whole selection is plain is read narrow and answered in one pass
-//! ([`super::plain_page`]). Any other looks ahead at what its items select
-//! and reads it before they resolve, so each item finds its rows in the
-//! operation's loader cache:
+//! The tenant's list (`tasks`) whose whole selection is plain is read
+//! narrow and answered in one pass ([`super::plain_page`]). A nested list
+//! (a conversation's turns, `Task.children`) is read with the same list of
+//! every parent resolved beside it, one statement for all of them
+//! ([`group_page`]). Either, when not plain, looks ahead at what its items
+//! select and reads it before they resolve, so each item finds its rows in
+//! the operation's loader cache:
 //!
 //! - When the page, its steps and its event windows are all shown as
 //!   summaries (no JSON column selected), the page and both relations are
@@ -25,8 +27,11 @@ use async_graphql::{Context, Lookahead, SelectionField};
 use brainstem_domain::{
     Error, TaskId, TenantScope,
     page::PageRequest,
-    tasks::{self, Detail, EventSpan, EventWindow, Fields, StepAndEventSummaries, TaskFilter},
+    tasks::{
+        self, Detail, EventSpan, EventWindow, Fields, StepAndEventSummaries, TaskFilter, TaskGroup,
+    },
 };
+use uuid::Uuid;
 
 use super::{
     Task,
@@ -37,8 +42,8 @@ use crate::{
     schema::{
         context::domain,
         loaders::{
-            BrainstemLoader, TaskArtifactsKey, TaskEventsKey, TaskKey, TaskReviewsKey,
-            TaskStepsKey, loader,
+            BrainstemLoader, TaskArtifactsKey, TaskEventsKey, TaskGroupPageKey, TaskKey,
+            TaskReviewsKey, TaskStepsKey, loader,
         },
         page::connection,
     },
@@ -86,6 +91,36 @@ pub(crate) async fn task_page(
         read_ahead(ctx, scope, &node, &page.items, Some(&shown)).await?;
         page
     };
+    Ok(TaskPage::General(connection(page, |t| t.id.uuid(), Task)))
+}
+
+/// The page `request` asks for of one parent's tasks (`group`: a
+/// conversation's turns or a task's children), read through the loader
+/// with the pages of the parents resolved beside it (one statement for a
+/// whole list of parents), with the relations the selection shows read
+/// ahead. The caller has checked that it may see `parent`.
+pub(crate) async fn group_page(
+    ctx: &Context<'_>,
+    scope: TenantScope,
+    group: TaskGroup,
+    parent: Uuid,
+    request: PageRequest,
+) -> async_graphql::Result<TaskPage> {
+    let node = ctx.look_ahead().field("edges").field("node");
+    let shown = Shown::of(&node)?;
+    let key = TaskGroupPageKey {
+        scope,
+        group,
+        parent,
+        request,
+        detail: page_detail(ctx),
+    };
+    let page = loader(ctx)
+        .load_one(key)
+        .await?
+        .ok_or_else(|| Error::internal(format!("no page of {group:?} read for {parent}")))
+        .gql()?;
+    read_ahead(ctx, scope, &node, &page.items, Some(&shown)).await?;
     Ok(TaskPage::General(connection(page, |t| t.id.uuid(), Task)))
 }
 

@@ -26,7 +26,7 @@ pub mod steps;
 use async_graphql::{Context, Enum, ID, InputObject, Json, Object, SimpleObject};
 use brainstem_domain::{
     ConversationId, TaskId, TenantScope,
-    tasks::{self, TaskFilter as DomainFilter, TimeRange},
+    tasks::{self, TaskFilter as DomainFilter, TaskGroup, TimeRange},
 };
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -41,7 +41,10 @@ pub use self::{
     mutation::TaskMutation,
     steps::{Artifact, Review, TaskStep, Usage},
 };
-pub(crate) use self::{listing::task_page, plain_page::TaskPage};
+pub(crate) use self::{
+    listing::{group_page, task_page},
+    plain_page::TaskPage,
+};
 use super::{
     context::{domain, require_scope},
     ids::{self, NodeType},
@@ -312,12 +315,9 @@ impl Task {
         before: Option<String>,
         order_by: Option<ListOrder>,
     ) -> async_graphql::Result<TaskPage> {
-        let filter = DomainFilter {
-            parent: Some(self.0.id),
-            ..DomainFilter::default()
-        };
         let request = ordered_page_request(first, after, last, before, order_by)?;
-        task_page(ctx, self.0.scope(), filter, request).await
+        let parent = self.0.id.uuid();
+        group_page(ctx, self.0.scope(), TaskGroup::Children, parent, request).await
     }
     /// Every attempt of every step, in the order they ran.
     async fn steps(&self, ctx: &Context<'_>) -> async_graphql::Result<PlainList<TaskStep>> {

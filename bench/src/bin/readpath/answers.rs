@@ -1,35 +1,38 @@
-//! The answers of both servers, reduced to what they must agree on: task
-//! ids as UUIDs, enum values in one spelling, numbers as numbers, events
-//! oldest first (a task's detail: `detail.rs`).
+//! The answers of both servers, reduced to what they must agree on: ids
+//! as UUIDs (Brainstem's global ids decoded), enum values in one
+//! spelling, numbers as numbers, instants as instants, lists in one
+//! order. Each shape's own reading is in its file; the helpers here are
+//! what they share.
 
 use anyhow::{Context, bail};
 use base64::Engine;
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::{Shape, detail::TaskDetail};
-
-/// What a server answered, reduced to the data both must agree on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TaskRow {
-    pub id: String,
-    pub status: String,
-    pub plan: Option<(String, i64)>,
-    pub steps: Vec<(String, String, i64, i64)>,
-    pub events: Vec<(i64, String, String)>,
-}
+use super::{
+    Shape, conversations::ConversationRow, detail::TaskDetail, filtered::TaskCard, node::NodeTask,
+    page::TaskRow,
+};
 
 /// What a server answered for the shape measured.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Answer {
+    /// `page` and `fragments`.
     Page(Vec<TaskRow>),
     Detail(Box<TaskDetail>),
+    Node(Box<NodeTask>),
+    Conversations(Vec<ConversationRow>),
+    Filtered(Vec<TaskCard>),
 }
 
 impl Answer {
     pub fn parse(shape: Shape, peer: Peer, body: &Value) -> anyhow::Result<Self> {
         Ok(match shape {
-            Shape::Page => Self::Page(rows(peer, body)?),
+            Shape::Page | Shape::Fragments => Self::Page(super::page::rows(peer, body)?),
             Shape::Detail => Self::Detail(Box::new(TaskDetail::from_answer(peer, body)?)),
+            Shape::Node => Self::Node(Box::new(NodeTask::from_answer(peer, body)?)),
+            Shape::Conversations => Self::Conversations(ConversationRow::page(peer, body)?),
+            Shape::Filtered => Self::Filtered(TaskCard::page(peer, body)?),
         })
     }
 
@@ -47,7 +50,43 @@ impl Answer {
                 task.steps.len(),
                 task.events.len()
             ),
+            Self::Node(task) => format!("one task through node(id:): {} steps", task.steps.len()),
+            Self::Conversations(rows) => format!(
+                "{} conversations, {} turns",
+                rows.len(),
+                rows.iter().map(|c| c.turns.len()).sum::<usize>()
+            ),
+            Self::Filtered(cards) => format!("{} tasks, newest first", cards.len()),
         }
+    }
+
+    /// Where `other` first differs from this answer, for the error that
+    /// says so (`None` when they agree).
+    pub fn first_difference(&self, other: &Self) -> Option<String> {
+        match (self, other) {
+            _ if self == other => None,
+            (Self::Page(a), Self::Page(b)) => first_item_difference("task", a, b),
+            (Self::Detail(a), Self::Detail(b)) => a.first_difference(b),
+            (Self::Node(a), Self::Node(b)) => Some(format!("{a:?} vs {b:?}")),
+            (Self::Conversations(a), Self::Conversations(b)) => {
+                first_item_difference("conversation", a, b)
+            }
+            (Self::Filtered(a), Self::Filtered(b)) => first_item_difference("task", a, b),
+            _ => Some("answers of different shapes".to_owned()),
+        }
+    }
+}
+
+/// The first position at which two lists differ, or their lengths.
+pub fn first_item_difference<T: PartialEq + std::fmt::Debug>(
+    what: &str,
+    a: &[T],
+    b: &[T],
+) -> Option<String> {
+    match a.iter().zip(b).position(|(x, y)| x != y) {
+        Some(at) => Some(format!("{what} {at}: {:?} vs {:?}", a[at], b[at])),
+        None if a.len() != b.len() => Some(format!("{} vs {} {what}s", a.len(), b.len())),
+        None => None,
     }
 }
 
@@ -64,78 +103,45 @@ impl Peer {
             Peer::PostGraphile => "postgraphile",
         }
     }
-}
 
-/// The task rows of an answer, in a form both servers share: ids as UUIDs
-/// (Brainstem's global id decoded), enum values upper case without
-/// separators (`STEP_STARTED` and the stored `StepStarted` agree),
-/// numbers as numbers (PostGraphile sends `bigint` as a string), events
-/// oldest first.
-pub fn rows(peer: Peer, body: &Value) -> anyhow::Result<Vec<TaskRow>> {
-    let (edges, id_key) = match peer {
-        Peer::Brainstem => (&body["data"]["tasks"]["edges"], "id"),
-        Peer::PostGraphile => (&body["data"]["allTasks"]["edges"], "rowId"),
-    };
-    let edges = edges.as_array().context("no edges in the answer")?;
-    let mut out = Vec::with_capacity(edges.len());
-    for edge in edges {
-        let node = &edge["node"];
-        let raw_id = text(&node[id_key])?;
-        let (plan, steps, mut events, id) = match peer {
-            Peer::Brainstem => (
-                match &node["plan"] {
-                    Value::Null => None,
-                    plan => Some((text(&plan["key"])?, number(&plan["version"])?)),
-                },
-                &node["steps"],
-                events_of(&node["events"])?,
-                global_uuid(&raw_id)?,
-            ),
-            Peer::PostGraphile => (
-                match &node["planKey"] {
-                    Value::Null => None,
-                    key => Some((text(key)?, number(&node["planVersion"])?)),
-                },
-                &node["taskStepsByTenantIdAndTaskId"]["nodes"],
-                events_of(&node["taskEventsByTenantIdAndTaskId"]["nodes"])?,
-                raw_id,
-            ),
-        };
-        if peer == Peer::PostGraphile {
-            events.reverse();
+    /// A task's id as a UUID: Brainstem's global `id`, PostGraphile's `rowId`.
+    pub fn task_id(self, node: &Value) -> anyhow::Result<String> {
+        match self {
+            Peer::Brainstem => global_uuid("Task", &text(&node["id"])?),
+            Peer::PostGraphile => text(&node["rowId"]),
         }
-        let steps = each(steps, "steps", |s| {
-            Ok((
-                text(&s["stepId"])?,
-                enum_value(&s["status"])?,
-                number(&s["attempt"])?,
-                number(&s["durationMs"])?,
-            ))
-        })?;
-        if steps.len() != 4 || events.len() > 5 {
-            bail!(
-                "task {id}: {} steps and {} events (expected 4 and at most 5)",
-                steps.len(),
-                events.len()
-            );
-        }
-        out.push(TaskRow {
-            id,
-            status: enum_value(&node["status"])?,
-            plan,
-            steps,
-            events,
-        });
     }
-    Ok(out)
+
+    /// A task's plan as (key, version): Brainstem's `plan { key version }`,
+    /// PostGraphile's `planKey` and `planVersion`.
+    pub fn plan(self, node: &Value) -> anyhow::Result<Option<(String, i64)>> {
+        let (key, version) = match self {
+            Peer::Brainstem => (&node["plan"]["key"], &node["plan"]["version"]),
+            Peer::PostGraphile => (&node["planKey"], &node["planVersion"]),
+        };
+        match key {
+            Value::Null => Ok(None),
+            key => Ok(Some((text(key)?, number(version)?))),
+        }
+    }
+
+    /// A task's input text: Brainstem's `input`, PostGraphile's `inputText`.
+    pub fn input(self, node: &Value) -> anyhow::Result<String> {
+        text(match self {
+            Peer::Brainstem => &node["input"],
+            Peer::PostGraphile => &node["inputText"],
+        })
+    }
 }
 
-fn events_of(events: &Value) -> anyhow::Result<Vec<(i64, String, String)>> {
-    each(events, "events", |e| {
+/// A task's steps as (step id, status, attempt, duration in ms).
+pub fn step_rows(list: &Value) -> anyhow::Result<Vec<(String, String, i64, i64)>> {
+    each(list, "steps", |s| {
         Ok((
-            number(&e["seq"])?,
-            enum_value(&e["kind"])?,
-            text(&e["summary"])?,
+            text(&s["stepId"])?,
+            enum_value(&s["status"])?,
+            number(&s["attempt"])?,
+            number(&s["durationMs"])?,
         ))
     })
 }
@@ -168,6 +174,16 @@ pub fn number(value: &Value) -> anyhow::Result<i64> {
     }
 }
 
+/// An instant, whatever offset and precision the server wrote it with.
+pub fn instant(value: &Value) -> anyhow::Result<DateTime<Utc>> {
+    let raw = text(value)?;
+    Ok(DateTime::parse_from_rfc3339(&raw)
+        .with_context(|| format!("not an RFC 3339 instant: {raw}"))?
+        .with_timezone(&Utc))
+}
+
+/// An enum value upper case without separators (`STEP_STARTED` and the
+/// stored `StepStarted` agree).
 pub fn enum_value(value: &Value) -> anyhow::Result<String> {
     Ok(text(value)?
         .chars()
@@ -176,16 +192,17 @@ pub fn enum_value(value: &Value) -> anyhow::Result<String> {
         .collect())
 }
 
-pub fn global_uuid(id: &str) -> anyhow::Result<String> {
+/// The UUID inside a Brainstem global id of type `kind`.
+pub fn global_uuid(kind: &str, id: &str) -> anyhow::Result<String> {
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(id.trim_end_matches('='))
         .with_context(|| format!("not a global id: {id}"))?;
     let decoded = String::from_utf8(bytes)?;
-    let (kind, uuid) = decoded
+    let (found, uuid) = decoded
         .split_once(':')
         .with_context(|| format!("not a global id: {decoded}"))?;
-    if kind != "Task" {
-        bail!("not a task id: {decoded}");
+    if found != kind {
+        bail!("not a {kind} id: {decoded}");
     }
     Ok(uuid.to_owned())
 }

@@ -25,7 +25,10 @@ use anyhow::bail;
 use brainstem_bench::call;
 use serde_json::Value;
 
-use super::answers::{Peer, each, enum_value, global_uuid, number, text};
+use super::{
+    answers::{Peer, each, enum_value, global_uuid, number, text},
+    seed::{SeededTask, start_task},
+};
 
 /// Steps of the seeded task's plan (at most the default `maxSteps`, 50).
 pub const STEPS: usize = 49;
@@ -33,16 +36,9 @@ pub const STEPS: usize = 49;
 /// Events the detail page asks for.
 pub const EVENTS: usize = 100;
 
-/// The seeded task: its global id (Brainstem) and its UUID (PostGraphile).
-#[derive(Clone, Debug)]
-pub struct DetailTask {
-    pub global_id: String,
-    pub uuid: String,
-}
-
 /// Publishes the plan `long` and starts one task on it (the caller runs
 /// its executor until idle to finish it).
-pub async fn seed(http: &reqwest::Client, url: &str, admin: &str) -> anyhow::Result<DetailTask> {
+pub async fn seed(http: &reqwest::Client, url: &str, admin: &str) -> anyhow::Result<SeededTask> {
     let steps = (0..STEPS)
         .map(|i| format!("{{id: \"s{i:02}\", tool: \"set_state\", args: {{k{i:02}: {i}, note: \"step {i} of the detail page\"}}}}"))
         .collect::<Vec<_>>()
@@ -57,22 +53,19 @@ pub async fn seed(http: &reqwest::Client, url: &str, admin: &str) -> anyhow::Res
         ),
     )
     .await?;
-    let started = call(
+    start_task(
         http,
         url,
         admin,
-        "mutation { startTask(input: {planKey: \"long\", \
+        "planKey: \"long\", \
          input: \"Summarise the quarter's support tickets by product and urgency\", \
          payload: {customer: {id: \"c-1042\", tier: \"gold\"}, tags: [\"support\", \"quarterly\"], \
-         limits: {tickets: 500, days: 90}}}) { task { id } } }",
+         limits: {tickets: 500, days: 90}}",
     )
-    .await?;
-    let global_id = text(&started["data"]["startTask"]["task"]["id"])?;
-    let uuid = global_uuid(&global_id)?;
-    Ok(DetailTask { global_id, uuid })
+    .await
 }
 
-pub fn brainstem_query(task: &DetailTask) -> String {
+pub fn brainstem_query(task: &SeededTask) -> String {
     format!(
         "{{ task(id: \"{}\") {{ id status input payload state \
          steps {{ stepId status args output }} \
@@ -81,7 +74,7 @@ pub fn brainstem_query(task: &DetailTask) -> String {
     )
 }
 
-pub fn postgraphile_query(task: &DetailTask, tenant: &str) -> String {
+pub fn postgraphile_query(task: &SeededTask, tenant: &str) -> String {
     format!(
         "{{ taskByTenantIdAndRowId(tenantId: \"{tenant}\", rowId: \"{}\") {{ \
          rowId status inputText payload state \
@@ -146,7 +139,7 @@ impl TaskDetail {
                 let task = &body["data"]["task"];
                 (
                     task,
-                    global_uuid(&text(&task["id"])?)?,
+                    global_uuid("Task", &text(&task["id"])?)?,
                     &task["input"],
                     &task["steps"],
                     &task["events"],

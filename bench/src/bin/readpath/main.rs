@@ -1,15 +1,13 @@
-//! `readpath`: the nested list query of a web UI on Brainstem and on
-//! PostGraphile v5 over the same tables, side by side.
+//! `readpath`: the queries a web UI sends, on Brainstem and on
+//! PostGraphile v5 over the same tables, side by side, shape after shape.
 //!
 //! Run it through `scripts/bench readpath`, which builds Brainstem in
 //! release mode, provisions PostgreSQL with durability on, installs Node 22
 //! and PostGraphile (pinned in `bench/postgraphile/`) into a cache outside
 //! the clone, and passes their paths here.
 //!
-//! 1. Seeds a fresh database: one tenant, a four-step plan and `--tasks`
-//!    tasks, started over GraphQL and finished by the executor (the server
-//!    built in this process, the same code as `brainstem serve`), then
-//!    analyses it (a running database has planner statistics). With
+//! 1. Seeds a fresh database (`seed.rs`): one tenant, a four-step plan and
+//!    `--tasks` finished tasks, then what each other shape reads. With
 //!    `--row-security` the database belongs to `brainstem_bench`, a role
 //!    that row-level security binds, and everything runs as that role.
 //! 2. Starts the release `brainstem serve` (`--brainstem`) and PostGraphile
@@ -21,8 +19,9 @@
 //!    and is measured twice: one process alone ("x1"), and all of them behind
 //!    the same load, the clients taking them in turn ("x2" on two cores).
 //!    All are child processes killed when this program ends.
-//! 3. Asks both for the page and checks that they agree (same tasks in the
-//!    same order, same steps, same last five events).
+//! 3. For each of `--shape` (default: all, in the order of [`Shape`]), asks
+//!    both for it and checks that they agree (same rows in the same order,
+//!    same values; each shape's file says what is compared).
 //! 4. `--rounds` rounds, each starting with the next server: per server
 //!    `--warmup` s unmeasured, then `--seconds` s of `--connections`
 //!    closed-loop clients sending the query back to back. Every answer is
@@ -39,36 +38,17 @@
 //!    statement a client ran, `BEGIN`/`COMMIT` included; parse and bind
 //!    messages are not statements). Brainstem's own count
 //!    (`brainstem_db_statements_total` on `/metrics`) is printed beside it.
-//! 6. Brainstem alone at each of `--page-sizes`.
+//!    Then the shape's table, and after the last shape a summary: per shape
+//!    each server's req/s and p99, both ratios and statements per request.
+//! 6. With the shape `page`: Brainstem alone at each of `--page-sizes`.
 //!
-//! With `--replica-url` (a hot standby of `--database-url`'s server;
-//! `scripts/bench readpath --replica` provisions the pair), PostGraphile
-//! does not run: Brainstem on the primary alone against Brainstem reading
-//! from the standby, at each of `--page-sizes` (`replica.rs`).
-//!
-//! Brainstem's query:
-//!
-//! ```graphql
-//! { tasks(first: 50) { edges { node {
-//!     id status plan { key version }
-//!     steps { stepId status attempt durationMs }
-//!     events(last: 5) { seq kind summary } } } } }
-//! ```
-//!
-//! PostGraphile's (Amber preset): `allTasks(condition: {tenantId: …},
-//! orderBy: PRIMARY_KEY_ASC, first: 50)` with `taskStepsByTenantIdAndTaskId(orderBy:
-//! PRIMARY_KEY_ASC)` and `taskEventsByTenantIdAndTaskId(orderBy: SEQ_DESC, first: 5)`.
-//! With `--fragments`, both are written as client libraries write them: the
-//! task's, step's and event's fields in named fragments (`...TaskRow`,
-//! `...StepRow`, `...EventRow`) spread into the page.
-//!
-//! With `--shape detail`, both are asked for one task's detail page by id
-//! instead (its JSON fields, 49 steps with their JSON, 100 events; see
-//! `detail.rs`), checked the same way; the page sizes of step 6 are the
-//! page's only.
+//! Steps 2–6 are `compare.rs`. With `--replica-url` (a hot standby of
+//! `--database-url`'s server; `scripts/bench readpath --replica` provisions
+//! the pair), PostGraphile does not run: Brainstem on the primary alone
+//! against Brainstem reading from the standby, at each of `--page-sizes`
+//! (`replica.rs`).
 
 use std::{
-    collections::BTreeMap,
     path::PathBuf,
     process::Stdio,
     sync::Arc,
@@ -76,26 +56,23 @@ use std::{
 };
 
 mod answers;
+mod compare;
+mod conversations;
 mod detail;
+mod filtered;
+mod node;
+mod page;
 mod replica;
+mod seed;
 
 use anyhow::{Context, bail};
-use brainstem::{
-    config::{Config, EmbeddingProvider, LlmProvider},
-    startup::Application,
-};
-use brainstem_bench::{bench_token, call, drop_database, fresh_database, seed_four_step_tasks};
-use brainstem_domain::{Role, crypto::EncryptionKey};
 use clap::Parser;
-use sea_orm::{ConnectionTrait, Database, Statement};
-use secrecy::SecretString;
+use sea_orm::{ConnectionTrait, Database};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
-use self::{
-    answers::{Answer, Peer, rows},
-    detail::DetailTask,
-};
+use self::answers::{Answer, Peer};
+use brainstem_bench::{drop_database, fresh_database};
 
 #[derive(Parser, Debug)]
 #[command(about = "Brainstem and PostGraphile v5 on the same nested list query")]
@@ -162,28 +139,56 @@ struct Args {
     /// PostGraphile gets the tenant as `pgSettings` on every request.
     #[arg(long)]
     row_security: bool,
-    /// Both servers' queries written with named fragments, as client
-    /// libraries write them (the same fields and answers).
-    #[arg(long)]
-    fragments: bool,
-    /// What both servers are asked: `page` (the page of tasks above) or
-    /// `detail` (one task's detail page by id, see `detail.rs`).
-    #[arg(long, value_enum, default_value_t = Shape::Page)]
-    shape: Shape,
+    /// The shapes both servers are asked, in turn (comma-separated; see
+    /// [`Shape`]). With `--replica-url`, the page only: `fragments` alone
+    /// writes it with named fragments.
+    #[arg(
+        long = "shape",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "page,fragments,detail,node,conversations,filtered"
+    )]
+    shapes: Vec<Shape>,
     /// PostGraphile processes (Node runs a process on one core): measured
     /// as one process and, when more than one, as all of them behind the
     /// same load. Default: one per core of this machine.
     #[arg(long, default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
     postgraphile_processes: usize,
 }
-
-/// The query shapes `readpath` measures.
+/// The query shapes `readpath` measures, each a query a real client sends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Shape {
-    /// A page of tasks with their steps and last five events.
+    /// A page of tasks with their plan, steps and last five events
+    /// (`page.rs`).
     Page,
-    /// One task's detail by id: JSON fields, its steps and 100 events.
+    /// The same page written with named fragments, as Relay, Apollo and
+    /// graphql-codegen write every query (`page.rs`).
+    Fragments,
+    /// One task's detail by id: JSON fields, its steps and 100 events
+    /// (`detail.rs`).
     Detail,
+    /// One task refetched through `node(id:)` with a variable and a
+    /// fragment (`node.rs`).
+    Node,
+    /// A page of 20 conversations with their last 3 turns
+    /// (`conversations.rs`).
+    Conversations,
+    /// A newest-first page with a status and a date filter (`filtered.rs`).
+    Filtered,
+}
+
+impl Shape {
+    /// What the shape asks, for the run's lines.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Shape::Page => "a page of tasks with steps and last events",
+            Shape::Fragments => "the same page through named fragments",
+            Shape::Detail => "one task's detail by id",
+            Shape::Node => "one task through node(id:)",
+            Shape::Conversations => "20 conversations with their last 3 turns",
+            Shape::Filtered => "a newest-first page filtered by status and dates",
+        }
+    }
 }
 
 /// The role both servers connect as with `--row-security`.
@@ -192,6 +197,15 @@ const BENCH_ROLE: &str = "brainstem_bench";
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(largest) = args.page_sizes.iter().chain([&args.first]).max()
+        && *largest > args.tasks
+    {
+        bail!(
+            "--tasks {} is fewer than a page of {largest}: the page's tasks are the first \
+             --tasks of the tenant, and other shapes' tasks come after them",
+            args.tasks
+        );
+    }
     let (server, database) = fresh_database(&args.database_url).await?;
     let served = if args.row_security {
         bound_role_database(&server, &database).await?
@@ -203,7 +217,7 @@ async fn main() -> anyhow::Result<()> {
         result = async {
             match &args.replica_url {
                 Some(replica) => replica::run(&args, &database, &served, replica).await,
-                None => run(&args, &served).await,
+                None => compare::run(&args, &served).await,
             }
         } => result,
         signal = interrupted() => signal.and_then(|name| bail!("stopped by {name}")),
@@ -268,122 +282,6 @@ struct Target {
     expected: Option<Arc<Answer>>,
 }
 
-/// Brainstem's page of `first` tasks; with `fragments`, written as client
-/// libraries (Relay, Apollo, graphql-codegen) write it: each component's
-/// fields in a named fragment, spread into the page.
-fn brainstem_query(first: usize, fragments: bool) -> String {
-    if fragments {
-        return format!(
-            "query Page {{ tasks(first: {first}) {{ edges {{ node {{ ...TaskRow }} }} }} }} \
-             fragment TaskRow on Task {{ id status plan {{ key version }} \
-             steps {{ ...StepRow }} events(last: 5) {{ ...EventRow }} }} \
-             fragment StepRow on TaskStep {{ stepId status attempt durationMs }} \
-             fragment EventRow on TaskEvent {{ seq kind summary }}"
-        );
-    }
-    format!(
-        "{{ tasks(first: {first}) {{ edges {{ node {{ \
-         id status plan {{ key version }} \
-         steps {{ stepId status attempt durationMs }} \
-         events(last: 5) {{ seq kind summary }} }} }} }} }}"
-    )
-}
-
-/// PostGraphile's page of the same tasks, written the same way.
-fn postgraphile_query(first: usize, tenant: &str, fragments: bool) -> String {
-    let page = format!(
-        "allTasks(condition: {{tenantId: \"{tenant}\"}}, orderBy: PRIMARY_KEY_ASC, first: {first})"
-    );
-    if fragments {
-        return format!(
-            "query Page {{ {page} {{ edges {{ node {{ ...TaskRow }} }} }} }} \
-             fragment TaskRow on Task {{ rowId status planKey planVersion \
-             taskStepsByTenantIdAndTaskId(orderBy: PRIMARY_KEY_ASC) {{ nodes {{ ...StepRow }} }} \
-             taskEventsByTenantIdAndTaskId(orderBy: SEQ_DESC, first: 5) {{ nodes {{ ...EventRow }} }} }} \
-             fragment StepRow on TaskStep {{ stepId status attempt durationMs }} \
-             fragment EventRow on TaskEvent {{ seq kind summary }}"
-        );
-    }
-    format!(
-        "{{ {page} \
-         {{ edges {{ node {{ rowId status planKey planVersion \
-         taskStepsByTenantIdAndTaskId(orderBy: PRIMARY_KEY_ASC) {{ nodes {{ stepId status attempt durationMs }} }} \
-         taskEventsByTenantIdAndTaskId(orderBy: SEQ_DESC, first: 5) {{ nodes {{ seq kind summary }} }} }} }} }} }}"
-    )
-}
-
-async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
-    let jwt_secret = uuid::Uuid::now_v7().to_string();
-    let encryption_key = EncryptionKey::generate_base64();
-    let (admin, detail) = seed(args, database_url, &jwt_secret, &encryption_key).await?;
-    let tenant = tenant_id(database_url).await?;
-
-    let (Some(node), Some(postgraphile_dir)) = (&args.node, &args.postgraphile) else {
-        bail!("--node and --postgraphile are needed without --replica-url");
-    };
-    let brainstem_port = free_port()?;
-    let mut brainstem = spawn_brainstem(
-        args,
-        brainstem_port,
-        database_url,
-        &[],
-        &jwt_secret,
-        &encryption_key,
-    )?;
-    let cli = postgraphile_dir.join("node_modules/postgraphile/dist/cli-run.js");
-    // PostGraphile warns at start about types it does not map (pgvector's
-    // `vector`); each process's output goes to a log file beside its install.
-    let mut postgraphile = Vec::new();
-    let mut postgraphile_ports = Vec::new();
-    for process in 0..args.postgraphile_processes.max(1) {
-        let port = free_port()?;
-        let log = postgraphile_dir.join(format!("postgraphile-{process}.log"));
-        let log_file =
-            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let child = Command::new(node)
-            .arg(&cli)
-            .arg("-C")
-            .arg(postgraphile_dir.join("graphile.config.mjs"))
-            .current_dir(postgraphile_dir)
-            .env("DATABASE_URL", database_url)
-            .env("PORT", port.to_string())
-            .env("PG_POOL", args.pool.to_string())
-            .env("NODE_ENV", "production")
-            .env(
-                "PG_TENANT",
-                if args.row_security {
-                    tenant.as_str()
-                } else {
-                    ""
-                },
-            )
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone()?)
-            .stderr(log_file)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting {} {}", node.display(), cli.display()))?;
-        postgraphile.push(child);
-        postgraphile_ports.push(port);
-    }
-
-    let result = measure(
-        args,
-        database_url,
-        &tenant,
-        &admin,
-        detail.as_ref(),
-        brainstem_port,
-        &postgraphile_ports,
-    )
-    .await;
-    stop(&mut brainstem).await;
-    for child in &mut postgraphile {
-        stop(child).await;
-    }
-    result
-}
-
 /// The release `brainstem serve` on `database_url` at 127.0.0.1:`port`,
 /// reading from the standbys of `read_urls` (`database_read_urls`), with
 /// no executor and no rate limits; killed when dropped.
@@ -421,75 +319,6 @@ fn spawn_brainstem(
 async fn stop(child: &mut Child) {
     let _ = child.start_kill();
     let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
-}
-
-/// Seeds the tenant `bench` and its finished tasks with a server built in
-/// this process (and, for `--shape detail`, the detail page's task);
-/// returns a `bench` admin's token, valid for the servers started later
-/// with the same secret, and the detail page's task.
-async fn seed(
-    args: &Args,
-    database_url: &str,
-    jwt_secret: &str,
-    encryption_key: &str,
-) -> anyhow::Result<(String, Option<DetailTask>)> {
-    let config = Config {
-        bind: "127.0.0.1:0".into(),
-        database_url: database_url.to_owned(),
-        database_max_connections: args.pool,
-        jwt_secret: Some(SecretString::from(jwt_secret.to_owned())),
-        connection_encryption_key: Some(SecretString::from(encryption_key.to_owned())),
-        executor_slots: 0,
-        rate_limit_per_key_rps: 0.0,
-        rate_limit_per_tenant_rps: 0.0,
-        log: "warn".into(),
-        llm_provider: LlmProvider::Offline,
-        embedding_provider: EmbeddingProvider::Offline,
-        ..Config::default()
-    };
-    brainstem::telemetry::init(&config);
-    let app = Application::build(&config).await?;
-    let url = format!("http://{}/graphql", app.local_addr());
-    let domain = app.domain().clone();
-    let executor = app.executor().clone();
-    let auth = brainstem::startup::auth_config(&config, &domain).await?;
-    let token = |tenant: Option<&str>, role: Role| bench_token(&auth, tenant, role);
-    let platform = token(None, Role::PlatformAdmin)?;
-    let admin = token(Some("bench"), Role::TenantAdmin)?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(app.run_until(async {
-        let _ = stopped.await;
-    }));
-    let http = reqwest::Client::new();
-    seed_four_step_tasks(&http, &url, &platform, &admin, args.tasks).await?;
-    let detail = match args.shape {
-        Shape::Page => None,
-        Shape::Detail => Some(detail::seed(&http, &url, &admin).await?),
-    };
-    executor.run_until_idle().await?;
-    let _ = stop.send(());
-    server.await??;
-    // Statistics, as a database that has been running has them: without,
-    // the planner guesses at freshly written tables and either server may
-    // get a plan no deployment would see.
-    let db = Database::connect(database_url).await?;
-    db.execute_unprepared("ANALYZE").await?;
-    db.close().await?;
-    Ok((admin, detail))
-}
-
-async fn tenant_id(database_url: &str) -> anyhow::Result<String> {
-    let db = Database::connect(database_url).await?;
-    let row = db
-        .query_one_raw(Statement::from_string(
-            db.get_database_backend(),
-            "SELECT id::text AS id FROM tenants WHERE slug = 'bench'",
-        ))
-        .await?
-        .context("no tenant `bench` after seeding")?;
-    let id: String = row.try_get("", "id")?;
-    db.close().await?;
-    Ok(id)
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -629,365 +458,4 @@ async fn brainstem_statements(http: &reqwest::Client, port: u16) -> anyhow::Resu
 
 fn pct(sorted: &[Duration], q: f64) -> f64 {
     brainstem_bench::ms(brainstem_bench::percentile(sorted, q))
-}
-
-async fn measure(
-    args: &Args,
-    database_url: &str,
-    tenant: &str,
-    admin: &str,
-    detail: Option<&DetailTask>,
-    brainstem_port: u16,
-    postgraphile_ports: &[u16],
-) -> anyhow::Result<()> {
-    let (brainstem_body, postgraphile_body) = match (args.shape, detail) {
-        (Shape::Page, _) => (
-            brainstem_query(args.first, args.fragments),
-            postgraphile_query(args.first, tenant, args.fragments),
-        ),
-        (Shape::Detail, Some(task)) if !args.fragments => (
-            detail::brainstem_query(task),
-            detail::postgraphile_query(task, tenant),
-        ),
-        (Shape::Detail, Some(_)) => bail!("--fragments is for the page (--shape page)"),
-        (Shape::Detail, None) => bail!("the detail page's task was not seeded"),
-    };
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(args.connections.max(1) * 2)
-        .timeout(Duration::from_secs(30))
-        .build()?;
-    let body = |query: String| Arc::new(json!({ "query": query }).to_string().into_bytes());
-    let url = |port: &u16| format!("http://127.0.0.1:{port}/graphql");
-    let mut brainstem = Target {
-        peer: Peer::Brainstem,
-        name: Peer::Brainstem.name().to_owned(),
-        urls: vec![url(&brainstem_port)],
-        token: Some(admin.to_owned()),
-        body: body(brainstem_body),
-        shape: args.shape,
-        expected: None,
-    };
-    // PostGraphile as one process, and (on a machine of several cores) as
-    // one process per core behind the same load, as it would be deployed.
-    let mut postgraphile = Target {
-        peer: Peer::PostGraphile,
-        name: format!("{} x1", Peer::PostGraphile.name()),
-        urls: postgraphile_ports.iter().take(1).map(url).collect(),
-        token: None,
-        body: body(postgraphile_body),
-        shape: args.shape,
-        expected: None,
-    };
-    let mut postgraphile_each = Target {
-        name: format!(
-            "{} x{}",
-            Peer::PostGraphile.name(),
-            postgraphile_ports.len()
-        ),
-        urls: postgraphile_ports.iter().map(url).collect(),
-        ..postgraphile.clone()
-    };
-    wait_ready(&http, &brainstem, Duration::from_secs(60)).await?;
-    wait_ready(&http, &postgraphile_each, Duration::from_secs(120))
-        .await
-        .context("see postgraphile-*.log in the --postgraphile folder")?;
-
-    // The reference: both servers' answers, which must agree.
-    let first_of = |target: &Target| {
-        let http = http.clone();
-        let url = target.urls[0].clone();
-        let token = target.token.clone();
-        let body = target.body.clone();
-        async move {
-            let mut request = http
-                .post(&url)
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body.as_ref().clone());
-            if let Some(token) = token {
-                request = request.bearer_auth(token);
-            }
-            anyhow::Ok(request.send().await?.json::<Value>().await?)
-        }
-    };
-    let ours = Answer::parse(args.shape, Peer::Brainstem, &first_of(&brainstem).await?)?;
-    let theirs = Answer::parse(
-        args.shape,
-        Peer::PostGraphile,
-        &first_of(&postgraphile).await?,
-    )?;
-    match (&ours, &theirs) {
-        (Answer::Page(reference), Answer::Page(theirs)) if reference != theirs => {
-            let at = reference
-                .iter()
-                .zip(theirs)
-                .position(|(a, b)| a != b)
-                .unwrap_or(reference.len().min(theirs.len()));
-            bail!(
-                "the servers disagree ({} and {} tasks; first difference at task {at}: {:?} vs {:?})",
-                reference.len(),
-                theirs.len(),
-                reference.get(at),
-                theirs.get(at)
-            );
-        }
-        (Answer::Page(reference), _) if reference.len() != args.first.min(args.tasks) => {
-            bail!(
-                "expected {} tasks in a page, got {}",
-                args.first.min(args.tasks),
-                reference.len()
-            );
-        }
-        (Answer::Detail(ours), Answer::Detail(theirs)) if ours != theirs => bail!(
-            "the servers disagree on the task's detail: {}",
-            ours.first_difference(theirs)
-                .unwrap_or_else(|| "in their lengths".to_owned())
-        ),
-        _ => {}
-    }
-    let asked = match args.shape {
-        Shape::Page => format!("page of {}", args.first),
-        Shape::Detail => "one task's detail by id".to_owned(),
-    };
-    println!(
-        "readpath: {} finished four-step tasks of one tenant; {asked}; {} connections; \
-         {} rounds of {} s (+{} s warm-up) per server; pool {} per server; {}",
-        args.tasks,
-        args.connections,
-        args.rounds,
-        args.seconds,
-        args.warmup,
-        args.pool,
-        if args.row_security {
-            "both as a role row-level security binds (--row-security)"
-        } else {
-            "both as a superuser (row-level security does not apply)"
-        }
-    );
-    println!(
-        "answers agree: {}, same ids, order and values",
-        ours.describe()
-    );
-    let reference = Some(Arc::new(ours));
-    brainstem.expected = reference.clone();
-    postgraphile.expected = reference.clone();
-    postgraphile_each.expected = reference;
-    let brainstem = Arc::new(brainstem);
-    let postgraphile = Arc::new(postgraphile);
-    let mut targets = vec![brainstem.clone(), postgraphile.clone()];
-    if postgraphile_ports.len() > 1 {
-        targets.push(Arc::new(postgraphile_each));
-    }
-
-    let mut totals: BTreeMap<String, (Window, Vec<f64>)> = BTreeMap::new();
-    let mut brainstem_counted = (0.0, 0usize);
-    for round in 1..=args.rounds {
-        // Each round starts with the next server.
-        let mut order = targets.clone();
-        order.rotate_left((round - 1) % targets.len());
-        for target in &order {
-            load(
-                &http,
-                target,
-                args.connections,
-                Duration::from_secs(args.warmup),
-            )
-            .await?;
-            let before = match target.peer {
-                Peer::Brainstem => Some(brainstem_statements(&http, brainstem_port).await?),
-                Peer::PostGraphile => None,
-            };
-            let mut window = load(
-                &http,
-                target,
-                args.connections,
-                Duration::from_secs(args.seconds),
-            )
-            .await?;
-            if let Some(before) = before {
-                // Less the statement the scrape itself sends (the queue depth).
-                let after = brainstem_statements(&http, brainstem_port).await? - 1.0;
-                brainstem_counted.0 += after - before;
-                brainstem_counted.1 += window.latencies.len();
-            }
-            window.latencies.sort();
-            println!(
-                "round {round} {:<15} {:>7.1} req/s  p50 {:>7.2} ms  p99 {:>7.2} ms  ({} requests, all checked)",
-                target.name,
-                window.per_second(),
-                pct(&window.latencies, 50.0),
-                pct(&window.latencies, 99.0),
-                window.latencies.len(),
-            );
-            let total = totals.entry(target.name.clone()).or_default();
-            total.1.push(window.per_second());
-            total.0.latencies.extend(window.latencies);
-            total.0.elapsed += window.elapsed;
-        }
-    }
-
-    // Statements per request, as PostgreSQL logged them.
-    let logged = match &args.pg_log {
-        Some(log) => {
-            Some(count_statements(args, log, database_url, &http, &brainstem, &postgraphile).await?)
-        }
-        None => None,
-    };
-
-    println!();
-    println!(
-        "| server | req/s (all rounds) | req/s per round | p50 | p99 | SQL statements/request |"
-    );
-    println!("| --- | --- | --- | --- | --- | --- |");
-    for target in &targets {
-        let Some((window, rounds)) = totals.get_mut(&target.name) else {
-            continue;
-        };
-        window.latencies.sort();
-        let per_round = rounds
-            .iter()
-            .map(|r| format!("{r:.0}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let logged = logged
-            .as_ref()
-            .map(|l| match target.peer {
-                Peer::Brainstem => l.0,
-                Peer::PostGraphile => l.1,
-            })
-            .map(|n| format!("{n:.1} (logged by PostgreSQL)"))
-            .unwrap_or_else(|| "not counted (no --pg-log)".into());
-        let own = match target.peer {
-            Peer::Brainstem => format!(
-                "; {:.1} by its own counter",
-                brainstem_counted.0 / brainstem_counted.1.max(1) as f64
-            ),
-            Peer::PostGraphile => String::new(),
-        };
-        println!(
-            "| {} | {:.1} | {} | {:.2} ms | {:.2} ms | {logged}{own} |",
-            target.name,
-            window.per_second(),
-            per_round,
-            pct(&window.latencies, 50.0),
-            pct(&window.latencies, 99.0),
-        );
-    }
-    let rate = |target: &Target| {
-        totals
-            .get(&target.name)
-            .map(|(w, _)| w.per_second())
-            .unwrap_or(0.0)
-    };
-    for peer in targets.iter().filter(|t| t.peer == Peer::PostGraphile) {
-        println!(
-            "brainstem/{} req/s ratio: {:.2}",
-            peer.name,
-            rate(&brainstem) / rate(peer).max(1e-9)
-        );
-    }
-
-    // Brainstem alone at other page sizes.
-    if args.shape != Shape::Page {
-        return Ok(());
-    }
-    println!();
-    println!(
-        "brainstem alone, {} connections, {} s per page size:",
-        args.connections, args.seconds
-    );
-    for &size in &args.page_sizes {
-        let answer = match call(
-            &http,
-            &brainstem.urls[0],
-            admin,
-            &brainstem_query(size, args.fragments),
-        )
-        .await
-        {
-            Ok(answer) => answer,
-            Err(err) => {
-                println!("page {size:>3}: rejected by the server: {err}");
-                continue;
-            }
-        };
-        let page = rows(Peer::Brainstem, &answer)?;
-        if page.len() != size.min(args.tasks) {
-            bail!("page {size}: {} tasks in the answer", page.len());
-        }
-        let target = Arc::new(Target {
-            body: body(brainstem_query(size, args.fragments)),
-            expected: Some(Arc::new(Answer::Page(page))),
-            ..Target::clone(&brainstem)
-        });
-        load(
-            &http,
-            &target,
-            args.connections,
-            Duration::from_secs(args.warmup),
-        )
-        .await?;
-        let mut window = load(
-            &http,
-            &target,
-            args.connections,
-            Duration::from_secs(args.seconds),
-        )
-        .await?;
-        window.latencies.sort();
-        println!(
-            "page {size:>3}: {:>7.1} req/s  p50 {:>7.2} ms  p99 {:>7.2} ms  ({} requests, all checked)",
-            window.per_second(),
-            pct(&window.latencies, 50.0),
-            pct(&window.latencies, 99.0),
-            window.latencies.len(),
-        );
-    }
-    Ok(())
-}
-
-/// Turns on `log_statement = 'all'`, sends `count_requests` requests to
-/// each server one at a time, and counts the statements logged for the
-/// benchmark's database; returns statements per request (Brainstem,
-/// PostGraphile).
-async fn count_statements(
-    args: &Args,
-    log: &std::path::Path,
-    database_url: &str,
-    http: &reqwest::Client,
-    brainstem: &Target,
-    postgraphile: &Target,
-) -> anyhow::Result<(f64, f64)> {
-    let database = database_url.rsplit('/').next().unwrap_or_default();
-    let admin = Database::connect(&args.database_url).await?;
-    admin
-        .execute_unprepared("ALTER SYSTEM SET log_statement = 'all'")
-        .await?;
-    admin.execute_unprepared("SELECT pg_reload_conf()").await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut per_request = Vec::new();
-    for target in [brainstem, postgraphile] {
-        let start = tokio::fs::metadata(log).await?.len();
-        for _ in 0..args.count_requests {
-            send(http, target, &target.urls[0], &mut None).await?;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let bytes = tokio::fs::read(log).await?;
-        let text = String::from_utf8_lossy(bytes.get(start as usize..).unwrap_or_default());
-        let marker = format!("@{database} LOG:  ");
-        let statements = text
-            .lines()
-            .filter_map(|line| line.split_once(&marker).map(|(_, rest)| rest))
-            .filter(|rest| rest.starts_with("statement: ") || rest.starts_with("execute "))
-            .count();
-        per_request.push(statements as f64 / args.count_requests.max(1) as f64);
-    }
-    admin
-        .execute_unprepared("ALTER SYSTEM RESET log_statement")
-        .await?;
-    admin.execute_unprepared("SELECT pg_reload_conf()").await?;
-    admin.close().await?;
-    Ok((
-        per_request.first().copied().unwrap_or_default(),
-        per_request.get(1).copied().unwrap_or_default(),
-    ))
 }

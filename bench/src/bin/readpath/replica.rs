@@ -3,7 +3,7 @@
 //! machine in the same run. PostGraphile does not run.
 //!
 //! 1. Seeds the benchmark's database on the primary as the comparison with
-//!    PostGraphile does ([`super::seed`], then `ANALYZE`), creates
+//!    PostGraphile does (`seed.rs`, which ends with `ANALYZE`), creates
 //!    `pg_stat_statements` in it (the pair of `scripts/pg-provision replica`
 //!    preloads the library on both servers), and waits until the standby
 //!    has replayed everything the primary has written
@@ -41,10 +41,13 @@ use serde_json::json;
 use tokio::process::Child;
 
 use super::{
-    Args, Shape, Target, Window, brainstem_query, free_port, load, pct, seed, spawn_brainstem,
-    stop, wait_ready,
+    Args, Shape, Target, Window, free_port, load,
+    page::{brainstem_query, rows},
+    pct,
+    seed::seed,
+    spawn_brainstem, stop, wait_ready,
 };
-use crate::answers::{Answer, Peer, rows};
+use crate::answers::{Answer, Peer};
 
 /// The two ways Brainstem runs, in the order of the output.
 const SETUPS: [&str; 2] = ["primary alone", "primary + standby"];
@@ -58,7 +61,9 @@ const TICK_MS: f64 = 10.0;
 pub async fn run(args: &Args, database: &str, served: &str, replica: &str) -> anyhow::Result<()> {
     let jwt_secret = uuid::Uuid::now_v7().to_string();
     let encryption_key = brainstem_domain::crypto::EncryptionKey::generate_base64();
-    let (admin, _) = seed(args, served, &jwt_secret, &encryption_key).await?;
+    let admin = seed(served, args.pool, args.tasks, &jwt_secret, &encryption_key)
+        .await?
+        .admin;
 
     let primary = connect_one(database).await?;
     primary
@@ -255,7 +260,7 @@ async fn measure(
     // primary alone answers.
     let mut targets: Vec<(usize, [Arc<Target>; 2])> = Vec::new();
     for &size in &sizes {
-        let query = brainstem_query(size, args.fragments);
+        let query = brainstem_query(size, args.shapes == [Shape::Fragments]);
         let target = |port: u16, expected| Target {
             peer: Peer::Brainstem,
             name: Peer::Brainstem.name().to_owned(),
@@ -282,7 +287,7 @@ async fn measure(
         if reference != from_standby {
             bail!("page {size}: the server reading the standby answers another page");
         }
-        if reference.len() != size.min(args.tasks) {
+        if reference.len() != size {
             bail!("page {size}: {} tasks in the answer", reference.len());
         }
         let reference = Some(Arc::new(Answer::Page(reference)));

@@ -17,6 +17,37 @@ pub enum Detail {
     Summary,
 }
 
+/// A nested list of tasks, read for many parents at once
+/// ([`Tasks::pages_by`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TaskGroup {
+    /// A conversation's turns.
+    Turns,
+    /// The tasks a task spawned.
+    Children,
+}
+
+impl TaskGroup {
+    /// The column naming a task's parent in this list.
+    fn column(self) -> task::Column {
+        match self {
+            TaskGroup::Turns => task::Column::ConversationId,
+            TaskGroup::Children => task::Column::ParentTaskId,
+        }
+    }
+}
+
+/// Pages of rows as pages of tasks.
+fn tasks_of<M>(pages: HashMap<Uuid, Page<M>>) -> Result<HashMap<Uuid, Page<Task>>>
+where
+    Task: TryFrom<M, Error = Error>,
+{
+    pages
+        .into_iter()
+        .map(|(parent, page)| Ok((parent, page.try_map(Task::try_from)?)))
+        .collect()
+}
+
 /// A task without its JSON columns ([`Detail::Summary`]).
 #[derive(sea_orm::FromQueryResult)]
 pub(super) struct TaskSummaryRow {
@@ -273,6 +304,41 @@ impl Tasks {
                 .await?;
                 page.try_map(Task::try_from)
             }
+        }
+    }
+
+    /// One page of each parent's tasks in one statement: the turns of
+    /// each of `parents` (conversations) or the children of each (tasks),
+    /// every page as `request` asks; a parent without tasks gets an empty
+    /// page. The caller has checked that it may see each parent.
+    pub async fn pages_by(
+        &self,
+        scope: TenantScope,
+        group: TaskGroup,
+        parents: &[Uuid],
+        request: PageRequest,
+        detail: Detail,
+    ) -> Result<HashMap<Uuid, Page<Task>>> {
+        let select = task::Entity::find_in(scope);
+        let (id, parent) = (task::Column::Id, group.column());
+        match detail {
+            Detail::Full => tasks_of(
+                page::fetch_groups_as::<_, _, task::Model>(
+                    &self.db, select, id, parent, parents, request,
+                )
+                .await?,
+            ),
+            Detail::Summary => tasks_of(
+                page::fetch_groups_as::<_, _, TaskSummaryRow>(
+                    &self.db,
+                    select.select_only().columns(TASK_SUMMARY),
+                    id,
+                    parent,
+                    parents,
+                    request,
+                )
+                .await?,
+            ),
         }
     }
 
