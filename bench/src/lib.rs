@@ -21,7 +21,8 @@
 //! with (mimalloc, `src/main.rs`), so a server measured in a benchmark's
 //! process allocates as a deployed one does.
 //!
-//! Shared here: [`call`], [`bench_token`] (one GraphQL operation over HTTP),
+//! Shared here: [`api_config`] (a server that only answers the API),
+//! [`call`], [`bench_token`] (one GraphQL operation over HTTP),
 //! [`seed_four_step_tasks`], and [`fresh_database`] / [`drop_database`].
 
 pub mod agent_prompts;
@@ -35,6 +36,31 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use sea_orm::{ConnectionTrait, Database};
 use serde_json::{Value, json};
+
+/// A server on `database_url` that only answers the API, as the API
+/// benchmarks measure it: a free port on 127.0.0.1, no executor slots
+/// (a benchmark drives the executor itself when it needs one), no rate
+/// limits, warnings only, the built-in offline model providers (figures
+/// comparable between runs), a fresh token secret and encryption key.
+pub fn api_config(database_url: &str) -> brainstem::config::Config {
+    use brainstem::config::{Config, EmbeddingProvider, LlmProvider};
+    use secrecy::SecretString;
+    Config {
+        bind: "127.0.0.1:0".into(),
+        database_url: database_url.to_owned(),
+        jwt_secret: Some(SecretString::from(uuid::Uuid::now_v7().to_string())),
+        connection_encryption_key: Some(SecretString::from(
+            brainstem_domain::crypto::EncryptionKey::generate_base64(),
+        )),
+        executor_slots: 0,
+        rate_limit_per_key_rps: 0.0,
+        rate_limit_per_tenant_rps: 0.0,
+        log: "warn".into(),
+        llm_provider: LlmProvider::Offline,
+        embedding_provider: EmbeddingProvider::Offline,
+        ..Config::default()
+    }
+}
 
 /// A two-hour token for the subject `bench`, in `tenant` (none: the
 /// platform) with `role`, signed as the server under test signs them.

@@ -38,20 +38,6 @@ async fn gql(app: &TestApp, token: &str, query: &str, variables: Value) -> crate
     app.graphql(Some(token), query, variables).await
 }
 
-async fn start_conversation(app: &TestApp, token: &str) -> String {
-    gql(
-        app,
-        token,
-        "mutation { startConversation(input: {title: \"Tea\"}) { conversation { id title } } }",
-        json!({}),
-    )
-    .await
-    .data()["startConversation"]["conversation"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
 /// Start a turn and run it; the task's id and result.
 async fn turn(app: &TestApp, token: &str, conversation: &str, input: &str) -> (String, Value) {
     let started = gql(
@@ -106,7 +92,7 @@ async fn the_third_turn_is_answered_from_the_first(backend: Backend) {
     .await;
     let app = app_on(backend, &url, None).await;
     let token = app.admin_token("acme");
-    let conversation = start_conversation(&app, &token).await;
+    let conversation = app.start_conversation(&token, "Tea").await;
     turn(&app, &token, &conversation, "My name is Ada.").await;
     turn(&app, &token, &conversation, "I drink tea.").await;
     let (_, third) = turn(&app, &token, &conversation, "What is my name?").await;
@@ -220,7 +206,7 @@ async fn the_prompts_layers_keep_their_order_and_shares(backend: Backend) {
     )
     .await
     .data();
-    let conversation = start_conversation(&app, &token).await;
+    let conversation = app.start_conversation(&token, "Tea").await;
     let (task, _) = turn(
         &app,
         &token,
@@ -282,7 +268,7 @@ async fn a_conversations_events_stream_across_its_turns(backend: Backend) {
     let (_script, url) = fake_model(vec![Turn::Text(vec!["fine"])]).await;
     let app = app_on(backend, &url, None).await;
     let token = app.admin_token("acme");
-    let conversation = start_conversation(&app, &token).await;
+    let conversation = app.start_conversation(&token, "Tea").await;
     let mut ws = crate::streams::connect(&app, "acme").await;
     ws.subscribe(
         "c",
@@ -320,7 +306,7 @@ async fn other_subjects_and_tenants_never_see_a_conversation_or_prompt(backend: 
     .await
     .data();
     let acme = app.admin_token("acme");
-    let conversation = start_conversation(&app, &acme).await;
+    let conversation = app.start_conversation(&acme, "Tea").await;
     let version = gql(
         &app,
         &acme,

@@ -129,17 +129,7 @@ async fn listing_tasks_runs_the_same_statements_for_10_and_50_tasks(backend: Bac
 async fn start_conversations(app: &TestApp, from: usize, n: usize) {
     let token = app.admin_token("acme");
     for c in from..from + n {
-        let id = app
-            .graphql(
-                Some(&token),
-                "mutation { startConversation(input: {title: \"c\"}) { conversation { id } } }",
-                json!({}),
-            )
-            .await
-            .data()["startConversation"]["conversation"]["id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let id = app.start_conversation(&token, "c").await;
         for t in 0..4 {
             app.start_task(
                 "acme",
@@ -218,14 +208,7 @@ async fn a_list_of_conversations_reads_every_ones_turns_in_one_statement(backend
 async fn a_page_of_tasks_reads_every_ones_children_in_one_statement(backend: Backend) {
     let app = app(backend).await;
     publish_three(&app).await;
-    let spawn = |id: &str| json!({"id": id, "tool": "spawn_task", "args": {"plan_key": "three", "input": id}});
-    app.publish_plan(
-        "acme",
-        json!({"key": "parent", "intent": "t.parent",
-               "steps": [spawn("one"), spawn("two"), spawn("three")]}),
-    )
-    .await
-    .data();
+    publish_parent(&app).await;
     let parents = |n: usize| {
         let app = &app;
         async move {
@@ -621,14 +604,6 @@ async fn a_plain_page_answers_as_the_general_path_does(backend: Backend) {
     publish_three(&app).await;
     start_and_run(&app, 2).await;
     run_a_broken_task(&app).await;
-
-    const TASK: &str = "__typename id status mode conversationId channel input subjectId \
-        intent confidence confidenceThreshold plan { key version __typename } currentStepId \
-        maxSteps error traceId idempotencyKey createdBy createdAt updatedAt startedAt \
-        completedAt steps { __typename stepId tool attempt status summary error \
-        idempotencyKey startedAt finishedAt durationMs } \
-        recent: events(last: 2) { seq kind taskId stepId tool status summary error createdAt } \
-        early: events(after: 1, first: 2) { seq summary }";
     let query = |node: &str, after: &Value| {
         let after = after
             .as_str()
@@ -730,6 +705,122 @@ async fn a_plain_page_answers_as_the_general_path_does(backend: Backend) {
         );
         assert!(raw.contains("\"pageInfo\":{\"endCursor\":"), "{raw}");
     }
+}
+
+for_both_backends!(a_plain_nested_page_answers_as_the_general_path_does);
+
+/// A nested page (a conversation's turns, a task's children) whose
+/// selection is all plain is built in one pass from the rows its parent's
+/// siblings' pages were read with (`plain_page::answer_nested`), and
+/// answers what the general path answers (the same selection beside a
+/// review). Either way, the pages of every parent, their steps and their
+/// event windows take as many statements for 3 parents as for 12.
+async fn a_plain_nested_page_answers_as_the_general_path_does(backend: Backend) {
+    let app = app(backend).await;
+    publish_three(&app).await;
+    let nested = |list: &str, field: &str, extra: &str| {
+        format!(
+            "{{ {list} {{ edges {{ node {{ id {field} {{ __typename \
+             pageInfo {{ hasPreviousPage hasNextPage startCursor endCursor __typename }} \
+             edges {{ __typename cursor node {{ {TASK} {extra} }} }} }} }} }} }} }}"
+        )
+    };
+    // The answer, the general path's with its reviews taken out, and the
+    // statements of each.
+    let both_ways = |query: String, general: String| {
+        let app = &app;
+        async move {
+            let (plain, plain_statements) = measured(app, &query).await;
+            let (mut general, general_statements) = measured(app, &general).await;
+            let mut reviews = 0;
+            let (list, field) = match general.get("conversations") {
+                Some(_) => ("conversations", "turns"),
+                None => ("tasks", "children"),
+            };
+            for parent in general[list]["edges"].as_array_mut().unwrap() {
+                for edge in parent["node"][field]["edges"].as_array_mut().unwrap() {
+                    let review = edge["node"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("pendingReview");
+                    assert_eq!(review, Some(Value::Null), "{edge}");
+                    reviews += 1;
+                }
+            }
+            assert!(reviews > 0, "{general}");
+            assert_eq!(plain, general);
+            (plain, plain_statements, general_statements)
+        }
+    };
+    let turns = |extra: &str| nested("conversations(first: 20)", "turns(last: 2)", extra);
+    start_conversations(&app, 0, 3).await;
+    let (_, plain_3, general_3) = both_ways(turns(""), turns("pendingReview { id }")).await;
+    start_conversations(&app, 3, 9).await;
+    let (twelve, plain_12, general_12) = both_ways(turns(""), turns("pendingReview { id }")).await;
+    let conversations = twelve["conversations"]["edges"].as_array().unwrap();
+    assert_eq!(conversations.len(), 12);
+    for (c, edge) in conversations.iter().enumerate() {
+        let turns = edge["node"]["turns"]["edges"].as_array().unwrap();
+        let inputs: Vec<&str> = turns
+            .iter()
+            .map(|t| t["node"]["input"].as_str().unwrap())
+            .collect();
+        assert_eq!(inputs, [format!("c{c} t2"), format!("c{c} t3")]);
+        for turn in turns {
+            assert_eq!(turn["node"]["steps"].as_array().unwrap().len(), 3, "{turn}");
+            assert_eq!(
+                turn["node"]["recent"].as_array().unwrap().len(),
+                2,
+                "{turn}"
+            );
+        }
+    }
+    assert_eq!(plain_3, plain_12, "plain: 3 conversations vs 12");
+    assert_eq!(general_3, general_12, "general: 3 conversations vs 12");
+    assert!(plain_12 < general_12, "{plain_12} vs {general_12}");
+
+    publish_parent(&app).await;
+    for _ in 0..3 {
+        app.start_task("acme", json!({"planKey": "parent"})).await;
+    }
+    app.run_tasks().await;
+    let children = |extra: &str| {
+        nested(
+            "tasks(filter: {planKey: \"parent\"}, first: 20)",
+            "children(first: 2)",
+            extra,
+        )
+    };
+    let (six, _, _) = both_ways(children(""), children("pendingReview { id }")).await;
+    let parents = six["tasks"]["edges"].as_array().unwrap();
+    assert_eq!(parents.len(), 3);
+    for parent in parents {
+        let children = parent["node"]["children"]["edges"].as_array().unwrap();
+        assert_eq!(children.len(), 2, "{parent}");
+        assert_eq!(parent["node"]["children"]["pageInfo"]["hasNextPage"], true);
+    }
+}
+
+/// Every plain field of a task, with its plan, steps and two event windows.
+const TASK: &str = "__typename id status mode conversationId channel input subjectId \
+    intent confidence confidenceThreshold plan { key version __typename } currentStepId \
+    maxSteps error traceId idempotencyKey createdBy createdAt updatedAt startedAt \
+    completedAt steps { __typename stepId tool attempt status summary error \
+    idempotencyKey startedAt finishedAt durationMs } \
+    recent: events(last: 2) { seq kind taskId stepId tool status summary error createdAt } \
+    early: events(after: 1, first: 2) { seq summary }";
+
+/// Acme's plan `parent`: three `spawn_task` steps, each a child on plan
+/// `three` (inputs `one`, `two`, `three`).
+async fn publish_parent(app: &TestApp) {
+    let spawn = |id: &str| json!({"id": id, "tool": "spawn_task", "args": {"plan_key": "three", "input": id}});
+    app.publish_plan(
+        "acme",
+        json!({"key": "parent", "intent": "t.parent",
+               "steps": [spawn("one"), spawn("two"), spawn("three")]}),
+    )
+    .await
+    .data();
 }
 
 /// The bytes of acme's admin's answer to `query`, to see its order.

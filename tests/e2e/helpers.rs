@@ -699,6 +699,21 @@ impl TestApp {
         res.data()["startTask"]["task"].clone()
     }
 
+    /// Start a conversation titled `title` as the holder of `token`;
+    /// returns its id.
+    pub async fn start_conversation(&self, token: &str, title: &str) -> String {
+        self.graphql(
+            Some(token),
+            "mutation($title: String!) { startConversation(input: {title: $title}) { conversation { id } } }",
+            json!({"title": title}),
+        )
+        .await
+        .data()["startConversation"]["conversation"]["id"]
+            .as_str()
+            .expect("a conversation's id")
+            .to_owned()
+    }
+
     /// Read a task of `tenant`.
     pub async fn task(&self, tenant: &str, id: &str) -> Value {
         let res = self

@@ -74,17 +74,7 @@ async fn seed(app: &TestApp) -> String {
         app.publish_broken_plan(tenant).await;
     }
     let token = app.admin_token("acme");
-    let conversation = app
-        .graphql(
-            Some(&token),
-            "mutation { startConversation(input: {title: \"c\"}) { conversation { id } } }",
-            json!({}),
-        )
-        .await
-        .data()["startConversation"]["conversation"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let conversation = app.start_conversation(&token, "c").await;
     for (i, input) in INPUTS.iter().enumerate() {
         if i == 8 {
             app.run_tasks().await;

@@ -178,17 +178,7 @@ async fn the_third_turn_of_a_conversation_uses_the_first_turns_fact() {
     .await
     .data();
     let t = member(&app, "acme");
-    let conversation = app
-        .graphql(
-            Some(&t),
-            "mutation { startConversation(input: {title: \"Badges\"}) { conversation { id } } }",
-            json!({}),
-        )
-        .await
-        .data()["startConversation"]["conversation"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let conversation = app.start_conversation(&t, "Badges").await;
     turn(
         &app,
         &t,

@@ -16,7 +16,7 @@ use super::{
     context::{domain, principal},
     ids::{self, NodeType},
     page::{ListOrder, connection, ordered_page_request},
-    tasks::{TaskPage, group_page, task_scope},
+    tasks::{TaskPage, group_page, read_ahead_groups, task_scope},
 };
 use crate::error::ResultExt;
 
@@ -105,6 +105,13 @@ impl ConversationQuery {
             .list(principal(ctx)?, request)
             .await
             .gql()?;
+        let node = ctx.look_ahead().field("edges").field("node");
+        if node.field("turns").exists() {
+            let ids: Vec<Uuid> = page.items.iter().map(|c| c.id.uuid()).collect();
+            let scope = task_scope(ctx)?;
+            // Boxed: a resolver's future stays small.
+            Box::pin(read_ahead_groups(ctx, scope, TaskGroup::Turns, &node, &ids)).await?;
+        }
         Ok(connection(page, |c| c.id.uuid(), Conversation))
     }
 

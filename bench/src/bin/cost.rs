@@ -22,6 +22,11 @@
 //! cargo run --release -p brainstem-bench --bin cost
 //! ```
 
+// The schema's executor is instantiated in this crate (`Schema::execute`
+// on the whole query root); its future's layout nests deeper than the
+// default limit of 128 in a release build.
+#![recursion_limit = "256"]
+
 use std::{
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -32,15 +37,11 @@ use async_graphql::{
     Request, ServerError, ServerResult, Variables,
     extensions::{Extension, ExtensionContext, ExtensionFactory, NextPrepareRequest},
 };
-use brainstem::{
-    config::{Config, EmbeddingProvider, LlmProvider},
-    startup::Application,
-};
+use brainstem::startup::Application;
 use brainstem_api::cost::{self, DocumentLimits};
-use brainstem_bench::{bench_token, ms, percentile, seed_four_step_tasks};
+use brainstem_bench::{api_config, bench_token, ms, percentile, seed_four_step_tasks};
 use brainstem_domain::Role;
 use clap::Parser;
-use secrecy::SecretString;
 use serde_json::json;
 
 #[derive(Parser, Debug)]
@@ -246,19 +247,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
-    let config = Config {
-        bind: "127.0.0.1:0".into(),
-        database_url: database_url.to_owned(),
-        jwt_secret: Some(SecretString::from(uuid::Uuid::now_v7().to_string())),
-        executor_slots: 0,
-        rate_limit_per_key_rps: 0.0,
-        rate_limit_per_tenant_rps: 0.0,
-        log: "warn".into(),
-        // Figures comparable with earlier runs: the built-in providers.
-        llm_provider: LlmProvider::Offline,
-        embedding_provider: EmbeddingProvider::Offline,
-        ..Config::default()
-    };
+    let config = api_config(database_url);
     brainstem::telemetry::init(&config);
     let app = Application::build(&config).await?;
     let url = format!("http://{}/graphql", app.local_addr());

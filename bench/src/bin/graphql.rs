@@ -31,14 +31,12 @@ use std::{
 };
 
 use anyhow::bail;
-use brainstem::{
-    config::{Config, EmbeddingProvider, LlmProvider},
-    startup::Application,
+use brainstem::{config::Config, startup::Application};
+use brainstem_bench::{
+    api_config, bench_token, call, drop_database, fresh_database, seed_four_step_tasks,
 };
-use brainstem_bench::{bench_token, call, drop_database, fresh_database, seed_four_step_tasks};
-use brainstem_domain::{Role, crypto::EncryptionKey};
+use brainstem_domain::Role;
 use clap::Parser;
-use secrecy::SecretString;
 
 #[derive(Parser, Debug)]
 #[command(about = "Benchmark a nested GraphQL list query on PostgreSQL")]
@@ -80,19 +78,8 @@ async fn main() -> anyhow::Result<()> {
 
 async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
     let config = Config {
-        bind: "127.0.0.1:0".into(),
-        database_url: database_url.to_owned(),
         database_max_connections: args.pool,
-        jwt_secret: Some(SecretString::from(uuid::Uuid::now_v7().to_string())),
-        connection_encryption_key: Some(SecretString::from(EncryptionKey::generate_base64())),
-        executor_slots: 0,
-        rate_limit_per_key_rps: 0.0,
-        rate_limit_per_tenant_rps: 0.0,
-        log: "warn".into(),
-        // Figures comparable with earlier runs: the built-in providers.
-        llm_provider: LlmProvider::Offline,
-        embedding_provider: EmbeddingProvider::Offline,
-        ..Config::default()
+        ..api_config(database_url)
     };
     brainstem::telemetry::init(&config);
     let app = Application::build(&config).await?;

@@ -21,14 +21,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use brainstem::{
-    config::{Config, EmbeddingProvider, LlmProvider},
-    startup::Application,
-};
-use brainstem_bench::{bench_token, ms, percentile};
+use brainstem::startup::Application;
+use brainstem_bench::{api_config, bench_token, ms, percentile};
 use brainstem_domain::Role;
 use clap::Parser;
-use secrecy::SecretString;
 use serde_json::{Value, json};
 
 #[derive(Parser, Debug)]
@@ -82,22 +78,7 @@ async fn main() -> anyhow::Result<()> {
 
 /// Every round on one database, through one server.
 async fn backend(name: &str, database_url: &str, args: &Args) -> anyhow::Result<()> {
-    let config = Config {
-        bind: "127.0.0.1:0".into(),
-        database_url: database_url.to_owned(),
-        jwt_secret: Some(SecretString::from(uuid::Uuid::now_v7().to_string())),
-        // 32 zero bytes: a throwaway key for a throwaway database.
-        connection_encryption_key: Some(SecretString::from(
-            "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
-        )),
-        executor_slots: 0,
-        rate_limit_per_key_rps: 0.0,
-        rate_limit_per_tenant_rps: 0.0,
-        log: "warn".into(),
-        llm_provider: LlmProvider::Offline,
-        embedding_provider: EmbeddingProvider::Offline,
-        ..Config::default()
-    };
+    let config = api_config(database_url);
     let app = Application::build(&config).await?;
     let url = Arc::new(format!("http://{}/graphql", app.local_addr()));
     let auth = brainstem::startup::auth_config(&config, app.domain()).await?;

@@ -1,20 +1,25 @@
 //! Reading a page of tasks with the relations its selection shows.
 //!
-//! The tenant's list (`tasks`) whose whole selection is plain is read
-//! narrow and answered in one pass ([`super::plain_page`]). A nested list
-//! (a conversation's turns, `Task.children`) is read with the same list of
-//! every parent resolved beside it, one statement for all of them
-//! ([`group_page`]). Either, when not plain, looks ahead at what its items
-//! select and reads it before they resolve, so each item finds its rows in
-//! the operation's loader cache:
+//! A list whose whole selection is plain is answered in one pass
+//! ([`super::plain_page`]): the tenant's list (`tasks`) read narrow, a
+//! nested list from the loader. A nested list (a conversation's turns,
+//! `Task.children`) is read with the same list of every parent resolved
+//! beside it, one statement for all of them ([`group_page`]), and so are
+//! its steps and events. Either, when not plain, looks ahead at what its
+//! items select and reads it before they resolve, so each item finds its
+//! rows in the operation's loader cache:
 //!
 //! - When the page, its steps and its event windows are all shown as
 //!   summaries (no JSON column selected), the page and both relations are
 //!   one statement (`Tasks::page_with_summaries`), fed to the loader.
 //! - Otherwise the page is read, then each selected relation in one batch
 //!   for the whole page (steps and events together when both are
-//!   summaries, `Tasks::step_and_event_summaries`).
+//!   summaries, `Tasks::step_and_event_summaries`, for a top-level page;
+//!   a nested page's go through the loader, one batch for all parents).
 //! - Reviews, artifacts and parents are a batch each, either way.
+//! - Nested pages (children; a conversation list's turns) are read for
+//!   every item at once by the list ([`read_ahead_groups`]), and their own
+//!   items' relations with them, one level after another.
 //!
 //! The loader batches by time as well, but a busy server may take longer
 //! than the batch delay to resolve a whole page; reading ahead makes the
@@ -23,7 +28,7 @@
 
 use std::sync::Arc;
 
-use async_graphql::{Context, Lookahead, SelectionField};
+use async_graphql::{Context, InputType, Lookahead, SelectionField};
 use brainstem_domain::{
     Error, TaskId, TenantScope,
     page::PageRequest,
@@ -45,7 +50,7 @@ use crate::{
             BrainstemLoader, TaskArtifactsKey, TaskEventsKey, TaskGroupPageKey, TaskKey,
             TaskReviewsKey, TaskStepsKey, loader,
         },
-        page::connection,
+        page::{ListOrder, connection, ordered_page_request},
     },
 };
 
@@ -64,7 +69,7 @@ pub(crate) async fn task_page(
     }
     let node = ctx.look_ahead().field("edges").field("node");
     let shown = Shown::of(&node)?;
-    let detail = page_detail(ctx);
+    let detail = page_detail(&ctx.look_ahead());
     let page = if detail == Detail::Summary && shown.all_summaries() {
         let spans: Vec<EventSpan> = shown.events.iter().map(|(span, _)| *span).collect();
         let (page, summaries) = domain(ctx)
@@ -88,7 +93,14 @@ pub(crate) async fn task_page(
             .list(scope, filter, request, detail)
             .await
             .gql()?;
-        read_ahead(ctx, scope, &node, &page.items, Some(&shown)).await?;
+        read_ahead(
+            ctx,
+            scope,
+            &node,
+            &page.items,
+            Some((&shown, Beside::Nothing)),
+        )
+        .await?;
         page
     };
     Ok(TaskPage::General(connection(page, |t| t.id.uuid(), Task)))
@@ -106,22 +118,112 @@ pub(crate) async fn group_page(
     parent: Uuid,
     request: PageRequest,
 ) -> async_graphql::Result<TaskPage> {
-    let node = ctx.look_ahead().field("edges").field("node");
-    let shown = Shown::of(&node)?;
+    let plan = plain_page::Operation::of(ctx).plan(&ctx.item.node);
     let key = TaskGroupPageKey {
         scope,
         group,
         parent,
         request,
-        detail: page_detail(ctx),
+        detail: page_detail(&ctx.look_ahead()),
     };
     let page = loader(ctx)
         .load_one(key)
         .await?
         .ok_or_else(|| Error::internal(format!("no page of {group:?} read for {parent}")))
         .gql()?;
-    read_ahead(ctx, scope, &node, &page.items, Some(&shown)).await?;
+    if let Some(plan) = plan {
+        return plain_page::answer_nested(loader(ctx), &page, plan).await;
+    }
+    let node = ctx.look_ahead().field("edges").field("node");
+    let shown = Shown::of(&node)?;
+    read_ahead(
+        ctx,
+        scope,
+        &node,
+        &page.items,
+        Some((&shown, Beside::Siblings)),
+    )
+    .await?;
     Ok(TaskPage::General(connection(page, |t| t.id.uuid(), Task)))
+}
+
+/// Read the nested pages of tasks (`group`: a conversation's turns, a
+/// task's children) that the items of a list select (`node`, the items'
+/// selection) for all the list's `parents` at once, and what those pages'
+/// items select: one statement per distinct page request for the pages,
+/// then one per relation for all their items, however the operation's
+/// resolvers are scheduled. Each parent's [`group_page`] then finds its
+/// rows in the loader's cache. A selection with invalid arguments is left
+/// to the field, which reports them.
+pub(crate) async fn read_ahead_groups(
+    ctx: &Context<'_>,
+    scope: TenantScope,
+    group: TaskGroup,
+    node: &Lookahead<'_>,
+    parents: &[Uuid],
+) -> async_graphql::Result<()> {
+    if parents.is_empty() {
+        return Ok(());
+    }
+    let name = match group {
+        TaskGroup::Turns => "turns",
+        TaskGroup::Children => "children",
+    };
+    for selection in node.field(name).selection_fields() {
+        let Some(request) = request_of(&selection) else {
+            continue;
+        };
+        let page = Lookahead::from(selection);
+        let detail = page_detail(&page);
+        let keys = parents.iter().map(|&parent| TaskGroupPageKey {
+            scope,
+            group,
+            parent,
+            request,
+            detail,
+        });
+        let pages = loader(ctx).load_many(keys.collect::<Vec<_>>()).await?;
+        let items: Vec<tasks::Task> = pages.into_values().flat_map(|p| p.items).collect();
+        let node = page.field("edges").field("node");
+        let shown = Shown::of(&node)?;
+        let shown = Some((&shown, Beside::Nothing));
+        read_ahead(ctx, scope, &node, &items, shown).await?;
+    }
+    Ok(())
+}
+
+/// The page a nested list's selection asks for, if its arguments are
+/// valid (the same request its resolver makes of them).
+fn request_of(field: &SelectionField<'_>) -> Option<PageRequest> {
+    let args = field.arguments().ok()?;
+    let arg = |name: &str| {
+        args.iter()
+            .find(|(n, _)| n.as_str() == name)
+            .map(|(_, v)| v.clone())
+            .filter(|v| *v != async_graphql::Value::Null)
+    };
+    let int = |name: &str| match arg(name) {
+        None => Some(None),
+        Some(async_graphql::Value::Number(n)) => n.as_i64()?.try_into().ok().map(Some),
+        Some(_) => None,
+    };
+    let text = |name: &str| match arg(name) {
+        None => Some(None),
+        Some(async_graphql::Value::String(s)) => Some(Some(s)),
+        Some(_) => None,
+    };
+    let order = match arg("orderBy") {
+        None => None,
+        Some(value) => Some(ListOrder::parse(Some(value)).ok()?),
+    };
+    ordered_page_request(
+        int("first")?,
+        text("after")?,
+        int("last")?,
+        text("before")?,
+        order,
+    )
+    .ok()
 }
 
 /// The steps and event windows a page's items select.
@@ -195,8 +297,7 @@ pub(super) fn event_span(
 /// A page of tasks that shows none of a task's JSON (`payload`,
 /// `frozenPlan`, `settledStepIds`, `state`, `usage`, `result`), under
 /// `edges.node` or `nodes`, reads summaries.
-pub(super) fn page_detail(ctx: &Context<'_>) -> Detail {
-    let look = ctx.look_ahead();
+pub(super) fn page_detail(look: &Lookahead<'_>) -> Detail {
     let shows = |f: &str| {
         look.field("edges").field("node").field(f).exists() || look.field("nodes").field(f).exists()
     };
@@ -258,6 +359,16 @@ async fn feed(
     loader.feed_many(fed).await;
 }
 
+/// What a page is read beside: nothing (a top-level list, whose relations
+/// may take a statement of their own), or its parent's siblings' pages (a
+/// nested list, whose relations go through the loader so that one
+/// statement serves every parent's page).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Beside {
+    Nothing,
+    Siblings,
+}
+
 /// Read the selected relations of every task of a page in batches: steps
 /// and events too if `shown` (they were not read with the page), then
 /// reviews, artifacts and parents.
@@ -266,7 +377,7 @@ async fn read_ahead(
     scope: TenantScope,
     node: &Lookahead<'_>,
     page: &[tasks::Task],
-    shown: Option<&Shown>,
+    shown: Option<(&Shown, Beside)>,
 ) -> async_graphql::Result<()> {
     if page.is_empty() || !node.exists() {
         return Ok(());
@@ -274,7 +385,7 @@ async fn read_ahead(
     let loader = loader(ctx);
     let steps_and_events = async {
         match shown {
-            Some(shown) => steps_and_events(ctx, scope, page, shown).await,
+            Some((shown, beside)) => steps_and_events(ctx, scope, page, shown, beside).await,
             None => Ok(()),
         }
     };
@@ -294,6 +405,18 @@ async fn read_ahead(
         }
         Ok(())
     };
+    let children = async {
+        let ids: Vec<Uuid> = page.iter().map(|t| t.id.uuid()).collect();
+        // Boxed: nested lists recurse, and a resolver's future stays small.
+        Box::pin(read_ahead_groups(
+            ctx,
+            scope,
+            TaskGroup::Children,
+            node,
+            &ids,
+        ))
+        .await
+    };
     let parents = async {
         if node.field("parent").exists() {
             loader
@@ -305,17 +428,19 @@ async fn read_ahead(
         }
         Ok(())
     };
-    futures_util::try_join!(steps_and_events, reviews, artifacts, parents)?;
+    futures_util::try_join!(steps_and_events, reviews, artifacts, children, parents)?;
     Ok(())
 }
 
 /// The steps and event windows `shown` of a page of `scope` read already:
-/// in one statement when both are summaries, else one batch each.
+/// in one statement when both are summaries and the page is read alone,
+/// else one batch each.
 async fn steps_and_events(
     ctx: &Context<'_>,
     scope: TenantScope,
     page: &[tasks::Task],
     shown: &Shown,
+    beside: Beside,
 ) -> async_graphql::Result<()> {
     let loader = loader(ctx);
     let step_keys: Vec<TaskStepsKey> = match shown.steps {
@@ -334,7 +459,8 @@ async fn steps_and_events(
                 .map(|(span, detail)| TaskEventsKey(t.scope(), t.id, span.window(t), *detail))
         })
         .collect();
-    if shown.steps.is_some() && !shown.events.is_empty() && shown.all_summaries() {
+    let together = shown.steps.is_some() && !shown.events.is_empty() && shown.all_summaries();
+    if together && beside == Beside::Nothing {
         let tasks: Vec<TaskId> = step_keys.iter().map(|k| k.1).collect();
         let windows: Vec<(TaskId, EventWindow)> = event_keys.iter().map(|k| (k.1, k.2)).collect();
         let summaries = domain(ctx)

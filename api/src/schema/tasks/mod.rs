@@ -42,7 +42,7 @@ pub use self::{
     steps::{Artifact, Review, TaskStep, Usage},
 };
 pub(crate) use self::{
-    listing::{group_page, task_page},
+    listing::{group_page, read_ahead_groups, task_page},
     plain_page::TaskPage,
 };
 use super::{

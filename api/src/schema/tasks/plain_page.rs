@@ -12,8 +12,11 @@
 //! applied by async-graphql, variables in the events' window), [`plan`]
 //! says which columns it shows, one statement reads only those
 //! (`Tasks::page_with_summaries` with their [`Fields`]) and [`answer`]
-//! builds the page's value directly, in selection order. Any other
-//! selection takes the general path (`super::listing`).
+//! builds the page's value directly, in selection order. A nested page (a
+//! conversation's turns, a task's children) is read through the loader
+//! with its parent's siblings' pages, and [`answer_nested`] builds it the
+//! same way. Any other selection takes the general path
+//! (`super::listing`).
 //!
 //! Invariants:
 //! - Both paths answer the same (`tests/e2e/dataloader.rs` asks for every
@@ -23,7 +26,8 @@
 //! - A field is shown only if it names the fields it reads here; the
 //!   records are read narrow ([`Fields`]), so a field without a mapping
 //!   takes the general path rather than showing a blank.
-//! - Nothing read here enters the operation's loader cache.
+//! - Nothing a top-level page reads here enters the operation's loader
+//!   cache; a nested page's rows come from it, as summaries.
 //! - Fields come in selection order as GraphQL collects them: a response
 //!   key in the place of its first occurrence, fragments spread where they
 //!   stand, the selections of a repeated key merged. A selection this
@@ -31,7 +35,11 @@
 //!   `@include`, a fragment whose type condition does not apply, one key
 //!   naming two fields or two argument lists) takes the general path.
 
-use std::{borrow::Cow, collections::HashMap, sync::Mutex};
+use std::{
+    borrow::{Borrow, Cow},
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
 
 use super::{
     Channel, PlanRef, Task, TaskMode, TaskStatus, TaskStep, events::event_value,
@@ -39,6 +47,7 @@ use super::{
 };
 use crate::cost::variable_value;
 use crate::schema::ids::{self, NodeType};
+use crate::schema::loaders::{BrainstemLoader, TaskEventsKey, TaskStepsKey};
 use crate::schema::plain_list::Plain;
 use async_graphql::{
     Context, ContextSelectionSet, Name, OutputType, Positioned, ScalarType, ServerError,
@@ -51,7 +60,9 @@ use async_graphql::{
 use brainstem_domain::{
     TaskId, TenantScope,
     page::{Page, PageRequest},
-    tasks::{self, EventField, EventSpan, EventWindow, Fields, StepField, TaskField, TaskFilter},
+    tasks::{
+        self, Detail, EventField, EventSpan, EventWindow, Fields, StepField, TaskField, TaskFilter,
+    },
 };
 
 /// A page of tasks: a connection resolved the general way, or the value
@@ -432,9 +443,62 @@ pub(super) async fn answer(
     Ok(TaskPage::Plain(Mutex::new(Some(value))))
 }
 
+/// A nested page (a conversation's turns, a task's children) that `plan`
+/// shows, read already through the loader with its parent's siblings'
+/// pages, built with the steps and event windows it shows: those read
+/// through the loader too, as summaries, so the pages of every parent of
+/// a list share one statement per relation.
+pub(super) async fn answer_nested(
+    loader: &BrainstemLoader,
+    page: &Page<tasks::Task>,
+    plan: Plan<'_>,
+) -> async_graphql::Result<TaskPage> {
+    let steps = async {
+        if !plan.steps {
+            return Ok(HashMap::new());
+        }
+        let keys: Vec<TaskStepsKey> = page
+            .items
+            .iter()
+            .map(|t| TaskStepsKey(t.scope(), t.id, Detail::Summary))
+            .collect();
+        let read = loader.load_many(keys).await?;
+        Ok::<_, async_graphql::Error>(read.into_iter().map(|(k, rows)| (k.1, rows)).collect())
+    };
+    let events = async {
+        let keys: Vec<TaskEventsKey> = page
+            .items
+            .iter()
+            .flat_map(|t| {
+                plan.spans
+                    .iter()
+                    .map(|span| TaskEventsKey(t.scope(), t.id, span.window(t), Detail::Summary))
+            })
+            .collect();
+        let read = loader.load_many(keys).await?;
+        Ok::<_, async_graphql::Error>(
+            read.into_iter()
+                .map(|(k, rows)| ((k.1, k.2), rows))
+                .collect(),
+        )
+    };
+    let (steps, events): (Steps<Arc<_>>, Events<Arc<_>>) = futures_util::try_join!(steps, events)?;
+    let value = build(&plan, page, &steps, &events);
+    Ok(TaskPage::Plain(Mutex::new(Some(value))))
+}
+
 /// The page's value: what `plan` shows of `page`, its tasks' steps and
 /// event windows.
-fn build(plan: &Plan<'_>, page: &Page<tasks::Task>, steps: &Steps, events: &Events) -> Value {
+fn build<S, E>(
+    plan: &Plan<'_>,
+    page: &Page<tasks::Task>,
+    steps: &Steps<S>,
+    events: &Events<E>,
+) -> Value
+where
+    S: Borrow<tasks::StepAttempt>,
+    E: Borrow<tasks::TaskEvent>,
+{
     let cursor = |t: &tasks::Task| Value::String(ids::encode_cursor(t.id.uuid()));
     object(&plan.page, |field| match field {
         PageField::Typename => Value::String(TaskPage::type_name().into_owned()),
@@ -463,17 +527,22 @@ fn build(plan: &Plan<'_>, page: &Page<tasks::Task>, steps: &Steps, events: &Even
 /// The GraphQL type of a page's edges.
 type TaskEdge = Edge<String, Task, EmptyFields>;
 
-/// A page's steps by task, and its event windows.
-type Steps = HashMap<TaskId, Vec<tasks::StepAttempt>>;
-type Events = HashMap<(TaskId, EventWindow), Vec<tasks::TaskEvent>>;
+/// A page's steps by task, and its event windows (rows read for this
+/// page, or shared through the loader).
+type Steps<S = tasks::StepAttempt> = HashMap<TaskId, Vec<S>>;
+type Events<E = tasks::TaskEvent> = HashMap<(TaskId, EventWindow), Vec<E>>;
 
 /// One task's value.
-fn node(
+fn node<S, E>(
     shown: &[(&Name, NodeField<'_>)],
     task: &tasks::Task,
-    steps: &Steps,
-    events: &Events,
-) -> Value {
+    steps: &Steps<S>,
+    events: &Events<E>,
+) -> Value
+where
+    S: Borrow<tasks::StepAttempt>,
+    E: Borrow<tasks::TaskEvent>,
+{
     object(shown, |field| match field {
         NodeField::Typename => Value::String(Task::type_name().into_owned()),
         NodeField::Scalar(name) => task_value(task, name),
@@ -488,12 +557,12 @@ fn node(
         NodeField::Steps(shown) => list(steps.get(&task.id), |step| {
             object(shown, |name| match *name {
                 "__typename" => Value::String(TaskStep::type_name().into_owned()),
-                name => step_value(step, name),
+                name => step_value(step.borrow(), name),
             })
         }),
         NodeField::Events(span, shown) => {
             list(events.get(&(task.id, span.window(task))), |event| {
-                object(shown, |name| event_value(event, name))
+                object(shown, |name| event_value(event.borrow(), name))
             })
         }
     })

@@ -9,11 +9,8 @@
 //! id order are all four-step tasks whatever else is seeded after them.
 
 use anyhow::Context;
-use brainstem::{
-    config::{Config, EmbeddingProvider, LlmProvider},
-    startup::Application,
-};
-use brainstem_bench::{bench_token, call, seed_four_step_tasks};
+use brainstem::{config::Config, startup::Application};
+use brainstem_bench::{api_config, bench_token, call, seed_four_step_tasks};
 use brainstem_domain::Role;
 use sea_orm::{ConnectionTrait, Database, Statement};
 use secrecy::SecretString;
@@ -74,18 +71,10 @@ pub async fn seed(
     encryption_key: &str,
 ) -> anyhow::Result<Seeded> {
     let config = Config {
-        bind: "127.0.0.1:0".into(),
-        database_url: database_url.to_owned(),
         database_max_connections: pool,
         jwt_secret: Some(SecretString::from(jwt_secret.to_owned())),
         connection_encryption_key: Some(SecretString::from(encryption_key.to_owned())),
-        executor_slots: 0,
-        rate_limit_per_key_rps: 0.0,
-        rate_limit_per_tenant_rps: 0.0,
-        log: "warn".into(),
-        llm_provider: LlmProvider::Offline,
-        embedding_provider: EmbeddingProvider::Offline,
-        ..Config::default()
+        ..api_config(database_url)
     };
     brainstem::telemetry::init(&config);
     let app = Application::build(&config).await?;
