@@ -277,8 +277,8 @@ where
         .collect())
 }
 
-/// PostgreSQL's [`fetch_groups_as`]: `(VALUES (g1), …) AS groups CROSS
-/// JOIN LATERAL (<one group's page, as [`page_of`] reads it>)`.
+/// PostgreSQL's [`fetch_groups_as`]: `(VALUES (g1), …) AS groups INNER
+/// JOIN LATERAL (<one group's page, as [`page_of`] reads it>) ON true`.
 fn lateral_pages<E: EntityTrait>(
     select: Select<E>,
     id_column: E::Column,
