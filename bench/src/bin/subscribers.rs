@@ -318,7 +318,15 @@ async fn run(args: &Args, subscribers: usize, backend: &str) -> anyhow::Result<(
         _ => bail!("unknown backend {backend} (sqlite, postgres, postgres-2)"),
     };
     let jwt_secret = uuid::Uuid::now_v7().to_string();
-    let config = server_config(database_url.clone(), &jwt_secret, args.tasks + 2);
+    // Every task runs at once: the default slots, less the reserve a
+    // tenant alone leaves to newcomers, must hold them all (with fewer,
+    // the last tasks start only when the first end, and their streams
+    // overlap the others' ends).
+    let defaults = Config::default();
+    let slots = defaults
+        .executor_slots
+        .max(args.tasks + defaults.executor_reserved_slots);
+    let config = server_config(database_url.clone(), &jwt_secret, slots);
     brainstem::telemetry::init(&config);
     let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Stream::new(args))];
     let app = Application::build_with_tools(&config, tools).await?;
