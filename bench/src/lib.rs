@@ -21,8 +21,8 @@
 //! with (mimalloc, `src/main.rs`), so a server measured in a benchmark's
 //! process allocates as a deployed one does.
 //!
-//! Shared here: [`api_config`] (a server that only answers the API),
-//! [`call`], [`bench_token`] (one GraphQL operation over HTTP),
+//! Shared here: [`api_config`] (a server that only answers the API) and
+//! [`serve`] (running one in the benchmark's process), [`call`], [`bench_token`] (one GraphQL operation over HTTP),
 //! [`seed_four_step_tasks`], and [`fresh_database`] / [`drop_database`].
 
 pub mod agent_prompts;
@@ -59,6 +59,56 @@ pub fn api_config(database_url: &str) -> brainstem::config::Config {
         llm_provider: LlmProvider::Offline,
         embedding_provider: EmbeddingProvider::Offline,
         ..Config::default()
+    }
+}
+
+/// A server of an API benchmark, running in this process until
+/// [`Served::stop`], with a token for the platform and one for an admin
+/// of the tenant `bench` (which [`seed_four_step_tasks`] creates).
+pub struct Served {
+    /// Its GraphQL endpoint over HTTP.
+    pub url: String,
+    pub domain: brainstem_domain::Domain,
+    /// The executor, for the benchmark to drive (`api_config` gives the
+    /// server no slots of its own).
+    pub executor: brainstem_domain::executor::Executor,
+    pub platform: String,
+    pub admin: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+/// Build the server `config` describes and serve it on its own task.
+pub async fn serve(config: &brainstem::config::Config) -> anyhow::Result<Served> {
+    use brainstem_domain::Role;
+    brainstem::telemetry::init(config);
+    let app = brainstem::startup::Application::build(config).await?;
+    let url = format!("http://{}/graphql", app.local_addr());
+    let domain = app.domain().clone();
+    let executor = app.executor().clone();
+    let auth = brainstem::startup::auth_config(config, &domain).await?;
+    let platform = bench_token(&auth, None, Role::PlatformAdmin)?;
+    let admin = bench_token(&auth, Some("bench"), Role::TenantAdmin)?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.run_until(async {
+        let _ = stopped.await;
+    }));
+    Ok(Served {
+        url,
+        domain,
+        executor,
+        platform,
+        admin,
+        stop,
+        server,
+    })
+}
+
+impl Served {
+    /// Stop serving, and wait until the server has.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(());
+        self.server.await?
     }
 }
 

@@ -174,13 +174,15 @@ pub struct TaskGroupPageKey {
 }
 
 impl Loader<TaskGroupPageKey> for Loaders {
-    type Value = Page<Task>;
+    /// Shared: a list of parents reads its pages ahead, then each
+    /// parent's field takes its own from the cache.
+    type Value = Arc<Page<Task>>;
     type Error = async_graphql::Error;
 
     async fn load(
         &self,
         keys: &[TaskGroupPageKey],
-    ) -> Result<HashMap<TaskGroupPageKey, Page<Task>>, Self::Error> {
+    ) -> Result<HashMap<TaskGroupPageKey, Arc<Page<Task>>>, Self::Error> {
         let mut batches: HashMap<_, Vec<Uuid>> = HashMap::new();
         for k in keys {
             batches
@@ -204,7 +206,7 @@ impl Loader<TaskGroupPageKey> for Loaders {
                     request,
                     detail,
                 };
-                (key, page)
+                (key, Arc::new(page))
             }));
         }
         Ok(out)

@@ -37,10 +37,8 @@ use async_graphql::{
     Request, ServerError, ServerResult, Variables,
     extensions::{Extension, ExtensionContext, ExtensionFactory, NextPrepareRequest},
 };
-use brainstem::startup::Application;
 use brainstem_api::cost::{self, DocumentLimits};
-use brainstem_bench::{api_config, bench_token, ms, percentile, seed_four_step_tasks};
-use brainstem_domain::Role;
+use brainstem_bench::{api_config, ms, percentile, seed_four_step_tasks, serve};
 use clap::Parser;
 use serde_json::json;
 
@@ -247,23 +245,15 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
-    let config = api_config(database_url);
-    brainstem::telemetry::init(&config);
-    let app = Application::build(&config).await?;
-    let url = format!("http://{}/graphql", app.local_addr());
-    let domain = app.domain().clone();
-    let executor = app.executor().clone();
-    let auth = brainstem::startup::auth_config(&config, &domain).await?;
-    let token = |tenant: Option<&str>, role: Role| bench_token(&auth, tenant, role);
-    let platform = token(None, Role::PlatformAdmin)?;
-    let admin = token(Some("bench"), Role::TenantAdmin)?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(app.run_until(async {
-        let _ = stopped.await;
-    }));
+    let served = serve(&api_config(database_url)).await?;
+    let (url, platform, admin) = (
+        served.url.as_str(),
+        served.platform.as_str(),
+        served.admin.as_str(),
+    );
     let http = reqwest::Client::new();
-    seed_four_step_tasks(&http, &url, &platform, &admin, args.tasks).await?;
-    executor.run_until_idle().await?;
+    seed_four_step_tasks(&http, url, platform, admin, args.tasks).await?;
+    served.executor.run_until_idle().await?;
 
     println!(
         "cost: the document limits' pass (median of {} runs per step) against a whole request \
@@ -285,7 +275,7 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
     let micros = |d: Duration| d.as_secs_f64() * 1e6;
     for (name, query, refused) in documents {
         let pass = pass_times(query, args.iterations).await?;
-        let request = request_latency(&http, &url, &admin, query, args.requests, refused).await?;
+        let request = request_latency(&http, url, admin, query, args.requests, refused).await?;
         // Parsing is not new work: async-graphql reuses the parse.
         let total = pass.scan + pass.measure;
         println!(
@@ -301,7 +291,5 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
             100.0 * total.as_secs_f64() / request.as_secs_f64(),
         );
     }
-    let _ = stop.send(());
-    server.await??;
-    Ok(())
+    served.stop().await
 }

@@ -31,11 +31,10 @@ use std::{
 };
 
 use anyhow::bail;
-use brainstem::{config::Config, startup::Application};
+use brainstem::config::Config;
 use brainstem_bench::{
-    api_config, bench_token, call, drop_database, fresh_database, seed_four_step_tasks,
+    api_config, call, drop_database, fresh_database, seed_four_step_tasks, serve,
 };
-use brainstem_domain::Role;
 use clap::Parser;
 
 #[derive(Parser, Debug)]
@@ -81,27 +80,20 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
         database_max_connections: args.pool,
         ..api_config(database_url)
     };
-    brainstem::telemetry::init(&config);
-    let app = Application::build(&config).await?;
-    let url = format!("http://{}/graphql", app.local_addr());
-    let domain = app.domain().clone();
-    let executor = app.executor().clone();
-    let auth = brainstem::startup::auth_config(&config, &domain).await?;
-    let token = |tenant: Option<&str>, role: Role| bench_token(&auth, tenant, role);
-    let platform = token(None, Role::PlatformAdmin)?;
-    let admin = token(Some("bench"), Role::TenantAdmin)?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(app.run_until(async {
-        let _ = stopped.await;
-    }));
+    let served = serve(&config).await?;
+    let (url, platform, admin) = (
+        served.url.as_str(),
+        served.platform.as_str(),
+        served.admin.as_str(),
+    );
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(256)
         .build()?;
 
     // Seed: a tenant, a plan, finished tasks.
-    seed_four_step_tasks(&http, &url, &platform, &admin, args.tasks).await?;
-    executor.run_until_idle().await?;
-    let sample = call(&http, &url, &admin, QUERY).await?;
+    seed_four_step_tasks(&http, url, platform, admin, args.tasks).await?;
+    served.executor.run_until_idle().await?;
+    let sample = call(&http, url, admin, QUERY).await?;
     let edges = sample["data"]["tasks"]["edges"]
         .as_array()
         .map(Vec::len)
@@ -117,22 +109,22 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
     for &concurrency in &args.concurrency {
         load(
             &http,
-            &url,
-            &admin,
+            url,
+            admin,
             concurrency,
             Duration::from_secs(args.warmup),
         )
         .await?;
-        let statements_before = domain.statements.get();
+        let statements_before = served.domain.statements.get();
         let figures = load(
             &http,
-            &url,
-            &admin,
+            url,
+            admin,
             concurrency,
             Duration::from_secs(args.seconds),
         )
         .await?;
-        let statements = domain.statements.get() - statements_before;
+        let statements = served.domain.statements.get() - statements_before;
         println!(
             "concurrency {concurrency:>3}: {:>8.1} req/s  p50 {:>7.2} ms  p99 {:>7.2} ms  ({} requests, {:.1} SQL statements/request)",
             figures.per_second,
@@ -142,9 +134,7 @@ async fn run(args: &Args, database_url: &str) -> anyhow::Result<()> {
             statements as f64 / figures.requests.max(1) as f64,
         );
     }
-    let _ = stop.send(());
-    server.await??;
-    Ok(())
+    served.stop().await
 }
 
 struct Figures {

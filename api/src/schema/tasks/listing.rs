@@ -84,8 +84,9 @@ pub(crate) async fn task_page(
             )
             .await
             .gql()?;
-        feed(loader(ctx), &page.items, &shown, summaries).await;
-        read_ahead(ctx, scope, &node, &page.items, None).await?;
+        let items: Vec<&tasks::Task> = page.items.iter().collect();
+        feed(loader(ctx), &items, &shown, summaries).await;
+        read_ahead(ctx, scope, &node, &items, None).await?;
         page
     } else {
         let page = domain(ctx)
@@ -93,14 +94,8 @@ pub(crate) async fn task_page(
             .list(scope, filter, request, detail)
             .await
             .gql()?;
-        read_ahead(
-            ctx,
-            scope,
-            &node,
-            &page.items,
-            Some((&shown, Beside::Nothing)),
-        )
-        .await?;
+        let items: Vec<&tasks::Task> = page.items.iter().collect();
+        read_ahead(ctx, scope, &node, &items, Some((&shown, Beside::Nothing))).await?;
         page
     };
     Ok(TaskPage::General(connection(page, |t| t.id.uuid(), Task)))
@@ -136,14 +131,9 @@ pub(crate) async fn group_page(
     }
     let node = ctx.look_ahead().field("edges").field("node");
     let shown = Shown::of(&node)?;
-    read_ahead(
-        ctx,
-        scope,
-        &node,
-        &page.items,
-        Some((&shown, Beside::Siblings)),
-    )
-    .await?;
+    let items: Vec<&tasks::Task> = page.items.iter().collect();
+    read_ahead(ctx, scope, &node, &items, Some((&shown, Beside::Siblings))).await?;
+    let page = Arc::unwrap_or_clone(page);
     Ok(TaskPage::General(connection(page, |t| t.id.uuid(), Task)))
 }
 
@@ -183,7 +173,7 @@ pub(crate) async fn read_ahead_groups(
             detail,
         });
         let pages = loader(ctx).load_many(keys.collect::<Vec<_>>()).await?;
-        let items: Vec<tasks::Task> = pages.into_values().flat_map(|p| p.items).collect();
+        let items: Vec<&tasks::Task> = pages.values().flat_map(|p| &p.items).collect();
         let node = page.field("edges").field("node");
         let shown = Shown::of(&node)?;
         let shown = Some((&shown, Beside::Nothing));
@@ -334,7 +324,7 @@ fn detail(full: bool) -> Detail {
 /// after it) into the loader, under the keys the items' resolvers ask for.
 async fn feed(
     loader: &BrainstemLoader,
-    page: &[tasks::Task],
+    page: &[&tasks::Task],
     shown: &Shown,
     (mut steps, mut events): StepAndEventSummaries,
 ) {
@@ -376,7 +366,7 @@ async fn read_ahead(
     ctx: &Context<'_>,
     scope: TenantScope,
     node: &Lookahead<'_>,
-    page: &[tasks::Task],
+    page: &[&tasks::Task],
     shown: Option<(&Shown, Beside)>,
 ) -> async_graphql::Result<()> {
     if page.is_empty() || !node.exists() {
@@ -438,7 +428,7 @@ async fn read_ahead(
 async fn steps_and_events(
     ctx: &Context<'_>,
     scope: TenantScope,
-    page: &[tasks::Task],
+    page: &[&tasks::Task],
     shown: &Shown,
     beside: Beside,
 ) -> async_graphql::Result<()> {

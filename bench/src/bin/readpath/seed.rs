@@ -9,9 +9,8 @@
 //! id order are all four-step tasks whatever else is seeded after them.
 
 use anyhow::Context;
-use brainstem::{config::Config, startup::Application};
-use brainstem_bench::{api_config, bench_token, call, seed_four_step_tasks};
-use brainstem_domain::Role;
+use brainstem::config::Config;
+use brainstem_bench::{api_config, call, seed_four_step_tasks, serve};
 use sea_orm::{ConnectionTrait, Database, Statement};
 use secrecy::SecretString;
 
@@ -76,34 +75,27 @@ pub async fn seed(
         connection_encryption_key: Some(SecretString::from(encryption_key.to_owned())),
         ..api_config(database_url)
     };
-    brainstem::telemetry::init(&config);
-    let app = Application::build(&config).await?;
-    let url = format!("http://{}/graphql", app.local_addr());
-    let domain = app.domain().clone();
-    let executor = app.executor().clone();
-    let auth = brainstem::startup::auth_config(&config, &domain).await?;
-    let token = |tenant: Option<&str>, role: Role| bench_token(&auth, tenant, role);
-    let platform = token(None, Role::PlatformAdmin)?;
-    let admin = token(Some("bench"), Role::TenantAdmin)?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(app.run_until(async {
-        let _ = stopped.await;
-    }));
+    let served = serve(&config).await?;
+    let (url, platform, admin) = (
+        served.url.as_str(),
+        served.platform.as_str(),
+        served.admin.as_str(),
+    );
     let http = reqwest::Client::new();
-    seed_four_step_tasks(&http, &url, &platform, &admin, tasks).await?;
-    let detail = detail::seed(&http, &url, &admin).await?;
+    seed_four_step_tasks(&http, url, platform, admin, tasks).await?;
+    let detail = detail::seed(&http, url, admin).await?;
     let node = start_task(
         &http,
-        &url,
-        &admin,
+        url,
+        admin,
         "planKey: \"four\", input: \"Refund order 1042 and tell the customer\"",
     )
     .await?;
-    let window = filtered::seed(&http, &url, &admin).await?;
-    let subject = conversations::seed(&http, &url, &admin).await?;
-    executor.run_until_idle().await?;
-    let _ = stop.send(());
-    server.await??;
+    let window = filtered::seed(&http, url, admin).await?;
+    let subject = conversations::seed(&http, url, admin).await?;
+    served.executor.run_until_idle().await?;
+    let admin = admin.to_owned();
+    served.stop().await?;
     // Statistics, as a database that has been running has them: without,
     // the planner guesses at freshly written tables and either server may
     // get a plan no deployment would see.
