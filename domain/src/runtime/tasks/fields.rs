@@ -23,7 +23,7 @@
 //!   tasks' branch comes first and casts every NULL it holds to its
 //!   position's type.
 
-use sea_orm::QueryResult;
+use sea_orm::{DbErr, FromQueryResult, QueryResult};
 
 use super::*;
 use crate::kernel::columns::column;
@@ -166,6 +166,76 @@ fields! {
         Summary: Summary Text |e, v: String| e.summary = v;
         Error: Error Text |e, v: Option<String>| e.error = v;
         CreatedAt: CreatedAt Time |e, v: DateTime<Utc>| e.created_at = v;
+    }
+}
+
+/// A row read as every summary field of its kind ([`Detail::Summary`]),
+/// by position: the statement selects [`Summary::columns`] first, in that
+/// order (a grouped read's own columns come after). The field enums are
+/// the one list of a kind's summary columns; nothing is looked up by name.
+pub(super) struct Summary<T>(pub(super) T);
+
+/// A field's error as the row decoder's.
+fn db_err(err: Error) -> DbErr {
+    DbErr::Type(err.to_string())
+}
+
+impl Summary<Task> {
+    /// Every [`TaskField`], then the tenant.
+    pub(super) fn columns() -> impl Iterator<Item = task::Column> {
+        TaskField::ALL
+            .iter()
+            .map(|f| f.column())
+            .chain([task::Column::TenantId])
+    }
+}
+
+impl FromQueryResult for Summary<Task> {
+    fn from_query_result(row: &QueryResult, _: &str) -> std::result::Result<Self, DbErr> {
+        let tenant: Uuid = column(row, TaskField::ALL.len()).map_err(db_err)?;
+        let mut task = blank_task(tenant.into());
+        for (at, field) in TaskField::ALL.iter().enumerate() {
+            field.fill(&mut task, row, at).map_err(db_err)?;
+        }
+        Ok(Self(task))
+    }
+}
+
+impl Summary<(TaskId, StepAttempt)> {
+    /// Every [`StepField`].
+    pub(super) fn columns() -> impl Iterator<Item = task_step::Column> {
+        StepField::ALL.iter().map(|f| f.column())
+    }
+}
+
+impl FromQueryResult for Summary<(TaskId, StepAttempt)> {
+    fn from_query_result(row: &QueryResult, _: &str) -> std::result::Result<Self, DbErr> {
+        let mut step = blank_step();
+        for (at, field) in StepField::ALL.iter().enumerate() {
+            field.fill(&mut step, row, at).map_err(db_err)?;
+        }
+        Ok(Self(step))
+    }
+}
+
+impl Summary<TaskEvent> {
+    /// Every [`EventField`], then the tenant.
+    pub(super) fn columns() -> impl Iterator<Item = task_event::Column> {
+        EventField::ALL
+            .iter()
+            .map(|f| f.column())
+            .chain([task_event::Column::TenantId])
+    }
+}
+
+impl FromQueryResult for Summary<TaskEvent> {
+    fn from_query_result(row: &QueryResult, _: &str) -> std::result::Result<Self, DbErr> {
+        let tenant: Uuid = column(row, EventField::ALL.len()).map_err(db_err)?;
+        let mut event = blank_event(tenant.into());
+        for (at, field) in EventField::ALL.iter().enumerate() {
+            field.fill(&mut event, row, at).map_err(db_err)?;
+        }
+        Ok(Self(event))
     }
 }
 

@@ -2,6 +2,7 @@
 //! out to (events, steps, reviews, artifacts), batched by task; and the
 //! tenant's reviews as one list.
 
+use super::fields::Summary;
 use super::*;
 
 /// How much of a task, step or event row a read decodes. `Summary` leaves
@@ -38,213 +39,14 @@ impl TaskGroup {
 }
 
 /// Pages of rows as pages of tasks.
-fn tasks_of<M>(pages: HashMap<Uuid, Page<M>>) -> Result<HashMap<Uuid, Page<Task>>>
-where
-    Task: TryFrom<M, Error = Error>,
-{
+fn tasks_of<M>(
+    pages: HashMap<Uuid, Page<M>>,
+    task: impl Fn(M) -> Result<Task> + Copy,
+) -> Result<HashMap<Uuid, Page<Task>>> {
     pages
         .into_iter()
-        .map(|(parent, page)| Ok((parent, page.try_map(Task::try_from)?)))
+        .map(|(parent, page)| Ok((parent, page.try_map(task)?)))
         .collect()
-}
-
-/// A task without its JSON columns ([`Detail::Summary`]).
-#[derive(sea_orm::FromQueryResult)]
-pub(super) struct TaskSummaryRow {
-    id: Uuid,
-    tenant_id: Uuid,
-    parent_task_id: Option<Uuid>,
-    conversation_id: Option<Uuid>,
-    channel: String,
-    mode: String,
-    status: String,
-    idempotency_key: Option<String>,
-    input_text: String,
-    subject_id: Option<Uuid>,
-    intent: Option<String>,
-    confidence: f64,
-    confidence_threshold: f64,
-    intent_reviewed: bool,
-    plan_id: Option<Uuid>,
-    plan_key: Option<String>,
-    plan_version: Option<i32>,
-    current_step_id: Option<String>,
-    max_steps: i32,
-    error_message: Option<String>,
-    trace_id: String,
-    lease_owner: Option<String>,
-    lease_expires_at: Option<DateTime<Utc>>,
-    run_after: DateTime<Utc>,
-    cancel_requested: bool,
-    last_seq: i64,
-    running_ms: i64,
-    created_by: String,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-    started_at: Option<DateTime<Utc>>,
-    completed_at: Option<DateTime<Utc>>,
-}
-
-/// The columns of [`TaskSummaryRow`].
-pub(super) const TASK_SUMMARY: [task::Column; 32] = [
-    task::Column::Id,
-    task::Column::TenantId,
-    task::Column::ParentTaskId,
-    task::Column::ConversationId,
-    task::Column::Channel,
-    task::Column::Mode,
-    task::Column::Status,
-    task::Column::IdempotencyKey,
-    task::Column::InputText,
-    task::Column::SubjectId,
-    task::Column::Intent,
-    task::Column::Confidence,
-    task::Column::ConfidenceThreshold,
-    task::Column::IntentReviewed,
-    task::Column::PlanId,
-    task::Column::PlanKey,
-    task::Column::PlanVersion,
-    task::Column::CurrentStepId,
-    task::Column::MaxSteps,
-    task::Column::ErrorMessage,
-    task::Column::TraceId,
-    task::Column::LeaseOwner,
-    task::Column::LeaseExpiresAt,
-    task::Column::RunAfter,
-    task::Column::CancelRequested,
-    task::Column::LastSeq,
-    task::Column::RunningMs,
-    task::Column::CreatedBy,
-    task::Column::CreatedAt,
-    task::Column::UpdatedAt,
-    task::Column::StartedAt,
-    task::Column::CompletedAt,
-];
-
-impl TryFrom<TaskSummaryRow> for Task {
-    type Error = Error;
-
-    fn try_from(r: TaskSummaryRow) -> Result<Self> {
-        Ok(Self {
-            id: r.id.into(),
-            tenant: r.tenant_id.into(),
-            parent: r.parent_task_id.map(TaskId::from),
-            channel: r.channel.parse()?,
-            mode: r.mode.parse()?,
-            conversation: r.conversation_id.map(ConversationId::from),
-            status: r.status.parse()?,
-            idempotency_key: r.idempotency_key,
-            input: r.input_text,
-            payload: Value::Null,
-            subject_id: r.subject_id,
-            intent: r.intent,
-            confidence: r.confidence,
-            confidence_threshold: r.confidence_threshold,
-            intent_reviewed: r.intent_reviewed,
-            plan_id: r.plan_id.map(PlanId::from),
-            plan_key: r.plan_key,
-            plan_version: r.plan_version,
-            frozen_plan: Vec::new(),
-            settled_step_ids: Vec::new(),
-            reviewed_step_ids: Vec::new(),
-            attempts: Map::new(),
-            current_step_id: r.current_step_id,
-            state: Value::Null,
-            step_outputs: Map::new(),
-            max_steps: u32::try_from(r.max_steps).unwrap_or(DEFAULT_MAX_STEPS),
-            error: r.error_message,
-            trace_id: r.trace_id,
-            lease_owner: r.lease_owner,
-            lease_expires_at: r.lease_expires_at,
-            run_after: r.run_after,
-            cancel_requested: r.cancel_requested,
-            last_seq: r.last_seq,
-            usage: Usage::default(),
-            running_ms: r.running_ms,
-            result: None,
-            created_by: r.created_by,
-            created_at: r.created_at,
-            updated_at: r.updated_at,
-            started_at: r.started_at,
-            completed_at: r.completed_at,
-        })
-    }
-}
-
-/// A step attempt without its JSON columns ([`Detail::Summary`]).
-#[derive(sea_orm::FromQueryResult)]
-struct StepSummaryRow {
-    id: Uuid,
-    task_id: Uuid,
-    step_id: String,
-    tool: String,
-    attempt: i32,
-    status: String,
-    summary: String,
-    error: Option<String>,
-    idempotency_key: String,
-    started_at: DateTime<Utc>,
-    finished_at: DateTime<Utc>,
-    duration_ms: i64,
-}
-
-impl From<StepSummaryRow> for StepAttempt {
-    fn from(r: StepSummaryRow) -> Self {
-        Self {
-            id: r.id,
-            step_id: r.step_id,
-            tool: r.tool,
-            attempt: r.attempt,
-            status: r.status,
-            args: Value::Null,
-            output: Value::Null,
-            summary: r.summary,
-            error: r.error,
-            idempotency_key: r.idempotency_key,
-            usage: Usage::default(),
-            started_at: r.started_at,
-            finished_at: r.finished_at,
-            duration_ms: r.duration_ms,
-        }
-    }
-}
-
-/// An event without its JSON columns ([`Detail::Summary`]).
-#[derive(sea_orm::FromQueryResult)]
-struct EventSummaryRow {
-    id: Uuid,
-    tenant_id: Uuid,
-    task_id: Uuid,
-    seq: i64,
-    kind: String,
-    step_id: Option<String>,
-    tool: Option<String>,
-    status: Option<String>,
-    summary: String,
-    error: Option<String>,
-    created_at: DateTime<Utc>,
-}
-
-impl TryFrom<EventSummaryRow> for TaskEvent {
-    type Error = Error;
-
-    fn try_from(r: EventSummaryRow) -> Result<Self> {
-        Ok(Self {
-            id: r.id,
-            tenant: r.tenant_id.into(),
-            task_id: r.task_id.into(),
-            seq: r.seq,
-            kind: r.kind.parse()?,
-            step_id: r.step_id,
-            tool: r.tool,
-            status: r.status,
-            summary: r.summary,
-            error: r.error,
-            data_keys: Vec::new(),
-            data: Value::Null,
-            created_at: r.created_at,
-        })
-    }
 }
 
 impl Tasks {
@@ -294,15 +96,15 @@ impl Tasks {
                 page.try_map(Task::try_from)
             }
             Detail::Summary => {
-                let select = select.select_only().columns(TASK_SUMMARY);
-                let page = page::fetch_as::<_, _, TaskSummaryRow>(
+                let select = select.select_only().columns(Summary::<Task>::columns());
+                let page = page::fetch_as::<_, _, Summary<Task>>(
                     &self.db,
                     select,
                     task::Column::Id,
                     request,
                 )
                 .await?;
-                page.try_map(Task::try_from)
+                page.try_map(|s| Ok(s.0))
             }
         }
     }
@@ -327,17 +129,19 @@ impl Tasks {
                     &self.db, select, id, parent, parents, request,
                 )
                 .await?,
+                Task::try_from,
             ),
             Detail::Summary => tasks_of(
-                page::fetch_groups_as::<_, _, TaskSummaryRow>(
+                page::fetch_groups_as::<_, _, Summary<Task>>(
                     &self.db,
-                    select.select_only().columns(TASK_SUMMARY),
+                    select.select_only().columns(Summary::<Task>::columns()),
                     id,
                     parent,
                     parents,
                     request,
                 )
                 .await?,
+                |s| Ok(s.0),
             ),
         }
     }
@@ -526,30 +330,15 @@ impl Tasks {
                 .into_iter()
                 .map(TaskEvent::try_from)
                 .collect::<Result<_>>()?,
-            Detail::Summary => {
-                use task_event::Column as C;
-                select
-                    .select_only()
-                    .columns([
-                        C::Id,
-                        C::TenantId,
-                        C::TaskId,
-                        C::Seq,
-                        C::Kind,
-                        C::StepId,
-                        C::Tool,
-                        C::Status,
-                        C::Summary,
-                        C::Error,
-                        C::CreatedAt,
-                    ])
-                    .into_model::<EventSummaryRow>()
-                    .all(&self.db)
-                    .await?
-                    .into_iter()
-                    .map(TaskEvent::try_from)
-                    .collect::<Result<_>>()?
-            }
+            Detail::Summary => select
+                .select_only()
+                .columns(Summary::<TaskEvent>::columns())
+                .into_model::<Summary<TaskEvent>>()
+                .all(&self.db)
+                .await?
+                .into_iter()
+                .map(|s| s.0)
+                .collect(),
         };
         spread(&windows, events, &mut out);
         Ok(out)
@@ -571,27 +360,13 @@ impl Tasks {
                 group(ids, rows, |r| r.task_id.into(), StepAttempt::from)
             }
             Detail::Summary => {
-                use task_step::Column as C;
                 let rows = select
                     .select_only()
-                    .columns([
-                        C::Id,
-                        C::TaskId,
-                        C::StepId,
-                        C::Tool,
-                        C::Attempt,
-                        C::Status,
-                        C::Summary,
-                        C::Error,
-                        C::IdempotencyKey,
-                        C::StartedAt,
-                        C::FinishedAt,
-                        C::DurationMs,
-                    ])
-                    .into_model::<StepSummaryRow>()
+                    .columns(Summary::<(TaskId, StepAttempt)>::columns())
+                    .into_model::<Summary<(TaskId, StepAttempt)>>()
                     .all(&self.db)
                     .await?;
-                group(ids, rows, |r| r.task_id.into(), StepAttempt::from)
+                group(ids, rows, |r| r.0.0, |r| r.0.1)
             }
         })
     }
