@@ -84,6 +84,7 @@ mod scoping;
 mod security_limits;
 mod statements;
 mod streams;
+mod summaries;
 mod tenant_keys;
 mod tenants;
 mod tools;

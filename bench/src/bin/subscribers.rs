@@ -78,6 +78,10 @@ struct Args {
     /// subscribers' closes) in the way.
     #[arg(long)]
     lifecycle_apart: bool,
+    /// The server's connection pool (`database_max_connections`; default
+    /// the platform's).
+    #[arg(long)]
+    pool: Option<u32>,
     /// Run as the subscriber process (internal).
     #[arg(long, hide = true)]
     client: bool,
@@ -232,6 +236,9 @@ async fn main() -> anyhow::Result<()> {
             if let Some(url) = &args.database_url {
                 run.arg("--database-url").arg(url);
             }
+            if let Some(pool) = args.pool {
+                run.arg("--pool").arg(pool.to_string());
+            }
             let out = run.spawn()?.wait_with_output()?;
             let text = String::from_utf8_lossy(&out.stdout);
             for line in text.lines() {
@@ -266,8 +273,15 @@ async fn main() -> anyhow::Result<()> {
 
 /// The server configuration of a run: `slots` executor slots on
 /// `database_url`, tokens signed with `jwt_secret`.
-fn server_config(database_url: String, jwt_secret: &str, slots: usize) -> Config {
+fn server_config(
+    database_url: String,
+    jwt_secret: &str,
+    slots: usize,
+    pool: Option<u32>,
+) -> Config {
+    let defaults = Config::default();
     Config {
+        database_max_connections: pool.unwrap_or(defaults.database_max_connections),
         bind: "127.0.0.1:0".into(),
         // 32 zero bytes: a throwaway key for a throwaway database.
         connection_encryption_key: Some(secrecy::SecretString::from(
@@ -283,7 +297,7 @@ fn server_config(database_url: String, jwt_secret: &str, slots: usize) -> Config
         // Figures comparable with earlier runs: the built-in providers.
         llm_provider: LlmProvider::Offline,
         embedding_provider: EmbeddingProvider::Offline,
-        ..Config::default()
+        ..defaults
     }
 }
 
@@ -291,7 +305,7 @@ fn server_config(database_url: String, jwt_secret: &str, slots: usize) -> Config
 /// tasks; prints its WebSocket URL, and ends when its stdin closes.
 async fn serve(args: Args) -> anyhow::Result<()> {
     let url = args.database_url.clone().context("--database-url")?;
-    let config = server_config(url, &args.jwt_secret, 0);
+    let config = server_config(url, &args.jwt_secret, 0, args.pool);
     brainstem::telemetry::init(&config);
     // The same tools: a server checks the stored plans against its own.
     let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Stream::new(&args))];
@@ -326,7 +340,7 @@ async fn run(args: &Args, subscribers: usize, backend: &str) -> anyhow::Result<(
     let slots = defaults
         .executor_slots
         .max(args.tasks + defaults.executor_reserved_slots);
-    let config = server_config(database_url.clone(), &jwt_secret, slots);
+    let config = server_config(database_url.clone(), &jwt_secret, slots, args.pool);
     brainstem::telemetry::init(&config);
     let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Stream::new(args))];
     let app = Application::build_with_tools(&config, tools).await?;
