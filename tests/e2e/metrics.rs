@@ -10,16 +10,12 @@ use axum::{Router, http::StatusCode, routing::post};
 use chrono::{Duration, Utc};
 use serde_json::{Value, json};
 
-use brainstem_domain::{
-    TaskId, TenantId, TenantScope, events,
-    row_security::{self, RowAccess},
-};
 use futures_util::StreamExt;
 
 use crate::{
     for_both_backends,
-    helpers::{Backend, TestApp, poll_until, uuid_of},
-    streams::{EVENTS, connect},
+    helpers::{Backend, TestApp, poll_until},
+    streams::{EVENTS, connect, deliveries},
 };
 
 for_both_backends!(each_metric_family_moves_when_its_event_happens);
@@ -155,20 +151,7 @@ async fn each_metric_family_moves_when_its_event_happens(backend: Backend) {
 
     // A subscriber of the domain's event stream that reads nothing while
     // the task runs: it falls out of the 4-event bus and catches up.
-    let scope = TenantScope::new(TenantId::from(
-        uuid_of(&tenant).parse::<uuid::Uuid>().unwrap(),
-    ));
-    let stalled = events::task_event_deliveries(
-        app.domain.tasks.clone(),
-        app.domain.events.clone(),
-        scope,
-        TaskId::from(uuid_of(&work).parse::<uuid::Uuid>().unwrap()),
-        0,
-    );
-    let mut stalled = Box::pin(row_security::stream(
-        Some(RowAccess::Tenant(scope.tenant_id())),
-        stalled,
-    ));
+    let mut stalled = deliveries(&app, &tenant, &work);
     assert!(stalled.next().await.is_some(), "the stored creation event");
     // Polled until its replay's store read comes back empty and it waits
     // on the bus, where nothing comes until the task runs: the timeout is

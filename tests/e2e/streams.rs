@@ -3,16 +3,23 @@
 //! connections, slow subscribers, tenant isolation, limits, and (on
 //! PostgreSQL) a subscriber on one process watching a worker in another.
 
-use std::{process::Stdio, sync::Arc, time::Duration};
+use std::{pin::Pin, process::Stdio, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
-use brainstem_domain::tools::{Tool, ToolContext, ToolError, ToolOutput};
+use brainstem_domain::{
+    TaskId, TenantId, TenantScope,
+    events::{self, Delivery},
+    row_security::{self, RowAccess},
+    tasks::EventKind,
+    tools::{Tool, ToolContext, ToolError, ToolOutput},
+};
+use futures_util::{Stream, StreamExt};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use crate::{
     for_both_backends,
-    helpers::{Backend, TestApp, WAIT, WsClient, WsEvent, poll_until},
+    helpers::{Backend, TestApp, WAIT, WsClient, WsEvent, poll_until, uuid_of},
 };
 
 pub(crate) const EVENTS: &str = "subscription($id: ID!, $after: Int) { taskEvents(taskId: $id, after: $after) { __typename seq kind stepId status ... on TokenDelta { offset text } } }";
@@ -130,6 +137,7 @@ for_both_backends!(
     a_stalled_subscriber_does_not_slow_the_task_and_misses_nothing,
     other_tenants_tasks_are_not_found_and_connections_have_limits,
     task_updates_stream_status_changes,
+    deltas_read_from_the_bus_while_replaying_go_out_after_their_steps_start,
 );
 
 async fn subscribing_after_k_gets_exactly_the_rest_in_order(backend: Backend) {
@@ -422,4 +430,90 @@ async fn a_subscriber_on_one_process_sees_a_worker_in_another_postgres() {
                 .any(|e| e["__typename"] == "StepCompleted" && e["stepId"] == step.as_str())
         );
     }
+}
+
+/// The domain's event stream of task `id` of `tenant` (global ids) from
+/// its first event, as the tenant's row access sees it. It does its work
+/// only when polled: a test decides when it reads.
+pub(crate) fn deliveries(
+    app: &TestApp,
+    tenant: &str,
+    id: &str,
+) -> Pin<Box<dyn Stream<Item = Delivery> + Send>> {
+    let scope = TenantScope::new(TenantId::from(
+        uuid_of(tenant).parse::<uuid::Uuid>().unwrap(),
+    ));
+    let stream = events::task_event_deliveries(
+        app.domain.tasks.clone(),
+        app.domain.events.clone(),
+        scope,
+        TaskId::from(uuid_of(id).parse::<uuid::Uuid>().unwrap()),
+        0,
+    );
+    Box::pin(row_security::stream(
+        Some(RowAccess::Tenant(scope.tenant_id())),
+        stream,
+    ))
+}
+
+/// Streams three token deltas, then ends.
+struct Three;
+
+const THREE: [&str; 3] = ["a ", "b ", "c "];
+
+#[async_trait]
+impl Tool for Three {
+    fn key(&self) -> &str {
+        "test.three"
+    }
+    fn description(&self) -> &str {
+        "streams three token deltas"
+    }
+    async fn call(&self, ctx: ToolContext, _args: Value) -> Result<ToolOutput, ToolError> {
+        let mut offset = 0;
+        for text in THREE {
+            ctx.token_delta(offset, text);
+            offset += text.len();
+        }
+        Ok(ToolOutput::default())
+    }
+}
+
+async fn deltas_read_from_the_bus_while_replaying_go_out_after_their_steps_start(backend: Backend) {
+    let app = TestApp::spawn_with_tools(backend, vec![Arc::new(Three)]).await;
+    let tenant = app.create_tenant("acme").await;
+    let id = start_gated(&app, vec![json!({"id": "talk", "tool": "test.three"})]).await;
+    let mut stream = deliveries(&app, &tenant, &id).map(Delivery::into_event);
+    // The stored creation event. The stream is polled again only once the
+    // task has run: its next store read then finds the step's start and
+    // end, while the step's deltas wait in its queue on the bus.
+    assert_eq!(stream.next().await.unwrap().seq, 1);
+    app.run_tasks().await;
+    let events: Vec<_> = tokio::time::timeout(WAIT, stream.collect()).await.unwrap();
+    let at = |kind: EventKind| {
+        events
+            .iter()
+            .position(|e| e.kind == kind)
+            .unwrap_or_else(|| panic!("{kind:?} in {events:?}"))
+    };
+    let (started, completed) = (at(EventKind::StepStarted), at(EventKind::StepCompleted));
+    let deltas: Vec<_> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.kind == EventKind::TokenDelta)
+        .collect();
+    assert_eq!(deltas.len(), THREE.len(), "{events:?}");
+    for (i, delta) in &deltas {
+        assert!(
+            started < *i && *i < completed,
+            "a delta between its step's start and end: {events:?}"
+        );
+        assert_eq!(delta.seq, events[started].seq, "at the step start's seq");
+    }
+    let text: String = deltas
+        .iter()
+        .map(|(_, e)| e.data["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, THREE.concat());
+    assert_eq!(events.last().unwrap().status.as_deref(), Some("COMPLETED"));
 }

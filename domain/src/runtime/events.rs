@@ -86,6 +86,10 @@ pub struct EventBus {
     live_text: Mutex<HashMap<TaskId, (String, String)>>,
     /// Ids of the stored events delivered lately, oldest first.
     delivered: Mutex<(HashSet<Uuid>, VecDeque<Uuid>)>,
+    /// For each task with a step running on this process, the seq of the
+    /// last stored event this process published for it: the step's token
+    /// deltas carry it ([`EventBus::stamp`]).
+    stamps: Mutex<HashMap<TaskId, i64>>,
     /// This bus among the processes sharing a database: its own deltas
     /// coming back from PostgreSQL are recognised by it.
     origin: Uuid,
@@ -108,6 +112,7 @@ impl EventBus {
             capacity: capacity.max(1),
             live_text: Mutex::new(HashMap::new()),
             delivered: Mutex::new((HashSet::new(), VecDeque::new())),
+            stamps: Mutex::new(HashMap::new()),
             origin: Uuid::now_v7(),
             outbox: OnceLock::new(),
         })
@@ -216,8 +221,61 @@ impl EventBus {
     }
 }
 
+impl EventBus {
+    /// `events` with each token delta carrying the seq of the last stored
+    /// event of its task published before it, so a subscriber that takes
+    /// the delta while it replays the store sends it after its step's
+    /// start (see [`Follow::next`]); `None` when no delta needs a change.
+    ///
+    /// A task's seq is kept from its step's start to the step's end (or
+    /// the task leaving `EXECUTING`), so the map holds the steps running
+    /// here. A step whose end this process never publishes (its lease
+    /// lost) leaves its entry; past [`REMEMBERED`] entries the map starts
+    /// afresh, and deltas of the steps running then carry no seq (0) until
+    /// their next stored event: sent as they come, as before a start.
+    fn stamp(&self, events: &[TaskEvent]) -> Option<Vec<TaskEvent>> {
+        let mut stamps = self
+            .stamps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut stamped: Option<Vec<TaskEvent>> = None;
+        for (i, event) in events.iter().enumerate() {
+            let task = event.task_id;
+            match event.kind {
+                EventKind::TokenDelta => {
+                    if let Some(&seq) = stamps.get(&task)
+                        && event.seq != seq
+                    {
+                        stamped.get_or_insert_with(|| events.to_vec())[i].seq = seq;
+                    }
+                }
+                EventKind::StepStarted => {
+                    if stamps.len() >= REMEMBERED && !stamps.contains_key(&task) {
+                        stamps.clear();
+                    }
+                    stamps.insert(task, event.seq);
+                }
+                EventKind::StepCompleted | EventKind::StepFailed => {
+                    stamps.remove(&task);
+                }
+                EventKind::StatusChanged if event.status.as_deref() != Some("EXECUTING") => {
+                    stamps.remove(&task);
+                }
+                _ => {
+                    if let Some(seq) = stamps.get_mut(&task) {
+                        *seq = (*seq).max(event.seq);
+                    }
+                }
+            }
+        }
+        stamped
+    }
+}
+
 impl EventSink for EventBus {
     fn publish(&self, events: &[TaskEvent]) {
+        let stamped = self.stamp(events);
+        let events = stamped.as_deref().unwrap_or(events);
         // This process's subscribers, from memory.
         self.deliver(events);
         // The other processes: stored events went with their transaction.
@@ -368,8 +426,10 @@ struct Follow {
     pending: VecDeque<TaskEvent>,
     /// Token deltas taken from the live queue while replaying: each goes
     /// out before the first stored event with a higher seq (a delta
-    /// carries the seq of the last stored event before it), so a task that
-    /// finishes while this subscriber replays still streams its text.
+    /// carries the seq of the last stored event before it, stamped by the
+    /// bus of the process that produced it: [`EventBus::stamp`]), so a
+    /// task that finishes while this subscriber replays still streams its
+    /// text, after its step's start and before its step's end.
     early_deltas: VecDeque<Arc<TaskEvent>>,
     phase: Phase,
     /// A catch-up reads at least this far (from the primary, if a read

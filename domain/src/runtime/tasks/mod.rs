@@ -429,7 +429,8 @@ impl crate::catalogue::ports::LiveEvents for Tasks {
             id: Uuid::now_v7(),
             tenant,
             task_id: task,
-            // Live-only events carry the sequence of the last stored event.
+            // Live-only events carry the sequence of the last stored
+            // event: the bus stamps it (`events::EventBus::stamp`).
             seq: 0,
             kind: EventKind::TokenDelta,
             step_id: Some(step_id.to_owned()),
