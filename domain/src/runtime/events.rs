@@ -219,9 +219,7 @@ impl EventBus {
                 .set(postgres::connect(self, db, url, linger, revocations));
         }
     }
-}
 
-impl EventBus {
     /// `events` with each token delta carrying the seq of the last stored
     /// event of its task published before it, so a subscriber that takes
     /// the delta while it replays the store sends it after its step's
