@@ -117,6 +117,8 @@ async fn no_init_in_time_closes_with_4408(backend: Backend) {
     // The limit is on the init only: an acknowledged connection stays.
     let mut ws = connect(&app, "acme").await;
     ws.subscribe("1", UPDATES, json!({})).await;
+    // Answered after the subscribe was taken in: it listens from here.
+    nothing_else_then_pong(&mut ws).await;
     start_task(&app).await;
     let m = next_message(&mut ws).await;
     assert_eq!(m["type"], "next", "{m}");
@@ -234,9 +236,18 @@ async fn the_legacy_protocol_keeps_its_messages(backend: Backend) {
         next_message(&mut ws).await,
         json!({"type": "complete", "id": "1"})
     );
-    // A running one streams `data`; `stop` ends it.
+    // A running one streams `data`; `stop` ends it. The failing operation
+    // again, answered only after the server took in the one before it, so
+    // the subscription listens before the task starts.
     ws.send(json!({"type": "start", "id": "2", "payload": {"query": UPDATES}}))
         .await;
+    ws.send(json!({"type": "start", "id": "1", "payload": {"query": "subscription { nope }"}}))
+        .await;
+    assert_eq!(next_message(&mut ws).await["id"], "1");
+    assert_eq!(
+        next_message(&mut ws).await,
+        json!({"type": "complete", "id": "1"})
+    );
     start_task(&app).await;
     let m = next_message(&mut ws).await;
     assert_eq!(m["type"], "data", "{m}");
