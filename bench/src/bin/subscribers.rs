@@ -78,6 +78,13 @@ struct Args {
     /// subscribers' closes) in the way.
     #[arg(long)]
     lifecycle_apart: bool,
+    /// Start the streams as `--lifecycle-apart` does (once all tasks run,
+    /// 10 ms apart), but let each task end when its stream does: the ends
+    /// overlap the other tasks' last deltas as by default, and every
+    /// backend gets the same starts and ticks (by default each backend's
+    /// claims space the starts their own way).
+    #[arg(long, conflicts_with = "lifecycle_apart")]
+    starts_apart: bool,
     /// The server's connection pool (`database_max_connections`; default
     /// the platform's).
     #[arg(long)]
@@ -109,14 +116,16 @@ fn now_micros() -> u64 {
 struct Stream {
     rate: u64,
     seconds: u64,
-    /// With `--lifecycle-apart`: every task's tool meets here before its
-    /// first delta and after its last.
+    /// With `--lifecycle-apart` or `--starts-apart`: every task's tool
+    /// meets here before its first delta (and after its last, with
+    /// `--lifecycle-apart`).
     apart: Option<Apart>,
 }
 
 struct Apart {
     started: tokio::sync::Barrier,
-    finished: tokio::sync::Barrier,
+    /// `None` with `--starts-apart`: the ends are not held.
+    finished: Option<tokio::sync::Barrier>,
     order: std::sync::atomic::AtomicU64,
 }
 
@@ -125,9 +134,11 @@ impl Stream {
         Self {
             rate: args.rate,
             seconds: args.seconds,
-            apart: args.lifecycle_apart.then(|| Apart {
+            apart: (args.lifecycle_apart || args.starts_apart).then(|| Apart {
                 started: tokio::sync::Barrier::new(args.tasks),
-                finished: tokio::sync::Barrier::new(args.tasks),
+                finished: args
+                    .lifecycle_apart
+                    .then(|| tokio::sync::Barrier::new(args.tasks)),
                 order: Default::default(),
             }),
         }
@@ -162,8 +173,8 @@ impl Tool for Stream {
             ctx.token_delta(offset, &text);
             offset += text.chars().count();
         }
-        if let Some(apart) = &self.apart {
-            apart.finished.wait().await;
+        if let Some(finished) = self.apart.as_ref().and_then(|a| a.finished.as_ref()) {
+            finished.wait().await;
             // The last deltas reach their subscribers before any task ends.
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
@@ -238,6 +249,12 @@ async fn main() -> anyhow::Result<()> {
             }
             if let Some(pool) = args.pool {
                 run.arg("--pool").arg(pool.to_string());
+            }
+            if args.lifecycle_apart {
+                run.arg("--lifecycle-apart");
+            }
+            if args.starts_apart {
+                run.arg("--starts-apart");
             }
             let out = run.spawn()?.wait_with_output()?;
             let text = String::from_utf8_lossy(&out.stdout);
