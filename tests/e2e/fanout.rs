@@ -17,12 +17,12 @@ use crate::{
 };
 
 /// Token deltas the tool streams, in order.
-const TOKENS: [&str; 8] = [
+pub(crate) const TOKENS: [&str; 8] = [
     "Once ", "upon ", "a ", "time ", "there ", "was ", "a ", "task.",
 ];
 
 /// Waits for a permit, then streams [`TOKENS`] as token deltas.
-struct Tokens(Arc<Semaphore>);
+pub(crate) struct Tokens(pub(crate) Arc<Semaphore>);
 
 #[async_trait]
 impl Tool for Tokens {

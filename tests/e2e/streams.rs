@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use crate::{
+    fanout::{TOKENS, Tokens},
     for_both_backends,
     helpers::{Backend, TestApp, WAIT, WsClient, WsEvent, poll_until, uuid_of},
 };
@@ -456,33 +457,12 @@ pub(crate) fn deliveries(
     ))
 }
 
-/// Streams three token deltas, then ends.
-struct Three;
-
-const THREE: [&str; 3] = ["a ", "b ", "c "];
-
-#[async_trait]
-impl Tool for Three {
-    fn key(&self) -> &str {
-        "test.three"
-    }
-    fn description(&self) -> &str {
-        "streams three token deltas"
-    }
-    async fn call(&self, ctx: ToolContext, _args: Value) -> Result<ToolOutput, ToolError> {
-        let mut offset = 0;
-        for text in THREE {
-            ctx.token_delta(offset, text);
-            offset += text.len();
-        }
-        Ok(ToolOutput::default())
-    }
-}
-
 async fn deltas_read_from_the_bus_while_replaying_go_out_after_their_steps_start(backend: Backend) {
-    let app = TestApp::spawn_with_tools(backend, vec![Arc::new(Three)]).await;
+    // The tokens' gate is open: the task streams as soon as it runs.
+    let tokens = Tokens(Arc::new(Semaphore::new(1)));
+    let app = TestApp::spawn_with_tools(backend, vec![Arc::new(tokens)]).await;
     let tenant = app.create_tenant("acme").await;
-    let id = start_gated(&app, vec![json!({"id": "talk", "tool": "test.three"})]).await;
+    let id = start_gated(&app, vec![json!({"id": "talk", "tool": "test.tokens"})]).await;
     let mut stream = deliveries(&app, &tenant, &id).map(Delivery::into_event);
     // The stored creation event. The stream is polled again only once the
     // task has run: its next store read then finds the step's start and
@@ -502,7 +482,7 @@ async fn deltas_read_from_the_bus_while_replaying_go_out_after_their_steps_start
         .enumerate()
         .filter(|(_, e)| e.kind == EventKind::TokenDelta)
         .collect();
-    assert_eq!(deltas.len(), THREE.len(), "{events:?}");
+    assert_eq!(deltas.len(), TOKENS.len(), "{events:?}");
     for (i, delta) in &deltas {
         assert!(
             started < *i && *i < completed,
@@ -514,6 +494,6 @@ async fn deltas_read_from_the_bus_while_replaying_go_out_after_their_steps_start
         .iter()
         .map(|(_, e)| e.data["text"].as_str().unwrap())
         .collect();
-    assert_eq!(text, THREE.concat());
+    assert_eq!(text, TOKENS.concat());
     assert_eq!(events.last().unwrap().status.as_deref(), Some("COMPLETED"));
 }
