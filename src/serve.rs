@@ -12,6 +12,15 @@
 //!   While a request runs (its body, its handler, its answer) neither
 //!   applies: the body has its own deadline (`brainstem_api::edge`), and a
 //!   WebSocket, once upgraded, lives by its own protocol.
+//! - **Lingering close**: when the server ends a plain HTTP connection
+//!   first (an answer with `Connection: close`, such as a refused oversize
+//!   body), it shuts its sending side and reads and drops what the client
+//!   still sends, until the client closes, [`LINGER_QUIET`] passes without
+//!   a byte, or [`LINGER_MOST`] passes in all. Closing a socket with unread
+//!   bytes resets the connection, and a client still sending its body then
+//!   gets a broken pipe instead of the answer (nginx's `lingering_close`).
+//!   A connection that timed out (`408` included), or a WebSocket, closes
+//!   at once.
 //! - **Shutdown**: when `shutdown` resolves no connection is accepted any
 //!   more, kept-alive connections close once their request is answered, and
 //!   open WebSockets are told to go (`Departure`); [`serve`] returns when all
@@ -46,6 +55,13 @@ use tokio::{
     time::{Instant, Sleep},
 };
 use tower::ServiceExt;
+
+/// A lingering close ends when the client sends nothing for this long.
+pub const LINGER_QUIET: Duration = Duration::from_secs(2);
+/// A lingering close ends after this long in all.
+pub const LINGER_MOST: Duration = Duration::from_secs(30);
+/// Reads one lingering poll makes before letting other tasks run.
+const LINGER_READS_PER_POLL: usize = 16;
 
 /// Bounds on connections.
 #[derive(Clone, Copy, Debug)]
@@ -121,8 +137,10 @@ async fn serve_connection(
         let router = router.clone();
         async move {
             let response = router.oneshot(request.map(Body::new)).await?;
-            if response.status() == StatusCode::SWITCHING_PROTOCOLS {
-                under_way.upgraded();
+            match response.status() {
+                StatusCode::SWITCHING_PROTOCOLS => under_way.upgraded(),
+                StatusCode::REQUEST_TIMEOUT => under_way.cut_off(),
+                _ => {}
             }
             // The request is under way until its answer has been sent
             // whole (hyper drops the body then).
@@ -187,6 +205,9 @@ struct Shared {
     under_way: AtomicUsize,
     /// The connection became a WebSocket: no HTTP timeout applies.
     upgraded: AtomicBool,
+    /// The client sent too slowly (`408`): the connection closes without a
+    /// lingering close.
+    cut_off: AtomicBool,
     /// The task reading the socket. The last answer finishing is a change
     /// of phase that no read sees, so it wakes the reader to start the idle
     /// timeout; without this a connection whose answer ends after hyper's
@@ -206,6 +227,10 @@ impl UnderWay {
 
     fn upgraded(&self) {
         self.0.upgraded.store(true, Ordering::Release);
+    }
+
+    fn cut_off(&self) {
+        self.0.cut_off.store(true, Ordering::Release);
     }
 }
 
@@ -252,6 +277,10 @@ enum Phase {
     Busy,
     /// Kept alive between requests, no byte of the next one yet.
     Idle,
+    /// The server has shut its side and drops what the client still sends
+    /// (a lingering close); the deadline is [`LINGER_QUIET`] or the end of
+    /// [`LINGER_MOST`], whichever is sooner.
+    Lingering { until: Instant },
 }
 
 /// A connection's socket, closed (reads fail with `TimedOut`) when its
@@ -262,6 +291,8 @@ struct Watched {
     limits: ConnectionLimits,
     phase: Phase,
     deadline: Pin<Box<Sleep>>,
+    /// The client has shut its side (a read found the end).
+    client_done: bool,
 }
 
 impl Watched {
@@ -272,7 +303,36 @@ impl Watched {
             limits,
             phase: Phase::Headers,
             deadline: Box::pin(tokio::time::sleep(limits.header_timeout)),
+            client_done: false,
         }
+    }
+
+    /// Read and drop what the client sends until the lingering close ends
+    /// (see the module's header).
+    fn poll_linger(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Phase::Lingering { until } = self.phase else {
+            return Poll::Ready(());
+        };
+        let mut sink = [0u8; 16 * 1024];
+        for _ in 0..LINGER_READS_PER_POLL {
+            let mut buf = ReadBuf::new(&mut sink);
+            match Pin::new(&mut self.tcp).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if !buf.filled().is_empty() => {
+                    let quiet = Instant::now() + LINGER_QUIET;
+                    self.deadline.as_mut().reset(quiet.min(until));
+                }
+                // The client's end, or the connection is gone.
+                Poll::Ready(_) => return Poll::Ready(()),
+                Poll::Pending => {
+                    return match self.deadline.as_mut().poll(cx) {
+                        Poll::Ready(()) => Poll::Ready(()),
+                        Poll::Pending => Poll::Pending,
+                    };
+                }
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
     }
 
     /// Move to the phase the connection is in now, having just read `read`
@@ -281,6 +341,7 @@ impl Watched {
         let under_way = self.shared.upgraded.load(Ordering::Acquire)
             || self.shared.under_way.load(Ordering::Acquire) > 0;
         let next = match (self.phase, under_way) {
+            (Phase::Lingering { .. }, _) => return,
             (_, true) => Phase::Busy,
             (Phase::Busy, false) => Phase::Idle,
             (Phase::Idle, false) if read => Phase::Headers,
@@ -291,7 +352,7 @@ impl Watched {
             let timeout = match next {
                 Phase::Headers => self.limits.header_timeout,
                 Phase::Idle => self.limits.idle_timeout,
-                Phase::Busy => return,
+                Phase::Busy | Phase::Lingering { .. } => return,
             };
             self.deadline.as_mut().reset(Instant::now() + timeout);
         }
@@ -310,6 +371,9 @@ impl AsyncRead for Watched {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.tcp).poll_read(cx, buf);
         let read = buf.filled().len() > before;
+        if matches!(polled, Poll::Ready(Ok(()))) && !read && buf.remaining() > 0 {
+            self.client_done = true;
+        }
         self.advance(read);
         if polled.is_pending()
             && self.phase != Phase::Busy
@@ -339,7 +403,22 @@ impl AsyncWrite for Watched {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.tcp).poll_shutdown(cx)
+        if !matches!(self.phase, Phase::Lingering { .. }) {
+            std::task::ready!(Pin::new(&mut self.tcp).poll_shutdown(cx))?;
+            if self.client_done
+                || self.shared.upgraded.load(Ordering::Acquire)
+                || self.shared.cut_off.load(Ordering::Acquire)
+            {
+                return Poll::Ready(Ok(()));
+            }
+            let now = Instant::now();
+            let until = now + LINGER_MOST;
+            self.phase = Phase::Lingering { until };
+            self.deadline
+                .as_mut()
+                .reset((now + LINGER_QUIET).min(until));
+        }
+        self.poll_linger(cx).map(Ok)
     }
 
     fn poll_write_vectored(

@@ -11,7 +11,7 @@ use tokio::{
     net::TcpStream,
 };
 
-use crate::helpers::{Backend, TestApp, WAIT, WsEvent};
+use crate::helpers::{Backend, TestApp, WAIT, WsEvent, poll_until};
 
 /// Short bounds, so that each test sees them pass quickly.
 async fn spawn() -> TestApp {
@@ -200,6 +200,107 @@ async fn a_10_mb_body_gets_payload_too_large_as_json() {
         "{raw}"
     );
     assert_eq!(code(&body), "PAYLOAD_TOO_LARGE", "{body}");
+}
+
+/// Read one whole HTTP/1.1 response (its headers and `content-length`
+/// bytes of body), without waiting for the connection's end.
+async fn one_response(tcp: &mut TcpStream) -> String {
+    let mut received = Vec::new();
+    let read = async {
+        let mut buf = [0u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(&received).to_lowercase();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: "))
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or_else(|| panic!("no content-length: {head}"));
+                if body.len() >= length {
+                    break;
+                }
+            }
+            let n = tcp.read(&mut buf).await.expect("the answer arrives whole");
+            assert!(n > 0, "closed before the answer was whole: {received:?}");
+            received.extend_from_slice(&buf[..n]);
+        }
+    };
+    tokio::time::timeout(WAIT, read)
+        .await
+        .expect("the server answers in time");
+    String::from_utf8_lossy(&received).into_owned()
+}
+
+/// The request line and headers of a JSON `POST /graphql` declaring a body
+/// of `length` bytes.
+fn post_declaring(length: usize) -> String {
+    format!(
+        "POST /graphql HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         content-length: {length}\r\n\r\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_sends_its_refused_body_whole_still_gets_the_answer() {
+    // A client that writes the whole body before it reads (as most HTTP
+    // clients do): the server refuses at the headers, and must keep taking
+    // the body rather than reset the connection under the client's writes.
+    let app = spawn().await;
+    let mut tcp = connect(&app).await;
+    let size = 3 * 1024 * 1024;
+    let chunk = vec![b' '; 64 * 1024];
+    tcp.write_all(post_declaring(size).as_bytes())
+        .await
+        .unwrap();
+    tcp.write_all(&chunk).await.unwrap();
+    let raw = one_response(&mut tcp).await;
+    let (status, body) = status_and_json(&raw);
+    assert_eq!(status, 413, "{raw}");
+    assert_eq!(code(&body), "PAYLOAD_TOO_LARGE", "{body}");
+    // The answer is out and the server has closed its side; the rest of
+    // the body still goes through.
+    for _ in 1..size / chunk.len() {
+        tcp.write_all(&chunk)
+            .await
+            .expect("the server takes the refused body rather than resetting");
+    }
+    let mut rest = [0u8; 64];
+    let end = tokio::time::timeout(WAIT, tcp.read(&mut rest)).await;
+    assert!(
+        matches!(end, Ok(Ok(0))),
+        "the connection ends cleanly after the answer: {end:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_client_that_goes_quiet_frees_its_connection() {
+    // The lingering close of a refused connection holds its connection
+    // slot, and ends once the client sends nothing for a while.
+    let app = TestApp::spawn_with(Backend::Sqlite, |c| c.http_max_connections = 1).await;
+    let mut quiet = connect(&app).await;
+    quiet
+        .write_all(post_declaring(3 * 1024 * 1024).as_bytes())
+        .await
+        .unwrap();
+    let (status, _) = status_and_json(&one_response(&mut quiet).await);
+    assert_eq!(status, 413);
+    let mut next = connect(&app).await;
+    let (status, body) = status_and_json(&until_closed(&mut next).await);
+    assert_eq!(status, 503, "a lingering connection holds its slot: {body}");
+    // Once the client has been quiet for the linger's quiet time, its
+    // connection is closed and the slot is free again.
+    poll_until("the quiet client's connection is closed", async || {
+        let mut tcp = connect(&app).await;
+        // Refused (`503`) while the slot is held.
+        tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .ok()?;
+        until_closed(&mut tcp)
+            .await
+            .starts_with("HTTP/1.1 200")
+            .then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
